@@ -1,0 +1,3 @@
+from llmbench.cli import main
+
+main()

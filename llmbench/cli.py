@@ -1,0 +1,162 @@
+"""The command line: parse options, call the core, render. Heavy modules are imported inside commands."""
+
+from __future__ import annotations
+
+import os
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Optional
+
+import click
+import typer
+
+from llmbench import __version__
+from llmbench.errors import UserError
+
+app = typer.Typer(
+    help="Measure how long a language model makes a person wait: time to first token (TTFT) and time per "
+    "output token (TPOT).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"llmbench {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    """llmbench: TTFT and TPOT you can defend."""
+
+
+@contextmanager
+def _user_errors():
+    """UserError -> one line on stderr, exit 2."""
+    try:
+        yield
+    except UserError as e:
+        _die(str(e), 2)
+
+
+def _die(message: str, code: int) -> None:
+    typer.echo(f"llmbench: error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+@app.command()
+def run(
+    prompts: Annotated[Path, typer.Argument(help="Prompt file: one prompt a line (.txt) or {\"prompt\": ...} a line "
+                                            "(.jsonl). Blank lines and # comments are skipped.")],
+    model: Annotated[str, typer.Option("--model", "-m", help="Hub id, local folder or .gguf file.")]
+    = "Qwen/Qwen2.5-0.5B-Instruct",
+    weights: Annotated[str, typer.Option(help="pretrained, or random: the real architecture with random weights "
+                                         "(no download; outputs meaningless, timings real).")] = "pretrained",
+    device: Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:N or mps.")] = "auto",
+    dtype: Annotated[str, typer.Option(help="auto, float32, bfloat16 or float16. auto = fastest on the device.")]
+    = "auto",
+    threads: Annotated[Optional[int], typer.Option(help="torch intra-op threads (default: torch's choice).")]
+    = None,
+    max_new_tokens: Annotated[int, typer.Option(help="Tokens to generate per request at most.")] = 256,
+    ignore_eos: Annotated[Optional[bool], typer.Option("--ignore-eos/--stop-at-eos", help="Generate exactly "
+                                                       "--max-new-tokens. Default: on with random weights.")] = None,
+    warmup: Annotated[int, typer.Option(help="Unmeasured requests before the measured ones.")] = 1,
+    repeats: Annotated[int, typer.Option(help="Times to go round the whole prompt list.")] = 1,
+    sample: Annotated[bool, typer.Option("--sample", help="Sample instead of greedy decoding.")] = False,
+    seed: Annotated[int, typer.Option(help="Seed for --sample.")] = 0,
+    temperature: Annotated[float, typer.Option(help="Temperature for --sample.")] = 1.0,
+    top_p: Annotated[float, typer.Option(help="Top-p for --sample.")] = 1.0,
+    system_prompt: Annotated[Optional[str], typer.Option(help="System message for every prompt.")] = None,
+    no_chat_template: Annotated[bool, typer.Option("--no-chat-template", help="Send the raw prompt text.")]
+    = False,
+    device_map: Annotated[Optional[str], typer.Option(help="Let accelerate place the weights: auto, balanced, "
+                                                      "sequential or a JSON object. Offloading is still refused.")]
+    = None,
+    allow_offload: Annotated[bool, typer.Option("--allow-offload", help="Run even when weights are offloaded to "
+                                                "disk/CPU (recorded in the JSON).")] = False,
+    allow_pickle: Annotated[bool, typer.Option("--allow-pickle", help="Allow pickle (.bin) weights.")] = False,
+    trust_remote_code: Annotated[bool, typer.Option("--trust-remote-code", help="Run the model repo's own code.")]
+    = False,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Run JSON path (default: results/<UTC "
+                                                   "time>-<model>-<device>.json).")] = None,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing output file.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+) -> None:
+    """Stream every prompt through a model in this process, stamp every token, write a run JSON."""
+    from llmbench import display, models, results, runner
+    from llmbench.prompts import load_prompts
+
+    with _user_errors():
+        prompt_set = load_prompts(prompts)
+        options = runner.RunOptions(
+            max_new_tokens=max_new_tokens,
+            ignore_eos=(weights == "random") if ignore_eos is None else ignore_eos,
+            warmup=warmup,
+            repeats=repeats,
+            sample=sample,
+            seed=seed,
+            temperature=temperature,
+            top_p=top_p,
+            system_prompt=system_prompt,
+            chat_template=not no_chat_template,
+        )
+        options.validate()
+        spec = models.ModelSpec(
+            model=model, weights=weights, device=device, dtype=dtype, threads=threads, device_map=device_map,
+            allow_offload=allow_offload, allow_pickle=allow_pickle, trust_remote_code=trust_remote_code,
+        )
+        resolved = models.resolve_device(device)
+        models.resolve_dtype(dtype, resolved)  # a bad --dtype fails now, not after loading
+        path = results.prepare_output(output or results.default_output_path(model, resolved), overwrite)
+
+        display.info(f"loading {model} ({weights} weights) on {resolved} ...")
+        loaded = models.load_model(spec)
+        for w in loaded.warnings:
+            display.warn(w)
+        display.info(f"loaded in {loaded.load.seconds:.1f} s: {loaded.dtype} ({loaded.dtype_reason}), "
+                     f"{loaded.threads} threads, {(loaded.load.parameters or 0) / 1e6:.1f}M parameters")
+        bench = runner.Benchmark(loaded, options)
+        total = len(prompt_set.prompts) * options.repeats
+        try:
+            with display.run_progress(total, options.warmup, quiet) as (on_warmup, on_request):
+                result = bench.run(prompt_set, path, on_request=on_request, on_warmup=on_warmup)
+        except runner.RunInterrupted as e:
+            display.err.print(f"interrupted: {len(e.run.requests)} of {total} requests saved in {e.path} "
+                              "(complete: false)")
+            raise typer.Exit(130) from None
+    for w in result.warnings[len(loaded.warnings):]:
+        display.warn(w)
+    display.out.print(display.summary_table(result))
+    display.out.print(f"wrote {path}")
+
+
+def main() -> None:
+    """Console entry point: click's usage errors become one line too (exit 2)."""
+    try:
+        code = app(standalone_mode=False)
+    except click.UsageError as e:
+        hint = f" (see: llmbench {e.ctx.info_name if e.ctx and e.ctx.parent else ''} --help)".replace("  ", " ")
+        typer.echo(f"llmbench: error: {e.format_message()}{hint}", err=True)
+        sys.exit(2)
+    except click.exceptions.Abort:
+        typer.echo("llmbench: aborted", err=True)
+        sys.exit(130)
+    except KeyboardInterrupt:
+        typer.echo("llmbench: interrupted", err=True)
+        sys.exit(130)
+    except Exception as e:  # a bug, not a user error: one line, traceback on request
+        if os.environ.get("LLMBENCH_DEBUG"):
+            raise
+        typer.echo(f"llmbench: internal error: {type(e).__name__}: {e} (set LLMBENCH_DEBUG=1 for the traceback)",
+                   err=True)
+        sys.exit(1)
+    sys.exit(code if isinstance(code, int) else 0)

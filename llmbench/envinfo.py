@@ -1,0 +1,81 @@
+"""What machine and software a run was measured on (no environment variables: they may hold secrets)."""
+
+from __future__ import annotations
+
+import platform
+import sys
+from importlib import metadata
+
+import psutil
+
+from llmbench.results import Environment, GPUInfo
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def cpu_model() -> str:
+    """The CPU's marketing name (Linux /proc/cpuinfo, else platform.processor())."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def cpu_flags() -> set[str]:
+    """The CPU feature flags on Linux (empty elsewhere)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def gpu_info(device: str) -> GPUInfo | None:
+    """Name, memory and driver of the CUDA device a run uses; None on CPU/MPS."""
+    if not device.startswith("cuda"):
+        return None
+    import torch
+
+    index = torch.device(device).index or 0
+    props = torch.cuda.get_device_properties(index)
+    driver = None
+    try:
+        import subprocess
+
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader", f"--id={index}"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+        driver = out.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return GPUInfo(name=props.name, memory_bytes=props.total_memory, driver=driver, cuda=torch.version.cuda)
+
+
+def collect(device: str = "cpu") -> Environment:
+    """The environment block of a run JSON."""
+    return Environment(
+        python=sys.version.split()[0],
+        torch=_version("torch"),
+        transformers=_version("transformers"),
+        platform=platform.platform(),
+        cpu_model=cpu_model(),
+        cpu_count=psutil.cpu_count(logical=True),
+        cpu_physical_cores=psutil.cpu_count(logical=False),
+        ram_total_bytes=psutil.virtual_memory().total,
+        gpu=gpu_info(device),
+    )

@@ -1,0 +1,461 @@
+"""Loading a model the way the user named it, on the device and dtype asked, and proving nothing was offloaded.
+
+Sources: a Hugging Face hub id (cache first, honouring HF_HOME / HF_HUB_OFFLINE), a local folder, a
+``.gguf`` file, or (``weights="random"``) any of those, or a model llmbench carries (see builtin.py), built
+from its config with random weights.
+
+The seed's lesson: ``device_map="auto"`` once put weights on disk and made every token 8.6x slower with
+no visible sign. So after loading, every parameter and buffer is checked, and anything on ``disk`` or
+``meta`` (or on the CPU when a GPU computes) stops the run unless the user allowed it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from dataclasses import dataclass, field
+from itertools import chain
+from pathlib import Path
+from typing import Any
+
+import psutil
+import torch
+
+from llmbench import builtin
+from llmbench.envinfo import cpu_flags
+from llmbench.errors import UserError
+from llmbench.results import LoadInfo, Offload
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+_DTYPE_ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "half": "float16", "float": "float32"}
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*(/[\w.\-]+)?$")
+RANDOM_SEED = 0  # random weights are the same on every run, so greedy outputs can be compared
+_WEIGHT_PATTERNS = ["*.json", "*.safetensors", "*.txt", "*.model", "*.tiktoken", "*.jinja", "*.py"]
+_ALTERNATIVES = (
+    "use --weights random to run its architecture with random weights (offline), pass a local model folder or a "
+    ".gguf file, or download it first (huggingface-cli download ...) into HF_HOME"
+)
+
+
+@dataclass
+class ModelSpec:
+    """What the user asked for."""
+
+    model: str = "Qwen/Qwen2.5-0.5B-Instruct"
+    weights: str = "pretrained"  # "pretrained" | "random"
+    device: str = "auto"
+    dtype: str = "auto"
+    threads: int | None = None
+    device_map: str | dict[str, Any] | None = None
+    allow_offload: bool = False
+    allow_pickle: bool = False
+    trust_remote_code: bool = False
+
+
+@dataclass
+class LoadedModel:
+    """A model ready to generate, with what loading it found out."""
+
+    model: Any
+    tokenizer: Any
+    name: str  # as the user gave it (hub id, folder or .gguf path)
+    weights: str  # "pretrained" | "random"
+    source: str  # "hub" | "folder" | "gguf" | "builtin"
+    device: str
+    dtype: str
+    dtype_reason: str
+    threads: int
+    load: LoadInfo
+    max_positions: int | None
+    warnings: list[str] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------------------------------------- device/dtype
+
+
+def resolve_device(requested: str) -> str:
+    """'auto' -> the best device present; otherwise check the asked device exists. UserError if not."""
+    req = (requested or "auto").strip().lower()
+    if req == "auto":
+        if torch.cuda.is_available():
+            return "cuda:0"
+        if _mps_available():
+            return "mps"
+        return "cpu"
+    if req == "cpu":
+        return "cpu"
+    if req == "mps":
+        if not _mps_available():
+            raise UserError("--device mps: no Apple MPS device is available here; use --device cpu")
+        return "mps"
+    m = re.fullmatch(r"cuda(?::(\d+))?", req)
+    if m:
+        if not torch.cuda.is_available():
+            build = "a CPU-only build" if torch.version.cuda is None else f"CUDA {torch.version.cuda}"
+            raise UserError(f"--device {requested}: no CUDA device is available (torch {torch.__version__}, {build}); "
+                            "use --device cpu")
+        index = int(m.group(1) or 0)
+        if index >= torch.cuda.device_count():
+            raise UserError(f"--device {requested}: only {torch.cuda.device_count()} CUDA device(s) here")
+        return f"cuda:{index}"
+    raise UserError(f"unknown --device '{requested}'; expected auto, cpu, cuda, cuda:N or mps")
+
+
+def _mps_available() -> bool:
+    return bool(getattr(torch.backends, "mps", None) and torch.backends.mps.is_available())
+
+
+def cpu_has_fast_bf16() -> bool:
+    """True when the CPU computes bfloat16 natively (AVX512-BF16 or AMX), so oneDNN's bf16 kernels win."""
+    return bool(cpu_flags() & {"avx512_bf16", "amx_bf16"})
+
+
+def resolve_dtype(requested: str, device: str) -> tuple[str, str]:
+    """The dtype name to load in, and why. 'auto' picks what is fastest on that device."""
+    req = (requested or "auto").strip().lower()
+    req = _DTYPE_ALIASES.get(req, req)
+    if req != "auto":
+        if req not in DTYPES:
+            raise UserError(f"unknown --dtype '{requested}'; expected auto, float32, bfloat16 or float16")
+        return req, "asked"
+    kind = device.split(":")[0]
+    if kind == "cuda":
+        if torch.cuda.is_bf16_supported():
+            return "bfloat16", "auto: the GPU supports bfloat16 (same speed as float16, float32's range)"
+        return "float16", "auto: the GPU has no bfloat16"
+    if kind == "mps":
+        return "float16", "auto: MPS computes float16 natively"
+    if cpu_has_fast_bf16():
+        return "bfloat16", "auto: the CPU has AVX512-BF16/AMX; bfloat16 measured ~2.5x faster per token than float32"
+    return "float32", "auto: the CPU has no native bfloat16, where float32 is fastest"
+
+
+def dtype_warnings(dtype: str, device: str) -> list[str]:
+    """Warnings for a dtype that is known to be slow on the device."""
+    if dtype == "float16" and device == "cpu":
+        return ["float16 on a CPU: most CPUs emulate it (prefill measured ~6x slower than bfloat16 on an AMD EPYC); "
+                "--dtype bfloat16 or float32 is usually faster"]
+    return []
+
+
+def configure_threads(threads: int | None) -> int:
+    """Set torch's intra-op threads when asked; return the count in force."""
+    if threads is not None:
+        if threads < 1:
+            raise UserError(f"--threads must be at least 1, not {threads}")
+        torch.set_num_threads(threads)
+    return torch.get_num_threads()
+
+
+# ---------------------------------------------------------------------------------------------- sources
+
+
+def classify_source(model: str, weights: str) -> tuple[str, Path | None]:
+    """('gguf'|'folder'|'builtin'|'hub', local path or None). UserError for a path that isn't there."""
+    if not model or not model.strip():
+        raise UserError("--model is empty")
+    p = Path(model).expanduser()
+    if model.lower().endswith(".gguf"):
+        if not p.is_file():
+            raise UserError(f"GGUF file not found: {model}")
+        return "gguf", p
+    if p.is_dir():
+        return "folder", p
+    if p.exists():
+        raise UserError(f"--model {model} is a file; expected a model folder, a .gguf file or a hub id")
+    if model.startswith((".", "/", "~")) or "\\" in model or model.count("/") > 1:
+        raise UserError(f"model folder not found: {model}")
+    if not _HUB_ID.match(model):
+        raise UserError(f"--model '{model}' is neither an existing folder nor a valid hub id (owner/name)")
+    if weights == "random" and builtin.builtin_config(model) is not None:
+        return "builtin", None
+    return "hub", None
+
+
+def _hub_offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def hub_snapshot(repo_id: str, *, config_only: bool) -> Path:
+    """The cached snapshot folder of a hub model, downloading it first when online. UserError when unreachable."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+
+    patterns = ["*.json", "*.txt", "*.model", "*.tiktoken", "*.jinja"] if config_only else _WEIGHT_PATTERNS
+    try:
+        return Path(snapshot_download(repo_id, local_files_only=True, allow_patterns=patterns))
+    except LocalEntryNotFoundError:
+        pass
+    hf_home = os.environ.get("HF_HOME", "~/.cache/huggingface")
+    if _hub_offline():
+        raise UserError(f"model '{repo_id}' is not in the Hugging Face cache (HF_HOME={hf_home}) and "
+                        f"HF_HUB_OFFLINE is set; {_ALTERNATIVES}") from None
+    try:
+        return Path(snapshot_download(repo_id, allow_patterns=patterns))
+    except (LocalEntryNotFoundError, HfHubHTTPError, OSError) as e:
+        reason = str(e).strip().splitlines()[0][:160] if str(e).strip() else type(e).__name__
+        raise UserError(f"model '{repo_id}' is not cached (HF_HOME={hf_home}) and the hub can't be reached "
+                        f"({reason}); {_ALTERNATIVES}") from None
+
+
+def check_weight_files(folder: Path, allow_pickle: bool) -> None:
+    """A folder must hold safetensors weights; pickle-only weights need --allow-pickle (pickle runs code)."""
+    if not (folder / "config.json").is_file():
+        raise UserError(f"{folder} has no config.json: not a transformers model folder")
+    if any(folder.glob("*.safetensors")):
+        return
+    pickles = sorted(p.name for p in chain(folder.glob("*.bin"), folder.glob("*.pt"), folder.glob("*.pth")))
+    if pickles and not allow_pickle:
+        raise UserError(f"{folder} has only pickle weights ({pickles[0]}); loading pickle can run arbitrary code: "
+                        "convert them to safetensors, or pass --allow-pickle if you trust this folder")
+    if not pickles:
+        raise UserError(f"{folder} has no weights (*.safetensors); use --weights random to run its architecture "
+                        "with random weights")
+
+
+# ---------------------------------------------------------------------------------------------- memory checks
+
+
+def count_parameters(config) -> int:
+    """Parameters of a model built from ``config``, counted on the meta device (no memory, tied weights once)."""
+    from transformers import AutoModelForCausalLM
+
+    # torch.device("meta"), not accelerate's init_empty_weights: the latter leaves tied weights untied (2x count).
+    with torch.device("meta"):
+        m = AutoModelForCausalLM.from_config(config)
+    return sum(p.numel() for p in m.parameters())
+
+
+def available_bytes(device: str) -> int:
+    """Free memory where the weights will live: RAM for the CPU, VRAM for a GPU."""
+    if device.startswith("cuda"):
+        free, _total = torch.cuda.mem_get_info(torch.device(device))
+        return int(free)
+    return int(psutil.virtual_memory().available)
+
+
+def check_fits(weights_bytes: int, device: str, allow_offload: bool) -> None:
+    """Stop before loading when the weights can't fit: loading would swap, offload or be OOM-killed."""
+    free = available_bytes(device)
+    need = int(weights_bytes * 1.10) + (256 << 20)  # activations, KV cache and allocator slack
+    if need > free and not allow_offload:
+        where = "VRAM" if device.startswith("cuda") else "RAM"
+        raise UserError(f"the weights need ~{_gb(weights_bytes)} but only {_gb(free)} of {where} is free; free memory, "
+                        "choose a smaller --dtype or model, or pass --device-map auto --allow-offload to run partly "
+                        "offloaded (slow, and recorded)")
+
+
+def _gb(n: int) -> str:
+    return f"{n / 1e9:.2f} GB"
+
+
+# ---------------------------------------------------------------------------------------------- offload check
+
+
+def find_offload(model, device: str) -> Offload:
+    """Where the weights really are: modules mapped to disk (or CPU while a GPU computes), and tensors on meta.
+
+    accelerate leaves offloaded weights as ``meta`` tensors and streams them in at every forward pass,
+    so the ``meta`` list and ``missing_bytes`` catch offloading however it was set up.
+    """
+    compute = device.split(":")[0]
+    dm = getattr(model, "hf_device_map", None) or {}
+    disk = sorted(k for k, v in dm.items() if str(v) == "disk")
+    cpu = sorted(k for k, v in dm.items() if str(v) == "cpu") if compute != "cpu" else []
+    meta: list[str] = []
+    missing = 0
+    seen: set[int] = set()
+    for name, t in chain(model.named_parameters(), model.named_buffers()):
+        if id(t) in seen:
+            continue
+        seen.add(id(t))
+        off_device = t.device.type == "meta" or (compute != "cpu" and t.device.type == "cpu")
+        if off_device:
+            missing += t.numel() * t.element_size()
+        if t.device.type == "meta":
+            meta.append(name)
+    return Offload(disk=disk, cpu=cpu, meta=meta, missing_bytes=missing)
+
+
+def offload_message(off: Offload) -> str:
+    """One line naming what is offloaded and how much memory was missing."""
+    parts = []
+    for label, names in (("on disk", off.disk), ("on the CPU", off.cpu), ("on meta", off.meta)):
+        if names:
+            shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+            parts.append(f"{label}: {shown}")
+    return f"weights are offloaded ({'; '.join(parts)}); {_gb(off.missing_bytes)} of weights are not in memory"
+
+
+# ---------------------------------------------------------------------------------------------- loading
+
+
+def load_model(spec: ModelSpec) -> LoadedModel:
+    """Load what ``spec`` names, check it is fully in memory, and return it ready to generate."""
+    import time
+
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    if spec.weights not in ("pretrained", "random"):
+        raise UserError(f"unknown --weights '{spec.weights}'; expected pretrained or random")
+    device = resolve_device(spec.device)
+    dtype_name, dtype_reason = resolve_dtype(spec.dtype, device)
+    dtype = DTYPES[dtype_name]
+    threads = configure_threads(spec.threads)
+    warnings = dtype_warnings(dtype_name, device)
+    source, path = classify_source(spec.model, spec.weights)
+    remote = {"trust_remote_code": spec.trust_remote_code}
+
+    t0 = time.perf_counter()
+    gguf: dict[str, Any] = {}
+    if source == "gguf":
+        assert path is not None
+        _require_gguf()
+        folder, gguf = path.parent, {"gguf_file": path.name}
+    elif source == "folder":
+        assert path is not None
+        folder = path
+    elif source == "hub":
+        folder = hub_snapshot(spec.model, config_only=spec.weights == "random")
+    else:
+        folder = None
+
+    # config and tokenizer
+    try:
+        if source == "builtin":
+            config = AutoConfig.for_model(**builtin.builtin_config(spec.model))
+            tokenizer = builtin.qwen_tokenizer()
+        else:
+            if source in ("folder", "hub") and not (folder / "config.json").is_file():
+                raise UserError(f"{folder} has no config.json: not a transformers model folder")
+            config = AutoConfig.from_pretrained(folder, **gguf, **remote)
+            tokenizer = AutoTokenizer.from_pretrained(folder, **gguf, **remote)
+    except UserError:
+        raise
+    except (OSError, ValueError, KeyError) as e:
+        raise UserError(f"cannot load the config/tokenizer of {spec.model}: {_first_line(e)}") from None
+
+    n_params = count_parameters(config)
+    weights_bytes = n_params * torch.tensor([], dtype=dtype).element_size()
+    check_fits(weights_bytes, device, spec.allow_offload or spec.device_map is not None)
+
+    device_map_used: Any = None
+    if spec.weights == "random":
+        if spec.device_map is not None:
+            warnings.append("--device-map is ignored with --weights random: the weights are built on the device")
+        model = _random_model(config, dtype, device)
+        warnings.insert(0, "RANDOM WEIGHTS: the architecture is real, the outputs are meaningless; timings only")
+    else:
+        if source == "folder":
+            check_weight_files(folder, spec.allow_pickle)
+        elif source == "hub":
+            check_weight_files(folder, spec.allow_pickle)
+        device_map_used = _device_map_arg(spec.device_map, device)
+        kwargs: dict[str, Any] = dict(dtype=dtype, device_map=device_map_used, **gguf, **remote)
+        if source != "gguf":
+            kwargs["use_safetensors"] = not spec.allow_pickle or any(folder.glob("*.safetensors"))
+        if spec.device_map is not None:
+            # accelerate needs somewhere to put disk-offloaded weights; the check below then reports them.
+            kwargs["offload_folder"] = tempfile.mkdtemp(prefix="llmbench-offload-")
+        try:
+            model = AutoModelForCausalLM.from_pretrained(folder, **kwargs)
+        except (OSError, ValueError, RuntimeError) as e:
+            raise UserError(f"cannot load the weights of {spec.model}: {_first_line(e)}") from None
+    model.eval()
+    seconds = time.perf_counter() - t0
+
+    off = find_offload(model, device)
+    offloaded = bool(off.disk or off.cpu or off.meta)
+    if offloaded and not spec.allow_offload:
+        raise UserError(offload_message(off) + ": every token would wait on the copy; free memory or pass "
+                        "--allow-offload to measure it anyway (recorded in the JSON)")
+    if offloaded:
+        warnings.append("OFFLOADED: " + offload_message(off))
+    hf_map = getattr(model, "hf_device_map", None)
+    load = LoadInfo(
+        seconds=round(seconds, 3),
+        device_map={k: str(v) for k, v in hf_map.items()} if hf_map else None,
+        offload=off,
+        allowed_offload=spec.allow_offload,
+        parameters=n_params,
+        weights_bytes=weights_bytes,
+    )
+    _prepare_generation(model, tokenizer)
+    return LoadedModel(
+        model=model,
+        tokenizer=tokenizer,
+        name=spec.model,
+        weights=spec.weights,
+        source=source,
+        device=device,
+        dtype=dtype_name,
+        dtype_reason=dtype_reason,
+        threads=threads,
+        load=load,
+        max_positions=getattr(config, "max_position_embeddings", None),
+        warnings=warnings,
+    )
+
+
+def _device_map_arg(device_map: str | dict[str, Any] | None, device: str) -> Any:
+    if device_map is None:
+        return device  # load straight onto the device: no accelerate placement, nothing can be offloaded
+    if isinstance(device_map, dict):
+        return device_map
+    text = device_map.strip()
+    if text.startswith("{"):
+        try:
+            parsed = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise UserError(f"--device-map is not valid JSON: {e.msg}") from None
+        if not isinstance(parsed, dict):
+            raise UserError("--device-map JSON must be an object of module -> device")
+        return parsed
+    if text in ("auto", "balanced", "balanced_low_0", "sequential"):
+        return text
+    raise UserError(f"unknown --device-map '{device_map}'; expected auto, balanced, sequential or a JSON object")
+
+
+def _random_model(config, dtype: torch.dtype, device: str):
+    """The architecture of ``config`` with transformers' own initialisation (normal, std=initializer_range).
+
+    Seeded, so every run gets the same weights. Every tensor is checked finite and free of subnormal
+    values: uninitialised memory or denormals would change CPU speed and make the timings lie.
+    """
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(RANDOM_SEED)
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    std = float(getattr(config, "initializer_range", 0.02) or 0.02)
+    tiny = torch.finfo(dtype).tiny
+    with torch.no_grad():
+        for p in model.parameters():
+            bad = ~torch.isfinite(p) | ((p != 0) & (p.abs() < tiny))
+            if bool(bad.any()):
+                p.normal_(0.0, std)
+    return model
+
+
+def _prepare_generation(model, tokenizer) -> None:
+    """Make generate() quiet and deterministic: a pad id, and no sampling unless asked per call."""
+    gc = model.generation_config
+    if gc.pad_token_id is None:
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        gc.pad_token_id = pad
+    if gc.eos_token_id is None and tokenizer.eos_token_id is not None:
+        gc.eos_token_id = tokenizer.eos_token_id
+
+
+def _require_gguf() -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("gguf") is None:
+        raise UserError("loading a .gguf file needs the 'gguf' package: pip install gguf")
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return (text.splitlines()[0] if text else type(e).__name__)[:240]

@@ -1,0 +1,75 @@
+"""Prompt files: one prompt a line (``.txt``) or ``{"prompt": ...}`` a line (``.jsonl``)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from llmbench.errors import UserError
+
+
+@dataclass(frozen=True)
+class PromptSet:
+    """The prompts of one file, in order, with the file's identity."""
+
+    path: str
+    sha256: str  # of the file's bytes: compare uses it to decide whether requests can be paired
+    prompts: tuple[str, ...]
+    line_numbers: tuple[int, ...]  # 1-based line of each prompt, for error messages
+
+
+def load_prompts(path: str | Path) -> PromptSet:
+    """Read a prompt file.
+
+    Accepts UTF-8 with or without BOM and LF or CRLF line ends. Blank lines and lines whose first
+    non-blank character is ``#`` are skipped. A ``.jsonl`` file holds one JSON object a line with a
+    string field ``prompt``. Raises :class:`UserError` naming the file (and line) for anything else.
+    """
+    p = Path(path)
+    if not p.exists():
+        raise UserError(f"prompt file not found: {p}")
+    if p.is_dir():
+        raise UserError(f"prompt file is a folder, not a file: {p}")
+    try:
+        raw = p.read_bytes()
+    except OSError as e:
+        raise UserError(f"cannot read prompt file {p}: {e.strerror or e}") from None
+    if b"\x00" in raw:
+        raise UserError(f"prompt file {p} looks binary (it contains NUL bytes); expected UTF-8 text")
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = raw[: e.start].count(b"\n") + 1
+        raise UserError(f"prompt file {p} is not UTF-8 (bad byte at line {line}); save it as UTF-8") from None
+
+    is_jsonl = p.suffix.lower() in (".jsonl", ".ndjson")
+    prompts: list[str] = []
+    lines: list[int] = []
+    # splitlines() would also split on \x0b, \x1c, \u2028...: inside a prompt those are text, not line ends.
+    for number, line in enumerate(text.replace("\r\n", "\n").replace("\r", "\n").split("\n"), start=1):
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        prompt = _parse_jsonl_line(p, number, stripped) if is_jsonl else stripped
+        if not prompt.strip():
+            raise UserError(f"{p}:{number}: empty prompt")
+        prompts.append(prompt)
+        lines.append(number)
+    if not prompts:
+        raise UserError(f"prompt file {p} has no prompts (only blank lines or # comments)")
+    return PromptSet(str(p), hashlib.sha256(raw).hexdigest(), tuple(prompts), tuple(lines))
+
+
+def _parse_jsonl_line(path: Path, number: int, line: str) -> str:
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise UserError(f"{path}:{number}: not valid JSON ({e.msg})") from None
+    if not isinstance(obj, dict) or "prompt" not in obj:
+        raise UserError(f'{path}:{number}: expected an object with a "prompt" field')
+    prompt = obj["prompt"]
+    if not isinstance(prompt, str):
+        raise UserError(f'{path}:{number}: "prompt" must be a string, not {type(prompt).__name__}')
+    return prompt

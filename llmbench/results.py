@@ -1,0 +1,267 @@
+"""The run JSON: a versioned schema, atomic saves, and a reader that refuses what it doesn't know.
+
+Schema history (bump ``SCHEMA_VERSION`` on any change a reader of the old version would misread):
+  1 (llmbench 0.1.0): first version.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+
+from llmbench.errors import UserError
+
+SCHEMA_VERSION = 1
+
+# Written into every run so a reader never has to guess what a number means.
+METRIC_FORMULAS: dict[str, str] = {
+    "ttft_ms": "first_token_stamp - request_start; request_start is taken before chat templating and tokenizing",
+    "tpot_ms": "(last_token_stamp - first_token_stamp) / (output_tokens - 1), for output_tokens >= 2; "
+    "excludes the first token (as vLLM's TPOT); per request, then summarised over requests",
+    "itl_ms": "token_times_ms[i] - token_times_ms[i-1] for i >= 1: every gap between consecutive tokens",
+    "e2e_ms": "last_token_stamp - request_start",
+    "decode_tokens_per_s": "(output_tokens - 1) / (last_token_stamp - first_token_stamp)",
+    "tokenize_ms": "chat templating + tokenizing + moving the ids to the device, inside ttft_ms",
+    "token_times_ms": "stamp of each output token, in ms since request_start; token_times_ms[0] == ttft_ms",
+    "stamp": "time.perf_counter_ns() in the streamer's put(), when generate() hands over the token on the host",
+}
+
+
+class _Model(BaseModel):
+    # Unknown fields are kept, so a newer minor writer's extras survive a read-modify-write.
+    model_config = ConfigDict(extra="allow", protected_namespaces=())
+
+
+class Sampling(_Model):
+    do_sample: bool = False
+    temperature: float | None = None
+    top_p: float | None = None
+    seed: int | None = None
+
+
+class RunConfig(_Model):
+    mode: Literal["in-process", "endpoint"] = "in-process"
+    model: str
+    model_source: str  # "hub" | "folder" | "gguf" | "builtin"
+    weights: Literal["pretrained", "random"]
+    device: str
+    dtype: str
+    dtype_reason: str = ""
+    threads: int | None = None
+    max_new_tokens: int
+    ignore_eos: bool
+    warmup: int
+    repeats: int
+    prompt_file: str
+    prompt_sha256: str
+    prompt_count: int
+    sampling: Sampling = Sampling()
+    chat_template: bool = True
+    system_prompt: str | None = None
+    device_map: str | None = None
+
+
+class GPUInfo(_Model):
+    name: str
+    memory_bytes: int | None = None
+    driver: str | None = None
+    cuda: str | None = None
+
+
+class Environment(_Model):
+    python: str
+    torch: str | None = None
+    transformers: str | None = None
+    platform: str
+    cpu_model: str
+    cpu_count: int | None = None
+    cpu_physical_cores: int | None = None
+    ram_total_bytes: int | None = None
+    gpu: GPUInfo | None = None
+
+
+class Offload(_Model):
+    disk: list[str] = []
+    cpu: list[str] = []
+    meta: list[str] = []
+    missing_bytes: int = 0  # bytes of weights that are not in the memory of the device that computes
+
+
+class LoadInfo(_Model):
+    seconds: float
+    device_map: dict[str, str] | None = None
+    offload: Offload = Offload()
+    allowed_offload: bool = False
+    parameters: int | None = None
+    weights_bytes: int | None = None
+
+
+class RequestResult(_Model):
+    prompt_index: int
+    repeat: int
+    prompt_tokens: int
+    output_tokens: int
+    tokenize_ms: float
+    ttft_ms: float
+    tpot_ms: float | None  # None when output_tokens < 2
+    e2e_ms: float
+    token_times_ms: list[float]
+    output_token_ids_sha256: str
+    output_text: str
+    started_s: float = 0.0  # seconds since the first measured request started: shows drift over a run
+
+    @model_validator(mode="after")
+    def _invariants(self) -> RequestResult:
+        if len(self.token_times_ms) != self.output_tokens:
+            raise ValueError("len(token_times_ms) != output_tokens")
+        if self.output_tokens and self.token_times_ms[0] != self.ttft_ms:
+            raise ValueError("token_times_ms[0] != ttft_ms")
+        return self
+
+
+class Stats(_Model):
+    n: int
+    mean: float
+    p50: float
+    p90: float
+    p99: float
+    min: float
+    max: float
+    std: float
+
+
+class Summary(_Model):
+    requests: int
+    ttft_ms: Stats
+    tpot_ms: Stats | None = None
+    e2e_ms: Stats
+    output_tokens: Stats
+    decode_tokens_per_s: Stats | None = None
+    tokenize_ms: Stats | None = None
+
+
+class MachineState(_Model):
+    swap_in_bytes: int = 0  # system-wide, during the requests
+    swap_out_bytes: int = 0
+    process_swap_bytes: int = 0  # this process's pages in swap at the end (VmSwap)
+
+
+class Run(_Model):
+    schema_version: int
+    llmbench_version: str
+    run_id: str
+    created_at: str  # ISO 8601, UTC
+    complete: bool
+    config: RunConfig
+    environment: Environment
+    load: LoadInfo | None = None
+    metrics: dict[str, str] = METRIC_FORMULAS
+    warnings: list[str] = []
+    requests: list[RequestResult] = []
+    warmup_requests: list[RequestResult] = []
+    summary: Summary | None = None
+    machine: MachineState | None = None
+
+
+def save_run(run: Run, path: str | Path) -> None:
+    """Write ``run`` to ``path`` atomically: a temp file in the same folder, fsync, then rename.
+
+    A reader (or a crash at any instant) sees either the previous complete file or the new one.
+    """
+    path = Path(path)
+    data = run.model_dump_json(exclude_none=False).encode("utf-8")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def load_run(path: str | Path) -> Run:
+    """Read and validate a run JSON; :class:`UserError` (one line, naming the file) for anything unusable."""
+    p = Path(path)
+    if not p.exists():
+        raise UserError(f"run file not found: {p}")
+    if p.is_dir():
+        raise UserError(f"run file is a folder: {p}")
+    try:
+        text = p.read_bytes().decode("utf-8")
+    except OSError as e:
+        raise UserError(f"cannot read {p}: {e.strerror or e}") from None
+    except UnicodeDecodeError:
+        raise UserError(f"{p} is not a run JSON (not UTF-8 text)") from None
+    if not text.strip():
+        raise UserError(f"{p} is empty, not a run JSON")
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as e:
+        hint = " (truncated?)" if e.pos >= len(text.rstrip()) else ""
+        raise UserError(f"{p} is not valid JSON{hint}: {e.msg} at line {e.lineno}") from None
+    if not isinstance(obj, dict) or "schema_version" not in obj or "requests" not in obj:
+        raise UserError(f"{p} is not an llmbench run JSON (no schema_version/requests)")
+    version = obj["schema_version"]
+    if version != SCHEMA_VERSION:
+        raise UserError(
+            f"{p} has schema_version {version!r}; this llmbench ({_version()}) reads version {SCHEMA_VERSION}: "
+            "upgrade or downgrade llmbench to read it"
+        )
+    try:
+        return Run.model_validate(obj)
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = ".".join(str(x) for x in err["loc"])
+        raise UserError(f"{p} is not a valid run JSON: {loc}: {err['msg']}") from None
+
+
+def _version() -> str:
+    from llmbench import __version__
+
+    return __version__
+
+
+def default_output_path(model: str, device: str, folder: str | Path = "results") -> Path:
+    """``results/<UTC time>-<model>-<device>.json``; a suffix keeps two runs in the same second apart."""
+    from datetime import datetime, timezone
+
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    name = Path(model.rstrip("/\\")).name or "model"
+    slug = "".join(c if c.isalnum() or c in "._-" else "_" for c in f"{name}-{device.replace(':', '')}")
+    base = Path(folder) / f"{stamp}-{slug}"
+    path, k = base.with_suffix(".json"), 1
+    while path.exists():
+        path, k = Path(f"{base}-{k}.json"), k + 1
+    return path
+
+
+def prepare_output(path: str | Path, overwrite: bool) -> Path:
+    """Check, before any slow work, that the run JSON can be written at ``path`` without losing a file.
+
+    A missing folder is made; a folder that can't be made, an existing file (unless ``overwrite``) or an
+    unwritable place is a :class:`UserError`.
+    """
+    p = Path(path).expanduser()
+    if p.is_dir():
+        raise UserError(f"output {p} is a folder; give a file name such as {p / 'run.json'}")
+    if p.exists() and not overwrite:
+        raise UserError(f"output {p} already exists; choose another -o or pass --overwrite")
+    for parent in [p.parent, *p.parent.parents]:
+        if parent.exists() and not parent.is_dir():
+            raise UserError(f"cannot make the output folder {p.parent}: {parent} is a file")
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".probe", dir=p.parent)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise UserError(f"cannot write to {p.parent}: {e.strerror or e}") from None
+    return p

@@ -1,0 +1,51 @@
+"""Summary statistics of a run's requests (numpy; the formulas live in results.METRIC_FORMULAS)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from llmbench.results import RequestResult, Stats, Summary
+
+
+def describe(values: Iterable[float]) -> Stats | None:
+    """n, mean, p50/p90/p99 (linear interpolation), min, max and sample std (ddof=1); None when empty."""
+    a = np.asarray(list(values), dtype=float)
+    if a.size == 0:
+        return None
+    p50, p90, p99 = np.percentile(a, [50, 90, 99])
+    return Stats(
+        n=int(a.size),
+        mean=float(a.mean()),
+        p50=float(p50),
+        p90=float(p90),
+        p99=float(p99),
+        min=float(a.min()),
+        max=float(a.max()),
+        std=float(a.std(ddof=1)) if a.size > 1 else 0.0,
+    )
+
+
+def decode_tokens_per_s(r: RequestResult) -> float | None:
+    """(n - 1) / (last - first) for one request; None with fewer than 2 tokens or no time between them."""
+    if r.output_tokens < 2:
+        return None
+    span_ms = r.token_times_ms[-1] - r.token_times_ms[0]
+    return (r.output_tokens - 1) / (span_ms / 1000.0) if span_ms > 0 else None
+
+
+def summarize(requests: Sequence[RequestResult]) -> Summary | None:
+    """The run's summary block, or None when no request finished."""
+    if not requests:
+        return None
+    tps = [v for v in (decode_tokens_per_s(r) for r in requests) if v is not None]
+    return Summary(
+        requests=len(requests),
+        ttft_ms=describe(r.ttft_ms for r in requests),
+        tpot_ms=describe(r.tpot_ms for r in requests if r.tpot_ms is not None),
+        e2e_ms=describe(r.e2e_ms for r in requests),
+        output_tokens=describe(r.output_tokens for r in requests),
+        decode_tokens_per_s=describe(tps),
+        tokenize_ms=describe(r.tokenize_ms for r in requests),
+    )
