@@ -8,7 +8,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Optional
 
-import click
 import typer
 
 from llmbench import __version__
@@ -55,20 +54,35 @@ def _die(message: str, code: int) -> None:
 
 @app.command()
 def run(
-    prompts: Annotated[Path, typer.Argument(help="Prompt file: one prompt a line (.txt) or {\"prompt\": ...} a line "
-                                            "(.jsonl). Blank lines and # comments are skipped.")],
-    model: Annotated[str, typer.Option("--model", "-m", help="Hub id, local folder or .gguf file.")]
-    = "Qwen/Qwen2.5-0.5B-Instruct",
-    weights: Annotated[str, typer.Option(help="pretrained, or random: the real architecture with random weights "
-                                         "(no download; outputs meaningless, timings real).")] = "pretrained",
+    prompts: Annotated[
+        Path,
+        typer.Argument(
+            help='Prompt file: one prompt a line (.txt) or {"prompt": ...} a line '
+            "(.jsonl). Blank lines and # comments are skipped."
+        ),
+    ],
+    model: Annotated[
+        str, typer.Option("--model", "-m", help="Hub id, local folder or .gguf file.")
+    ] = "Qwen/Qwen2.5-0.5B-Instruct",
+    weights: Annotated[
+        str,
+        typer.Option(
+            help="pretrained, or random: the real architecture with random weights "
+            "(no download; outputs meaningless, timings real)."
+        ),
+    ] = "pretrained",
     device: Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:N or mps.")] = "auto",
-    dtype: Annotated[str, typer.Option(help="auto, float32, bfloat16 or float16. auto = fastest on the device.")]
-    = "auto",
-    threads: Annotated[Optional[int], typer.Option(help="torch intra-op threads (default: torch's choice).")]
-    = None,
+    dtype: Annotated[
+        str, typer.Option(help="auto, float32, bfloat16 or float16. auto = fastest on the device.")
+    ] = "auto",
+    threads: Annotated[Optional[int], typer.Option(help="torch intra-op threads (default: torch's choice).")] = None,
     max_new_tokens: Annotated[int, typer.Option(help="Tokens to generate per request at most.")] = 256,
-    ignore_eos: Annotated[Optional[bool], typer.Option("--ignore-eos/--stop-at-eos", help="Generate exactly "
-                                                       "--max-new-tokens. Default: on with random weights.")] = None,
+    ignore_eos: Annotated[
+        Optional[bool],
+        typer.Option(
+            "--ignore-eos/--stop-at-eos", help="Generate exactly --max-new-tokens. Default: on with random weights."
+        ),
+    ] = None,
     warmup: Annotated[int, typer.Option(help="Unmeasured requests before the measured ones.")] = 1,
     repeats: Annotated[int, typer.Option(help="Times to go round the whole prompt list.")] = 1,
     sample: Annotated[bool, typer.Option("--sample", help="Sample instead of greedy decoding.")] = False,
@@ -76,18 +90,26 @@ def run(
     temperature: Annotated[float, typer.Option(help="Temperature for --sample.")] = 1.0,
     top_p: Annotated[float, typer.Option(help="Top-p for --sample.")] = 1.0,
     system_prompt: Annotated[Optional[str], typer.Option(help="System message for every prompt.")] = None,
-    no_chat_template: Annotated[bool, typer.Option("--no-chat-template", help="Send the raw prompt text.")]
-    = False,
-    device_map: Annotated[Optional[str], typer.Option(help="Let accelerate place the weights: auto, balanced, "
-                                                      "sequential or a JSON object. Offloading is still refused.")]
-    = None,
-    allow_offload: Annotated[bool, typer.Option("--allow-offload", help="Run even when weights are offloaded to "
-                                                "disk/CPU (recorded in the JSON).")] = False,
+    no_chat_template: Annotated[bool, typer.Option("--no-chat-template", help="Send the raw prompt text.")] = False,
+    device_map: Annotated[
+        Optional[str],
+        typer.Option(
+            help="Let accelerate place the weights: auto, balanced, "
+            "sequential or a JSON object. Offloading is still refused."
+        ),
+    ] = None,
+    allow_offload: Annotated[
+        bool,
+        typer.Option("--allow-offload", help="Run even when weights are offloaded to disk/CPU (recorded in the JSON)."),
+    ] = False,
     allow_pickle: Annotated[bool, typer.Option("--allow-pickle", help="Allow pickle (.bin) weights.")] = False,
-    trust_remote_code: Annotated[bool, typer.Option("--trust-remote-code", help="Run the model repo's own code.")]
-    = False,
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Run JSON path (default: results/<UTC "
-                                                   "time>-<model>-<device>.json).")] = None,
+    trust_remote_code: Annotated[
+        bool, typer.Option("--trust-remote-code", help="Run the model repo's own code.")
+    ] = False,
+    output: Annotated[
+        Optional[Path],
+        typer.Option("--output", "-o", help="Run JSON path (default: results/<UTC time>-<model>-<device>.json)."),
+    ] = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing output file.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
 ) -> None:
@@ -111,29 +133,39 @@ def run(
         )
         options.validate()
         spec = models.ModelSpec(
-            model=model, weights=weights, device=device, dtype=dtype, threads=threads, device_map=device_map,
-            allow_offload=allow_offload, allow_pickle=allow_pickle, trust_remote_code=trust_remote_code,
+            model=model,
+            weights=weights,
+            device=device,
+            dtype=dtype,
+            threads=threads,
+            device_map=device_map,
+            allow_offload=allow_offload,
+            allow_pickle=allow_pickle,
+            trust_remote_code=trust_remote_code,
         )
-        resolved = models.resolve_device(device)
-        models.resolve_dtype(dtype, resolved)  # a bad --dtype fails now, not after loading
+        resolved = spec.validate()  # bad --device/--dtype/--threads/--weights fail now, not after loading
         path = results.prepare_output(output or results.default_output_path(model, resolved), overwrite)
 
-        display.info(f"loading {model} ({weights} weights) on {resolved} ...")
-        loaded = models.load_model(spec)
+        # A spinner on a terminal only: a failed load then prints its one error line and nothing else.
+        with display.err.status(f"loading {model} ({weights} weights) on {resolved} ..."):
+            loaded = models.load_model(spec)
         for w in loaded.warnings:
             display.warn(w)
-        display.info(f"loaded in {loaded.load.seconds:.1f} s: {loaded.dtype} ({loaded.dtype_reason}), "
-                     f"{loaded.threads} threads, {(loaded.load.parameters or 0) / 1e6:.1f}M parameters")
+        display.info(
+            f"loaded in {loaded.load.seconds:.1f} s: {loaded.dtype} ({loaded.dtype_reason}), "
+            f"{loaded.threads} threads, {(loaded.load.parameters or 0) / 1e6:.1f}M parameters"
+        )
         bench = runner.Benchmark(loaded, options)
         total = len(prompt_set.prompts) * options.repeats
         try:
             with display.run_progress(total, options.warmup, quiet) as (on_warmup, on_request):
                 result = bench.run(prompt_set, path, on_request=on_request, on_warmup=on_warmup)
         except runner.RunInterrupted as e:
-            display.err.print(f"interrupted: {len(e.run.requests)} of {total} requests saved in {e.path} "
-                              "(complete: false)")
+            display.err.print(
+                f"interrupted: {len(e.run.requests)} of {total} requests saved in {e.path} (complete: false)"
+            )
             raise typer.Exit(130) from None
-    for w in result.warnings[len(loaded.warnings):]:
+    for w in result.warnings[len(loaded.warnings) :]:
         display.warn(w)
     display.out.print(display.summary_table(result))
     display.out.print(f"wrote {path}")
@@ -143,20 +175,23 @@ def main() -> None:
     """Console entry point: click's usage errors become one line too (exit 2)."""
     try:
         code = app(standalone_mode=False)
-    except click.UsageError as e:
-        hint = f" (see: llmbench {e.ctx.info_name if e.ctx and e.ctx.parent else ''} --help)".replace("  ", " ")
-        typer.echo(f"llmbench: error: {e.format_message()}{hint}", err=True)
-        sys.exit(2)
-    except click.exceptions.Abort:
+    except typer.Abort:
         typer.echo("llmbench: aborted", err=True)
         sys.exit(130)
+    except typer.TyperException as e:  # click's usage errors (typer vendors click): bad option, bad value
+        ctx = getattr(e, "ctx", None)
+        command = f"llmbench {ctx.info_name} --help" if ctx is not None and ctx.parent else "llmbench --help"
+        message = e.format_message() if hasattr(e, "format_message") else str(e)
+        typer.echo(f"llmbench: error: {' '.join(message.split())} (see {command})", err=True)
+        sys.exit(getattr(e, "exit_code", 2))
     except KeyboardInterrupt:
         typer.echo("llmbench: interrupted", err=True)
         sys.exit(130)
     except Exception as e:  # a bug, not a user error: one line, traceback on request
         if os.environ.get("LLMBENCH_DEBUG"):
             raise
-        typer.echo(f"llmbench: internal error: {type(e).__name__}: {e} (set LLMBENCH_DEBUG=1 for the traceback)",
-                   err=True)
+        typer.echo(
+            f"llmbench: internal error: {type(e).__name__}: {e} (set LLMBENCH_DEBUG=1 for the traceback)", err=True
+        )
         sys.exit(1)
     sys.exit(code if isinstance(code, int) else 0)

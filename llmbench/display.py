@@ -48,8 +48,9 @@ def run_progress(total: int, warmup: int, quiet: bool = False):
 
         def on_request(r: RequestResult, done: int, _total: int) -> None:
             tpot = f"{r.tpot_ms:.1f}" if r.tpot_ms is not None else "-"
-            progress.update(task, completed=done,
-                            last=f"TTFT {r.ttft_ms:.1f} ms  TPOT {tpot} ms  {r.output_tokens} tok")
+            progress.update(
+                task, completed=done, last=f"TTFT {r.ttft_ms:.1f} ms  TPOT {tpot} ms  {r.output_tokens} tok"
+            )
 
         yield on_warmup, on_request
 

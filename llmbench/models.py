@@ -53,6 +53,17 @@ class ModelSpec:
     allow_pickle: bool = False
     trust_remote_code: bool = False
 
+    def validate(self) -> str:
+        """Check the cheap things before any slow work; return the resolved device."""
+        if self.weights not in ("pretrained", "random"):
+            raise UserError(f"unknown --weights '{self.weights}'; expected pretrained or random")
+        if self.threads is not None and self.threads < 1:
+            raise UserError(f"--threads must be at least 1, not {self.threads}")
+        device = resolve_device(self.device)
+        resolve_dtype(self.dtype, device)
+        classify_source(self.model, self.weights)
+        return device
+
 
 @dataclass
 class LoadedModel:
@@ -94,8 +105,10 @@ def resolve_device(requested: str) -> str:
     if m:
         if not torch.cuda.is_available():
             build = "a CPU-only build" if torch.version.cuda is None else f"CUDA {torch.version.cuda}"
-            raise UserError(f"--device {requested}: no CUDA device is available (torch {torch.__version__}, {build}); "
-                            "use --device cpu")
+            raise UserError(
+                f"--device {requested}: no CUDA device is available (torch {torch.__version__}, {build}); "
+                "use --device cpu"
+            )
         index = int(m.group(1) or 0)
         if index >= torch.cuda.device_count():
             raise UserError(f"--device {requested}: only {torch.cuda.device_count()} CUDA device(s) here")
@@ -135,8 +148,10 @@ def resolve_dtype(requested: str, device: str) -> tuple[str, str]:
 def dtype_warnings(dtype: str, device: str) -> list[str]:
     """Warnings for a dtype that is known to be slow on the device."""
     if dtype == "float16" and device == "cpu":
-        return ["float16 on a CPU: most CPUs emulate it (prefill measured ~6x slower than bfloat16 on an AMD EPYC); "
-                "--dtype bfloat16 or float32 is usually faster"]
+        return [
+            "float16 on a CPU: most CPUs emulate it (prefill measured ~6x slower than bfloat16 on an AMD EPYC); "
+            "--dtype bfloat16 or float32 is usually faster"
+        ]
     return []
 
 
@@ -190,14 +205,18 @@ def hub_snapshot(repo_id: str, *, config_only: bool) -> Path:
         pass
     hf_home = os.environ.get("HF_HOME", "~/.cache/huggingface")
     if _hub_offline():
-        raise UserError(f"model '{repo_id}' is not in the Hugging Face cache (HF_HOME={hf_home}) and "
-                        f"HF_HUB_OFFLINE is set; {_ALTERNATIVES}") from None
+        raise UserError(
+            f"model '{repo_id}' is not in the Hugging Face cache (HF_HOME={hf_home}) and "
+            f"HF_HUB_OFFLINE is set; {_ALTERNATIVES}"
+        ) from None
     try:
         return Path(snapshot_download(repo_id, allow_patterns=patterns))
     except (LocalEntryNotFoundError, HfHubHTTPError, OSError) as e:
         reason = str(e).strip().splitlines()[0][:160] if str(e).strip() else type(e).__name__
-        raise UserError(f"model '{repo_id}' is not cached (HF_HOME={hf_home}) and the hub can't be reached "
-                        f"({reason}); {_ALTERNATIVES}") from None
+        raise UserError(
+            f"model '{repo_id}' is not cached (HF_HOME={hf_home}) and the hub can't be reached "
+            f"({reason}); {_ALTERNATIVES}"
+        ) from None
 
 
 def check_weight_files(folder: Path, allow_pickle: bool) -> None:
@@ -208,11 +227,14 @@ def check_weight_files(folder: Path, allow_pickle: bool) -> None:
         return
     pickles = sorted(p.name for p in chain(folder.glob("*.bin"), folder.glob("*.pt"), folder.glob("*.pth")))
     if pickles and not allow_pickle:
-        raise UserError(f"{folder} has only pickle weights ({pickles[0]}); loading pickle can run arbitrary code: "
-                        "convert them to safetensors, or pass --allow-pickle if you trust this folder")
+        raise UserError(
+            f"{folder} has only pickle weights ({pickles[0]}); loading pickle can run arbitrary code: "
+            "convert them to safetensors, or pass --allow-pickle if you trust this folder"
+        )
     if not pickles:
-        raise UserError(f"{folder} has no weights (*.safetensors); use --weights random to run its architecture "
-                        "with random weights")
+        raise UserError(
+            f"{folder} has no weights (*.safetensors); use --weights random to run its architecture with random weights"
+        )
 
 
 # ---------------------------------------------------------------------------------------------- memory checks
@@ -242,9 +264,11 @@ def check_fits(weights_bytes: int, device: str, allow_offload: bool) -> None:
     need = int(weights_bytes * 1.10) + (256 << 20)  # activations, KV cache and allocator slack
     if need > free and not allow_offload:
         where = "VRAM" if device.startswith("cuda") else "RAM"
-        raise UserError(f"the weights need ~{_gb(weights_bytes)} but only {_gb(free)} of {where} is free; free memory, "
-                        "choose a smaller --dtype or model, or pass --device-map auto --allow-offload to run partly "
-                        "offloaded (slow, and recorded)")
+        raise UserError(
+            f"the weights need ~{_gb(weights_bytes)} but only {_gb(free)} of {where} is free; free memory, "
+            "choose a smaller --dtype or model, or pass --device-map auto --allow-offload to run partly "
+            "offloaded (slow, and recorded)"
+        )
 
 
 def _gb(n: int) -> str:
@@ -298,9 +322,7 @@ def load_model(spec: ModelSpec) -> LoadedModel:
 
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    if spec.weights not in ("pretrained", "random"):
-        raise UserError(f"unknown --weights '{spec.weights}'; expected pretrained or random")
-    device = resolve_device(spec.device)
+    device = spec.validate()
     dtype_name, dtype_reason = resolve_dtype(spec.dtype, device)
     dtype = DTYPES[dtype_name]
     threads = configure_threads(spec.threads)
@@ -348,9 +370,7 @@ def load_model(spec: ModelSpec) -> LoadedModel:
         model = _random_model(config, dtype, device)
         warnings.insert(0, "RANDOM WEIGHTS: the architecture is real, the outputs are meaningless; timings only")
     else:
-        if source == "folder":
-            check_weight_files(folder, spec.allow_pickle)
-        elif source == "hub":
+        if source == "folder" or source == "hub":
             check_weight_files(folder, spec.allow_pickle)
         device_map_used = _device_map_arg(spec.device_map, device)
         kwargs: dict[str, Any] = dict(dtype=dtype, device_map=device_map_used, **gguf, **remote)
@@ -369,8 +389,10 @@ def load_model(spec: ModelSpec) -> LoadedModel:
     off = find_offload(model, device)
     offloaded = bool(off.disk or off.cpu or off.meta)
     if offloaded and not spec.allow_offload:
-        raise UserError(offload_message(off) + ": every token would wait on the copy; free memory or pass "
-                        "--allow-offload to measure it anyway (recorded in the JSON)")
+        raise UserError(
+            offload_message(off) + ": every token would wait on the copy; free memory or pass "
+            "--allow-offload to measure it anyway (recorded in the JSON)"
+        )
     if offloaded:
         warnings.append("OFFLOADED: " + offload_message(off))
     hf_map = getattr(model, "hf_device_map", None)

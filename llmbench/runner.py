@@ -136,8 +136,10 @@ class Benchmark:
     def _check_context(self, prompt_tokens: int, prompt_index: int) -> None:
         limit = self.loaded.max_positions
         if limit and prompt_tokens + self.options.max_new_tokens > limit:
-            raise UserError(f"prompt {prompt_index + 1} has {prompt_tokens} tokens; with --max-new-tokens "
-                            f"{self.options.max_new_tokens} that exceeds the model's context of {limit} tokens")
+            raise UserError(
+                f"prompt {prompt_index + 1} has {prompt_tokens} tokens; with --max-new-tokens "
+                f"{self.options.max_new_tokens} that exceeds the model's context of {limit} tokens"
+            )
 
     # -- a whole run --------------------------------------------------------------------------------------
 
@@ -159,8 +161,12 @@ class Benchmark:
             prompt_file=prompts.path,
             prompt_sha256=prompts.sha256,
             prompt_count=len(prompts.prompts),
-            sampling=Sampling(do_sample=o.sample, temperature=o.temperature if o.sample else None,
-                              top_p=o.top_p if o.sample else None, seed=o.seed if o.sample else None),
+            sampling=Sampling(
+                do_sample=o.sample,
+                temperature=o.temperature if o.sample else None,
+                top_p=o.top_p if o.sample else None,
+                seed=o.seed if o.sample else None,
+            ),
             chat_template=self.uses_template,
             system_prompt=o.system_prompt,
         )

@@ -31,7 +31,7 @@ class TokenStamper(BaseStreamer):
         self.tokens: list = []  # tensors as handed over; turned into ints after the request
         self.end_ns: int | None = None
 
-    def put(self, value) -> None:  # noqa: D102 - BaseStreamer API
+    def put(self, value) -> None:
         t = self._clock()
         if self._prompt_seen:
             self.times_ns.append(t)
@@ -39,7 +39,7 @@ class TokenStamper(BaseStreamer):
         else:
             self._prompt_seen = True
 
-    def end(self) -> None:  # noqa: D102 - BaseStreamer API
+    def end(self) -> None:
         self.end_ns = self._clock()
 
     def token_ids(self) -> list[int]:

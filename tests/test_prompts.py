@@ -37,8 +37,9 @@ def test_bom_and_crlf_give_the_same_prompts(tmp_path):
 
 def test_jsonl(tmp_path):
     f = tmp_path / "p.jsonl"
-    f.write_text("\n".join([json.dumps({"prompt": "一"}), "# c", "", json.dumps({"prompt": "two", "id": 2})]),
-                 encoding="utf-8")
+    f.write_text(
+        "\n".join([json.dumps({"prompt": "一"}), "# c", "", json.dumps({"prompt": "two", "id": 2})]), encoding="utf-8"
+    )
     assert load_prompts(f).prompts == ("一", "two")
 
 
@@ -60,8 +61,13 @@ def test_bad_txt_files(tmp_path, content, match):
 
 @pytest.mark.parametrize(
     ("line", "match"),
-    [("{not json", r"bad.jsonl:2: not valid JSON"), ('{"text": "x"}', '"prompt" field'),
-     ('{"prompt": 3}', "must be a string"), ('["x"]', '"prompt" field'), ('{"prompt": "  "}', "empty prompt")],
+    [
+        ("{not json", r"bad.jsonl:2: not valid JSON"),
+        ('{"text": "x"}', '"prompt" field'),
+        ('{"prompt": 3}', "must be a string"),
+        ('["x"]', '"prompt" field'),
+        ('{"prompt": "  "}', "empty prompt"),
+    ],
 )
 def test_bad_jsonl_lines_name_the_line(tmp_path, line, match):
     f = tmp_path / "bad.jsonl"

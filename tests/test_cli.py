@@ -1,0 +1,156 @@
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from llmbench.cli import app, main
+
+runner = CliRunner()
+
+
+class Result:
+    def __init__(self, returncode, stdout, stderr):
+        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
+
+
+@pytest.fixture
+def cli(capsys, monkeypatch):
+    """Run the real entry point (main) in-process, as the console script does; returns code and output."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+    def invoke(*args):
+        monkeypatch.setattr(sys, "argv", ["llmbench", *map(str, args)])
+        capsys.readouterr()
+        try:
+            main()
+            code = 0
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        out, err = capsys.readouterr()
+        return Result(code, out, err)
+
+    return invoke
+
+
+def _llmbench(*args, cwd=None, env_extra=None):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", **(env_extra or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "llmbench", *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=300
+    )
+
+
+def test_run_on_a_local_folder_writes_the_json(tiny_model_dir, prompt_file, tmp_path):
+    out = tmp_path / "sub" / "run.json"
+    r = runner.invoke(
+        app,
+        [
+            "run",
+            str(prompt_file),
+            "--model",
+            str(tiny_model_dir),
+            "--device",
+            "cpu",
+            "--dtype",
+            "float32",
+            "--max-new-tokens",
+            "4",
+            "--ignore-eos",
+            "-o",
+            str(out),
+            "-q",
+        ],
+    )
+    assert r.exit_code == 0, r.output
+    assert "TTFT (ms)" in r.stdout and "TPOT (ms)" in r.stdout and f"wrote {out}" in r.stdout.replace("\n", "")
+    data = json.loads(out.read_text(encoding="utf-8"))
+    assert data["complete"] and len(data["requests"]) == 3
+    assert data["config"]["model"] == str(tiny_model_dir) and data["config"]["model_source"] == "folder"
+
+
+def test_default_output_goes_to_results(tiny_model_dir, prompt_file, tmp_path):
+    r = _llmbench(
+        "run",
+        str(prompt_file),
+        "--model",
+        str(tiny_model_dir),
+        "--device",
+        "cpu",
+        "--max-new-tokens",
+        "2",
+        "--warmup",
+        "0",
+        "-q",
+        cwd=tmp_path,
+    )
+    assert r.returncode == 0, r.stderr
+    files = list((tmp_path / "results").glob("*.json"))
+    assert len(files) == 1 and files[0].name.endswith(f"-{tiny_model_dir.name}-cpu.json")
+
+
+@pytest.mark.parametrize(
+    ("args", "match"),
+    [
+        (["--device", "cuda"], "no CUDA device"),
+        (["--dtype", "float8"], "unknown --dtype"),
+        (["--device", "tpu"], "unknown --device"),
+        (["--max-new-tokens", "0"], "--max-new-tokens must be at least 1"),
+        (["--max-new-tokens", "-5"], "--max-new-tokens must be at least 1"),
+        (["--threads", "0"], "--threads must be at least 1"),
+        (["--weights", "fake"], "unknown --weights"),
+        (["--model", "/no/such/folder"], "model folder not found"),
+        (["--model", "someone/uncached-model"], "not in the Hugging Face cache"),
+        (["--max-new-tokens", "many"], "Invalid value"),
+        (["--no-such-option"], "No such option"),
+    ],
+)
+def test_bad_inputs_exit_2_with_one_line(cli, prompt_file, args, match, tmp_path):
+    if "cuda" in args:
+        import torch
+
+        if torch.cuda.is_available():
+            pytest.skip("CUDA is present here")
+    r = cli("run", str(prompt_file), "-o", str(tmp_path / "r.json"), *args)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert match in lines[0]
+    assert not (tmp_path / "r.json").exists()
+
+
+@pytest.mark.parametrize("content", [b"", b"# only comments\n", b"\x89PNG\x00\x00", b"\xff\xfe\xfa bad"])
+def test_bad_prompt_files_exit_2(cli, tmp_path, content):
+    p = tmp_path / "p.txt"
+    p.write_bytes(content)
+    r = cli("run", str(p), "--weights", "random")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and str(p) in r.stderr
+
+
+def test_existing_output_is_never_overwritten(cli, prompt_file, tmp_path):
+    out = tmp_path / "keep.json"
+    out.write_text("precious", encoding="utf-8")
+    r = cli("run", str(prompt_file), "--weights", "random", "-o", str(out))
+    assert r.returncode == 2 and "already exists" in r.stderr and "--overwrite" in r.stderr
+    assert out.read_text(encoding="utf-8") == "precious"
+
+
+def test_output_folder_under_a_file(cli, prompt_file, tmp_path):
+    blocker = tmp_path / "afile"
+    blocker.write_text("x", encoding="utf-8")
+    r = cli("run", str(prompt_file), "--weights", "random", "-o", str(blocker / "r.json"))
+    assert r.returncode == 2 and "is a file" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_help_and_version_do_not_import_torch():
+    code = (
+        "import sys; from llmbench.cli import main; sys.argv=['llmbench','--help']\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "assert 'torch' not in sys.modules and 'transformers' not in sys.modules, 'heavy import'"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "run" in r.stdout
+    v = _llmbench("--version")  # the real console entry, in a fresh process
+    assert v.returncode == 0 and v.stdout.startswith("llmbench ")

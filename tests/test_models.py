@@ -1,0 +1,174 @@
+import pytest
+import torch
+
+from llmbench import models
+from llmbench.errors import UserError
+from llmbench.models import ModelSpec, load_model
+
+DISK_MAP = {
+    "model.embed_tokens": "cpu",
+    "model.layers.0": "disk",
+    "model.layers.1": "cpu",
+    "model.norm": "cpu",
+    "model.rotary_emb": "cpu",
+    "lm_head": "cpu",
+}
+
+
+def test_cuda_without_cuda_is_a_user_error():
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA; the refusal is for machines without it")
+    with pytest.raises(UserError, match="no CUDA device"):
+        models.resolve_device("cuda")
+    with pytest.raises(UserError, match="no CUDA device"):
+        models.resolve_device("cuda:1")
+
+
+@pytest.mark.parametrize("bad", ["gpu", "cuda:x", "tpu", ""])
+def test_unknown_device(bad):
+    if bad == "":
+        assert models.resolve_device(bad) in ("cpu", "cuda:0", "mps")  # empty means auto
+        return
+    with pytest.raises(UserError, match="--device"):
+        models.resolve_device(bad)
+
+
+def test_dtypes():
+    assert models.resolve_dtype("bf16", "cpu") == ("bfloat16", "asked")
+    assert models.resolve_dtype("float32", "cpu")[0] == "float32"
+    with pytest.raises(UserError, match="unknown --dtype 'int3'"):
+        models.resolve_dtype("int3", "cpu")
+    auto, reason = models.resolve_dtype("auto", "cpu")
+    assert auto == ("bfloat16" if models.cpu_has_fast_bf16() else "float32")
+    assert reason.startswith("auto")
+    assert models.dtype_warnings("float16", "cpu") and not models.dtype_warnings("bfloat16", "cpu")
+
+
+def test_classify_source(tmp_path, tiny_model_dir):
+    assert models.classify_source(str(tiny_model_dir), "pretrained") == ("folder", tiny_model_dir)
+    assert models.classify_source("Qwen/Qwen2.5-0.5B-Instruct", "random")[0] == "builtin"
+    assert models.classify_source("Qwen/Qwen2.5-0.5B-Instruct", "pretrained")[0] == "hub"
+    with pytest.raises(UserError, match="model folder not found"):
+        models.classify_source(str(tmp_path / "missing"), "pretrained")
+    with pytest.raises(UserError, match="GGUF file not found"):
+        models.classify_source("nothing.gguf", "pretrained")
+    f = tmp_path / "file.txt"
+    f.write_text("x")
+    with pytest.raises(UserError, match="is a file"):
+        models.classify_source(str(f), "pretrained")
+    with pytest.raises(UserError, match="valid hub id"):
+        models.classify_source("bad id with spaces", "pretrained")
+
+
+def test_hub_id_offline_and_not_cached_names_the_alternatives(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))
+    with pytest.raises(UserError) as e:
+        load_model(ModelSpec(model="someone/not-cached-model", device="cpu"))
+    msg = str(e.value)
+    assert "not in the Hugging Face cache" in msg and "--weights random" in msg and ".gguf" in msg
+    assert "\n" not in msg
+
+
+def test_load_tiny_folder_pretrained(tiny_model_dir):
+    lm = load_model(ModelSpec(model=str(tiny_model_dir), device="cpu", dtype="float32"))
+    assert lm.source == "folder" and lm.weights == "pretrained" and lm.dtype == "float32"
+    assert lm.load.offload.disk == [] and lm.load.offload.meta == [] and lm.load.offload.missing_bytes == 0
+    assert lm.load.parameters == sum(p.numel() for p in lm.model.parameters())
+    assert lm.load.weights_bytes == lm.load.parameters * 4
+    assert lm.max_positions == 512
+    assert not any("RANDOM" in w for w in lm.warnings)
+    # the saved weights were loaded, not re-initialised
+    from safetensors.torch import load_file
+
+    saved = load_file(str(tiny_model_dir / "model.safetensors"))
+    key = "model.layers.0.mlp.up_proj.weight"
+    assert torch.equal(saved[key], lm.model.state_dict()[key])
+
+
+def test_random_weights_from_folder_are_finite_normal_and_seeded(tiny_model_dir):
+    a = load_model(ModelSpec(model=str(tiny_model_dir), weights="random", device="cpu", dtype="bfloat16"))
+    b = load_model(ModelSpec(model=str(tiny_model_dir), weights="random", device="cpu", dtype="bfloat16"))
+    assert a.warnings[0].startswith("RANDOM WEIGHTS")
+    tiny = torch.finfo(torch.bfloat16).tiny
+    for (name, p), q in zip(a.model.named_parameters(), b.model.parameters(), strict=True):
+        assert torch.isfinite(p).all(), name
+        assert not ((p != 0) & (p.abs() < tiny)).any(), name
+        assert torch.equal(p, q), name  # same seed, same weights: greedy outputs comparable across runs
+    w = a.model.model.layers[0].mlp.up_proj.weight.float()
+    assert 0.01 < w.std().item() < 0.04  # normal(0, initializer_range=0.02), not zeros or garbage
+
+
+def test_pickle_only_folder_is_refused_unless_allowed(tiny_copy):
+    from safetensors.torch import load_file
+
+    state = load_file(str(tiny_copy / "model.safetensors"))
+    (tiny_copy / "model.safetensors").unlink()
+    torch.save(state, tiny_copy / "pytorch_model.bin")
+    with pytest.raises(UserError, match="pickle"):
+        load_model(ModelSpec(model=str(tiny_copy), device="cpu"))
+    lm = load_model(ModelSpec(model=str(tiny_copy), device="cpu", allow_pickle=True))
+    assert lm.load.parameters > 0
+
+
+def test_folder_without_weights_or_config(tiny_copy, tmp_path):
+    (tiny_copy / "model.safetensors").unlink()
+    with pytest.raises(UserError, match="no weights"):
+        load_model(ModelSpec(model=str(tiny_copy), device="cpu"))
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(UserError, match="no config.json"):
+        load_model(ModelSpec(model=str(empty), device="cpu"))
+
+
+def test_weights_on_disk_stop_the_run(tiny_model_dir):
+    with pytest.raises(UserError) as e:
+        load_model(ModelSpec(model=str(tiny_model_dir), device="cpu", dtype="float32", device_map=DISK_MAP))
+    msg = str(e.value)
+    assert "on disk: model.layers.0" in msg and "not in memory" in msg and "--allow-offload" in msg
+
+
+def test_allowed_offload_runs_and_is_recorded(tiny_model_dir):
+    lm = load_model(
+        ModelSpec(model=str(tiny_model_dir), device="cpu", dtype="float32", device_map=DISK_MAP, allow_offload=True)
+    )
+    off = lm.load.offload
+    assert off.disk == ["model.layers.0"]
+    assert off.meta and all(n.startswith("model.layers.0.") for n in off.meta)
+    layer0 = lm.model.model.layers[0]
+    assert off.missing_bytes == sum(p.numel() * 4 for p in layer0.parameters()) > 0  # float32: 4 bytes each
+    assert lm.load.allowed_offload and lm.load.device_map["model.layers.0"] == "disk"
+    assert any(w.startswith("OFFLOADED") for w in lm.warnings)
+    ids = lm.tokenizer("hello", return_tensors="pt")["input_ids"]
+    out = lm.model.generate(ids, max_new_tokens=2, min_new_tokens=2, do_sample=False)
+    assert out.shape[-1] == ids.shape[-1] + 2  # it really runs, streaming layer 0 from disk
+
+
+def test_too_big_for_memory_stops_before_loading(monkeypatch):
+    monkeypatch.setattr(models, "available_bytes", lambda device: 100 << 20)
+    with pytest.raises(UserError, match="need ~0.99 GB but only 0.10 GB"):
+        models.check_fits(988_065_536, "cpu", allow_offload=False)
+    models.check_fits(988_065_536, "cpu", allow_offload=True)  # allowed: no error
+
+
+def test_builtin_qwen_tokenizer_is_the_real_one(qwen_tokenizer):
+    tok = qwen_tokenizer
+    assert tok.convert_tokens_to_ids(["<|endoftext|>", "<|im_start|>", "<|im_end|>"]) == [151643, 151644, 151645]
+    assert tok("hello world 12", add_special_tokens=False)["input_ids"] == [14990, 1879, 220, 16, 17]
+    text = tok.apply_chat_template([{"role": "user", "content": "你好"}], tokenize=False, add_generation_prompt=True)
+    assert text == (
+        "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+        "<|im_end|>\n<|im_start|>user\n你好<|im_end|>\n<|im_start|>assistant\n"
+    )
+
+
+def test_missing_dashscope_is_one_clear_error(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "dashscope" else real(name, *a))
+    from llmbench import builtin
+
+    with pytest.raises(UserError, match="pip install dashscope"):
+        builtin.qwen_vocab_file()

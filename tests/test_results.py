@@ -1,0 +1,68 @@
+import json
+
+import pytest
+
+from llmbench.errors import UserError
+from llmbench.results import SCHEMA_VERSION, load_run, prepare_output, save_run
+from tests.helpers import synthetic_run
+
+
+def test_round_trip(tmp_path):
+    run = synthetic_run(n=5)
+    p = tmp_path / "r.json"
+    save_run(run, p)
+    back = load_run(p)
+    assert back == run
+    assert not list(tmp_path.glob(".*tmp"))  # the temp file was renamed, not left behind
+
+
+@pytest.mark.parametrize(
+    ("content", "match"),
+    [
+        ("", "empty"),
+        ("not json", "not valid JSON"),
+        ('{"a": 1}', "not an llmbench run"),
+        ("[1, 2]", "not an llmbench run"),
+        ('{"schema_version": 99, "requests": []}', "schema_version 99"),
+        ('{"schema_version": 1, "requests": [{"x": 1}]}', "not a valid run JSON"),
+    ],
+)
+def test_bad_run_files(tmp_path, content, match):
+    p = tmp_path / "bad.json"
+    p.write_text(content, encoding="utf-8")
+    with pytest.raises(UserError, match=match):
+        load_run(p)
+
+
+def test_truncated_run_file(tmp_path):
+    p = tmp_path / "r.json"
+    save_run(synthetic_run(n=3), p)
+    data = p.read_bytes()
+    p.write_bytes(data[: len(data) // 2])
+    with pytest.raises(UserError, match="truncated"):
+        load_run(p)
+
+
+def test_invariants_are_enforced(tmp_path):
+    run = synthetic_run(n=2)
+    obj = json.loads(run.model_dump_json())
+    obj["requests"][0]["token_times_ms"][0] += 1
+    p = tmp_path / "r.json"
+    p.write_text(json.dumps(obj), encoding="utf-8")
+    with pytest.raises(UserError, match="token_times_ms"):
+        load_run(p)
+    assert obj["schema_version"] == SCHEMA_VERSION
+
+
+def test_prepare_output(tmp_path):
+    assert prepare_output(tmp_path / "new" / "deeper" / "r.json", overwrite=False).parent.is_dir()
+    existing = tmp_path / "exists.json"
+    existing.write_text("keep", encoding="utf-8")
+    with pytest.raises(UserError, match="already exists"):
+        prepare_output(existing, overwrite=False)
+    assert existing.read_text(encoding="utf-8") == "keep"
+    assert prepare_output(existing, overwrite=True) == existing
+    with pytest.raises(UserError, match="is a file"):
+        prepare_output(existing / "sub" / "r.json", overwrite=False)
+    with pytest.raises(UserError, match="is a folder"):
+        prepare_output(tmp_path, overwrite=False)

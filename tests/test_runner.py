@@ -1,0 +1,128 @@
+import json
+
+import pytest
+
+from llmbench.errors import UserError
+from llmbench.models import ModelSpec, load_model
+from llmbench.prompts import load_prompts
+from llmbench.results import METRIC_FORMULAS, load_run
+from llmbench.runner import Benchmark, RunInterrupted, RunOptions
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_model_dir):
+    return load_model(ModelSpec(model=str(tiny_model_dir), device="cpu", dtype="float32", threads=1))
+
+
+def test_run_json_meets_the_schema_invariants(tiny, prompt_file, tmp_path):
+    out = tmp_path / "run.json"
+    prompts = load_prompts(prompt_file)
+    seen = []
+    run = Benchmark(tiny, RunOptions(max_new_tokens=6, ignore_eos=True, warmup=2, repeats=2)).run(
+        prompts, out, on_request=lambda r, done, total: seen.append((done, total))
+    )
+    assert seen == [(i, 6) for i in range(1, 7)]
+    data = json.loads(out.read_text(encoding="utf-8"))
+    assert data["schema_version"] == 1 and data["complete"] is True
+    assert data["metrics"] == METRIC_FORMULAS
+    for key in (
+        "model",
+        "weights",
+        "device",
+        "dtype",
+        "threads",
+        "max_new_tokens",
+        "ignore_eos",
+        "warmup",
+        "repeats",
+        "prompt_file",
+        "prompt_sha256",
+    ):
+        assert key in data["config"]
+    assert data["config"]["prompt_sha256"] == prompts.sha256 and data["config"]["threads"] == 1
+    for key in ("python", "torch", "transformers", "platform", "cpu_model", "cpu_count", "ram_total_bytes", "gpu"):
+        assert key in data["environment"]
+    assert data["load"]["offload"] == {"disk": [], "cpu": [], "meta": [], "missing_bytes": 0}
+    reqs = data["requests"]
+    # repeats go round the whole list: (0,0) (1,0) (2,0) (0,1) ...
+    assert [(r["prompt_index"], r["repeat"]) for r in reqs] == [(i % 3, i // 3) for i in range(6)]
+    for r in reqs:
+        assert r["output_tokens"] == 6 == len(r["token_times_ms"])
+        assert r["token_times_ms"][0] == r["ttft_ms"]
+        assert r["token_times_ms"] == sorted(r["token_times_ms"])
+        assert r["e2e_ms"] == r["token_times_ms"][-1]
+        assert r["tpot_ms"] == pytest.approx((r["e2e_ms"] - r["ttft_ms"]) / 5, abs=1e-3)
+        assert 0 < r["tokenize_ms"] < r["ttft_ms"]
+        assert r["prompt_tokens"] > 10  # the chat template was applied
+    assert len(data["warmup_requests"]) == 2  # kept, but not in the statistics
+    assert data["summary"]["requests"] == 6
+    assert data["summary"]["ttft_ms"]["mean"] == pytest.approx(sum(r["ttft_ms"] for r in reqs) / 6)
+    for block in ("ttft_ms", "tpot_ms", "e2e_ms", "output_tokens", "decode_tokens_per_s"):
+        assert set(data["summary"][block]) >= {"mean", "p50", "p90", "p99", "min", "max", "std"}
+    assert load_run(out).requests[0].ttft_ms == reqs[0]["ttft_ms"]
+    assert run.complete
+
+
+def test_greedy_is_deterministic_and_repeats_match(tiny, prompt_file, tmp_path):
+    run = Benchmark(tiny, RunOptions(max_new_tokens=5, ignore_eos=True, warmup=0, repeats=2)).run(
+        load_prompts(prompt_file), tmp_path / "r.json"
+    )
+    by_key = {(r.prompt_index, r.repeat): r.output_token_ids_sha256 for r in run.requests}
+    for i in range(3):
+        assert by_key[(i, 0)] == by_key[(i, 1)]
+    assert len({r.prompt_tokens for r in run.requests}) == 3  # three different prompts were sent
+
+
+def test_stop_at_eos_can_end_early(tiny, tmp_path):
+    # without --ignore-eos a request may end before max_new_tokens; never after it
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("hi\n", encoding="utf-8")
+    run = Benchmark(tiny, RunOptions(max_new_tokens=4, ignore_eos=False, warmup=0)).run(
+        load_prompts(prompts), tmp_path / "r.json"
+    )
+    assert 1 <= run.requests[0].output_tokens <= 4
+
+
+def test_interrupt_keeps_finished_requests(tiny, prompt_file, tmp_path):
+    out = tmp_path / "r.json"
+
+    def stop_after_two(r, done, total):
+        if done == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(RunInterrupted) as e:
+        Benchmark(tiny, RunOptions(max_new_tokens=3, warmup=0)).run(
+            load_prompts(prompt_file), out, on_request=stop_after_two
+        )
+    assert len(e.value.run.requests) == 2
+    data = json.loads(out.read_text(encoding="utf-8"))
+    assert data["complete"] is False and len(data["requests"]) == 2
+
+
+def test_sampling_is_recorded_and_seeded(tiny, prompt_file, tmp_path):
+    opts = RunOptions(max_new_tokens=5, ignore_eos=True, warmup=0, sample=True, seed=7, temperature=1.5)
+    a = Benchmark(tiny, opts).run(load_prompts(prompt_file), tmp_path / "a.json")
+    b = Benchmark(tiny, opts).run(load_prompts(prompt_file), tmp_path / "b.json")
+    assert a.config.sampling.do_sample and a.config.sampling.seed == 7
+    assert [r.output_token_ids_sha256 for r in a.requests] == [r.output_token_ids_sha256 for r in b.requests]
+
+
+@pytest.mark.parametrize(
+    ("kw", "match"),
+    [
+        ({"max_new_tokens": 0}, "--max-new-tokens"),
+        ({"max_new_tokens": -3}, "--max-new-tokens"),
+        ({"repeats": 0}, "--repeats"),
+        ({"warmup": -1}, "--warmup"),
+    ],
+)
+def test_bad_options(tiny, kw, match):
+    with pytest.raises(UserError, match=match):
+        Benchmark(tiny, RunOptions(**kw))
+
+
+def test_prompt_longer_than_context_is_named(tiny, tmp_path):
+    p = tmp_path / "long.txt"
+    p.write_text("short\n" + "word " * 600 + "\n", encoding="utf-8")
+    with pytest.raises(UserError, match="prompt 2 has .* tokens.*context of 512"):
+        Benchmark(tiny, RunOptions(max_new_tokens=4, warmup=0)).run(load_prompts(p), tmp_path / "r.json")
