@@ -15,6 +15,7 @@ import json
 import os
 import re
 import tempfile
+import time
 from dataclasses import dataclass, field
 from itertools import chain
 from pathlib import Path
@@ -60,7 +61,7 @@ class ModelSpec:
         if self.threads is not None and self.threads < 1:
             raise UserError(f"--threads must be at least 1, not {self.threads}")
         device = resolve_device(self.device)
-        resolve_dtype(self.dtype, device)
+        resolve_dtype(self.dtype, device, probe=False)
         classify_source(self.model, self.weights)
         return device
 
@@ -120,13 +121,44 @@ def _mps_available() -> bool:
     return bool(getattr(torch.backends, "mps", None) and torch.backends.mps.is_available())
 
 
-def cpu_has_fast_bf16() -> bool:
-    """True when the CPU computes bfloat16 natively (AVX512-BF16 or AMX), so oneDNN's bf16 kernels win."""
-    return bool(cpu_flags() & {"avx512_bf16", "amx_bf16"})
+def cpu_native_dtypes() -> set[str]:
+    """The 16-bit dtypes this CPU computes natively (Linux flags): bfloat16 with AVX512-BF16/AMX-BF16,
+    float16 with AVX512-FP16/AMX-FP16. Elsewhere they are emulated, often several times slower."""
+    flags = cpu_flags()
+    native = set()
+    if flags & {"avx512_bf16", "amx_bf16"}:
+        native.add("bfloat16")
+    if flags & {"avx512_fp16", "amx_fp16"}:
+        native.add("float16")
+    return native
 
 
-def resolve_dtype(requested: str, device: str) -> tuple[str, str]:
-    """The dtype name to load in, and why. 'auto' picks what is fastest on that device."""
+def probe_cpu_dtypes(candidates: tuple[str, ...]) -> dict[str, float]:
+    """Milliseconds of one decode-shaped matrix-vector product (1x1024 by 1024x65536, 128-256 MB of weights,
+    more than any cache) per dtype: the operation that bounds TPOT. About 0.1 s per dtype."""
+    import torch.nn.functional as F
+
+    times = {}
+    for name in candidates:
+        dt = DTYPES[name]
+        w = torch.full((65536, 1024), 0.01, dtype=dt)  # normal values: denormals would slow some CPUs down
+        x = torch.full((1, 1024), 0.5, dtype=dt)
+        F.linear(x, w)
+        t = time.perf_counter()
+        for _ in range(5):
+            F.linear(x, w)
+        times[name] = (time.perf_counter() - t) / 5 * 1000
+        del w
+    return times
+
+
+def resolve_dtype(requested: str, device: str, *, probe: bool = True) -> tuple[str, str]:
+    """The dtype name to load in, and why. 'auto' picks what is fastest on that device.
+
+    On a CPU, which dtype is fastest depends on the chip (bfloat16 was 2.5x faster per token than float32
+    on one AMD EPYC, and no faster on an Intel Xeon with the same AVX512-BF16 flag), so 'auto' measures a
+    decode-shaped product in each native dtype and takes the fastest. ``probe=False`` only validates.
+    """
     req = (requested or "auto").strip().lower()
     req = _DTYPE_ALIASES.get(req, req)
     if req != "auto":
@@ -135,22 +167,28 @@ def resolve_dtype(requested: str, device: str) -> tuple[str, str]:
         return req, "asked"
     kind = device.split(":")[0]
     if kind == "cuda":
-        if torch.cuda.is_bf16_supported():
-            return "bfloat16", "auto: the GPU supports bfloat16 (same speed as float16, float32's range)"
+        if not probe or torch.cuda.is_bf16_supported():
+            return "bfloat16", "auto: the GPU supports bfloat16 (float16's speed, float32's range)"
         return "float16", "auto: the GPU has no bfloat16"
     if kind == "mps":
         return "float16", "auto: MPS computes float16 natively"
-    if cpu_has_fast_bf16():
-        return "bfloat16", "auto: the CPU has AVX512-BF16/AMX; bfloat16 measured ~2.5x faster per token than float32"
-    return "float32", "auto: the CPU has no native bfloat16, where float32 is fastest"
+    candidates = ("float32", *sorted(cpu_native_dtypes()))
+    if len(candidates) == 1:
+        return "float32", "auto: the CPU has no native bfloat16/float16, where float32 is fastest"
+    if not probe:
+        return "float32", "auto (not probed)"
+    times = probe_cpu_dtypes(candidates)
+    best = min(times, key=times.get)
+    shown = ", ".join(f"{k} {v:.1f} ms" for k, v in times.items())
+    return best, f"auto: fastest decode-shaped matvec on this CPU ({shown})"
 
 
 def dtype_warnings(dtype: str, device: str) -> list[str]:
     """Warnings for a dtype that is known to be slow on the device."""
-    if dtype == "float16" and device == "cpu":
+    if dtype == "float16" and device == "cpu" and "float16" not in cpu_native_dtypes():
         return [
-            "float16 on a CPU: most CPUs emulate it (prefill measured ~6x slower than bfloat16 on an AMD EPYC); "
-            "--dtype bfloat16 or float32 is usually faster"
+            "float16 on a CPU without native float16 (no AVX512-FP16/AMX-FP16): it is emulated (prefill measured "
+            "~6x slower than bfloat16 on an AMD EPYC); --dtype bfloat16 or float32 is usually faster"
         ]
     return []
 
@@ -318,14 +356,12 @@ def offload_message(off: Offload) -> str:
 
 def load_model(spec: ModelSpec) -> LoadedModel:
     """Load what ``spec`` names, check it is fully in memory, and return it ready to generate."""
-    import time
-
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     device = spec.validate()
+    threads = configure_threads(spec.threads)  # before the dtype probe: it runs on these threads
     dtype_name, dtype_reason = resolve_dtype(spec.dtype, device)
     dtype = DTYPES[dtype_name]
-    threads = configure_threads(spec.threads)
     warnings = dtype_warnings(dtype_name, device)
     source, path = classify_source(spec.model, spec.weights)
     remote = {"trust_remote_code": spec.trust_remote_code}

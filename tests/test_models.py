@@ -38,10 +38,26 @@ def test_dtypes():
     assert models.resolve_dtype("float32", "cpu")[0] == "float32"
     with pytest.raises(UserError, match="unknown --dtype 'int3'"):
         models.resolve_dtype("int3", "cpu")
-    auto, reason = models.resolve_dtype("auto", "cpu")
-    assert auto == ("bfloat16" if models.cpu_has_fast_bf16() else "float32")
-    assert reason.startswith("auto")
+    assert models.resolve_dtype("auto", "cuda:0", probe=False)[0] == "bfloat16"
+
+
+def test_auto_dtype_on_cpu_takes_the_fastest_measured(monkeypatch):
+    monkeypatch.setattr(models, "cpu_native_dtypes", lambda: {"bfloat16"})
+    monkeypatch.setattr(models, "probe_cpu_dtypes", lambda c: {"float32": 9.0, "bfloat16": 4.0})
+    dtype, reason = models.resolve_dtype("auto", "cpu")
+    assert dtype == "bfloat16" and "float32 9.0 ms" in reason and "bfloat16 4.0 ms" in reason
+    monkeypatch.setattr(models, "probe_cpu_dtypes", lambda c: {"float32": 7.0, "bfloat16": 8.0})
+    assert models.resolve_dtype("auto", "cpu")[0] == "float32"
+    monkeypatch.setattr(models, "cpu_native_dtypes", lambda: set())
+    assert models.resolve_dtype("auto", "cpu")[0] == "float32"  # nothing native: no probe needed
     assert models.dtype_warnings("float16", "cpu") and not models.dtype_warnings("bfloat16", "cpu")
+    monkeypatch.setattr(models, "cpu_native_dtypes", lambda: {"float16"})
+    assert not models.dtype_warnings("float16", "cpu")
+
+
+def test_probe_measures_every_candidate():
+    times = models.probe_cpu_dtypes(("float32", "bfloat16"))
+    assert set(times) == {"float32", "bfloat16"} and all(t > 0 for t in times.values())
 
 
 def test_classify_source(tmp_path, tiny_model_dir):
