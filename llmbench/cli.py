@@ -171,6 +171,61 @@ def run(
     display.out.print(f"wrote {path}")
 
 
+@app.command()
+def compare(
+    runs: Annotated[
+        list[Path], typer.Argument(help="BASE.json NEW.json [MORE.json ...]: each NEW is compared with BASE.")
+    ],
+    fail_on_regression: Annotated[
+        Optional[float], typer.Option(help="Exit 1 when TTFT, TPOT or E2E regresses significantly by more than PCT %.")
+    ] = None,
+    fail_on: Annotated[Optional[list[str]], typer.Option(help="METRIC=PCT, e.g. tpot_ms=5 (repeatable).")] = None,
+    gate_stat: Annotated[str, typer.Option(help="Statistic the gates test: mean, p50 or p90.")] = "mean",
+    strict: Annotated[
+        bool, typer.Option("--strict", help="Exit 2 when the setups differ (model, dtype, threads, prompts...).")
+    ] = False,
+    fmt: Annotated[str, typer.Option("--format", help="table, markdown or json.")] = "table",
+) -> None:
+    """Tell a real change from machine noise: change, 95% CI and verdict per metric; CI gates."""
+    import json
+
+    from llmbench import compare as cmp
+    from llmbench import display
+    from llmbench.results import load_run
+
+    code = 0
+    with _user_errors():
+        if len(runs) < 2:
+            raise UserError("compare needs at least two run files: BASE.json NEW.json [MORE.json ...]")
+        if fmt not in ("table", "markdown", "json"):
+            raise UserError(f"unknown --format '{fmt}'; expected table, markdown or json")
+        if gate_stat not in cmp.STATS:
+            raise UserError(f"unknown --gate-stat '{gate_stat}'; expected mean, p50 or p90")
+        gates = cmp.parse_thresholds(fail_on_regression, fail_on)
+        loaded = [load_run(p, scalars_only=True) for p in runs]
+        comps = [
+            cmp.compare_runs(
+                loaded[0], new, base_name=str(runs[0]), new_name=str(path), gates=gates, gate_stat=gate_stat
+            )
+            for new, path in zip(loaded[1:], runs[1:], strict=True)
+        ]
+        if strict:
+            for c in comps:
+                if c.config_diffs:
+                    diffs = ", ".join(f"{k} {b} -> {n}" for k, b, n in c.config_diffs)
+                    raise UserError(f"--strict: {c.new} was run with a different setup than {c.base}: {diffs}")
+    if fmt == "json":
+        typer.echo(json.dumps([c.to_dict() for c in comps], indent=2, default=str))
+    for c in comps:
+        if fmt == "table":
+            display.print_comparison(c)
+        elif fmt == "markdown":
+            typer.echo(display.comparison_markdown(c))
+        if c.regressions:
+            code = 1
+    raise typer.Exit(code)
+
+
 def main() -> None:
     """Console entry point: click's usage errors become one line too (exit 2)."""
     try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
+from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
@@ -83,3 +84,107 @@ def summary_table(run: Run) -> Table:
         table.add_row(label, *(_fmt(stats, k, digits) for k in ("mean", "p50", "p90", "min", "max")))
     table.caption = f"{s.requests} requests" + ("" if run.complete else " (incomplete run)")
     return table
+
+
+# ---------------------------------------------------------------------------------------------- compare
+
+
+def _num(v: float | None, digits: int = 2) -> str:
+    return "-" if v is None else f"{v:.{digits}f}"
+
+
+def _pct(v: float) -> str:
+    return f"{v:+.1f}%" if v == v else "-"
+
+
+def _ci(low: float, high: float) -> str:
+    return "-" if low != low else f"{low:+.1f}..{high:+.1f}%"
+
+
+def compare_lines(comp) -> tuple[list[str], list[str]]:
+    """The facts above and below compare's table (shared by the table and markdown formats)."""
+    pairing = f"paired by (prompt_index, repeat): {comp.n_pairs} pairs" if comp.paired else "unpaired"
+    head = [f"{comp.n_base} -> {comp.n_new} requests, {pairing}"]
+    head += [f"setup differs: {k}: {b} -> {n}" for k, b, n in comp.config_diffs]
+    head += [f"environment differs: {k}: {b} -> {n}" for k, b, n in comp.env_diffs]
+    if comp.paired:
+        head.append(f"outputs: {comp.outputs_changed} of {comp.outputs_compared} changed ({comp.outputs_note})")
+    else:
+        head.append(f"outputs: {comp.outputs_note}")
+    tail = []
+    mem, mm = comp.probes["mem_read_gbps"], comp.probes["matmul_gflops"]
+    if mem["base"] and mem["new"] and mm["base"] and mm["new"]:
+        tail.append(
+            f"machine probe: memory read {mem['base']:.1f} -> {mem['new']:.1f} GB/s "
+            f"({100 * (mem['new'] / mem['base'] - 1):+.0f}%), matmul {mm['base']:.0f} -> {mm['new']:.0f} GFLOP/s "
+            f"({100 * (mm['new'] / mm['base'] - 1):+.0f}%)"
+        )
+    tail += [f"{note.metric}: {note.explanation}" for note in comp.machine]
+    for r in comp.rows:
+        if r.gated:
+            status = "REGRESSION" if r.regression else "ok"
+            tail.append(
+                f"gate {r.metric} {r.stat}: {_pct(r.change_pct)}, 95% CI {_ci(r.ci_low_pct, r.ci_high_pct)}, "
+                f"threshold {r.threshold_pct:g}%: {status}"
+            )
+    return head, tail
+
+
+COMPARE_COLUMNS = ["metric", "stat", "base", "new", "change", "95% CI", "verdict"]
+
+
+def _row_cells(r, first: bool = True, short: bool = False) -> list[str]:
+    from llmbench.compare import METRICS
+
+    digits = 1 if r.metric == "output_tokens" else 2
+    verdict = "REGRESSION" if r.regression else r.verdict
+    if short and verdict == "no significant change":
+        verdict = "no sig. change"
+    return [
+        METRICS[r.metric][0] if first else "",
+        r.stat,
+        _num(r.base, digits),
+        _num(r.new, digits),
+        _pct(r.change_pct),
+        _ci(r.ci_low_pct, r.ci_high_pct),
+        verdict,
+    ]
+
+
+def compare_table(comp) -> Table:
+    """compare's rich table, colored by verdict."""
+    table = Table(title=f"{comp.base} -> {comp.new}", title_justify="left", box=box.SIMPLE_HEAD)
+    for i, col in enumerate(COMPARE_COLUMNS):
+        table.add_column(col, justify="right" if 2 <= i <= 5 else "left", no_wrap=True)
+    for i, r in enumerate(comp.rows):
+        first = i == 0 or comp.rows[i - 1].metric != r.metric
+        last = i + 1 == len(comp.rows) or comp.rows[i + 1].metric != r.metric
+        style = "bold red" if r.regression else {"slower": "red", "faster": "green"}.get(r.verdict)
+        table.add_row(*_row_cells(r, first, short=True), style=style, end_section=last)
+    return table
+
+
+def print_comparison(comp) -> None:
+    """compare, the terminal way."""
+    head, tail = compare_lines(comp)
+    for line in head:
+        out.print(line, soft_wrap=True)
+    out.print(compare_table(comp))
+    for line in tail:
+        out.print(line, soft_wrap=True)
+
+
+def comparison_markdown(comp) -> str:
+    """compare as markdown, for a pull-request comment."""
+    head, tail = compare_lines(comp)
+    lines = [f"### llmbench compare: `{comp.base}` -> `{comp.new}`", ""]
+    lines += [f"- {x}" for x in head] + [""]
+    lines.append("| " + " | ".join(COMPARE_COLUMNS) + " |")
+    lines.append("|" + "|".join("---:" if 2 <= i <= 5 else "---" for i in range(len(COMPARE_COLUMNS))) + "|")
+    for r in comp.rows:
+        cells = _row_cells(r)
+        if r.regression:
+            cells[-1] = f"**{cells[-1]}**"
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", *[f"- {x}" for x in tail]]
+    return "\n".join(lines) + "\n"

@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import torch
 
-from llmbench import __version__, envinfo
+from llmbench import __version__, envinfo, machine
 from llmbench.errors import UserError
 from llmbench.models import LoadedModel
 from llmbench.prompts import PromptSet
@@ -198,24 +198,31 @@ class Benchmark:
         run = self.new_run(prompts)
         save_run(run, output)
         n = len(prompts.prompts)
+        sampler = machine.Sampler()
         try:
             for w in range(self.options.warmup):
                 run.warmup_requests.append(self.measure(prompts.prompts[w % n], w % n, -1 - w // n))
                 if on_warmup:
                     on_warmup(w + 1, self.options.warmup)
+            probe_before = machine.probe(self.loaded.threads, self.loaded.device)
             swap0 = psutil.swap_memory()
             total = n * self.options.repeats
+            sampler.start()
             t0 = time.perf_counter()
             for repeat in range(self.options.repeats):
                 for i, prompt in enumerate(prompts.prompts):
                     result = self.measure(prompt, i, repeat, started_s=time.perf_counter() - t0)
                     run.requests.append(result)
                     run.summary = summarize(run.requests)
-                    run.machine = _machine_state(swap0)
+                    run.machine = _machine_state(swap0, probe_before, sampler)
                     save_run(run, output)
                     if on_request:
                         on_request(result, len(run.requests), total)
+            sampler.stop()
+            run.machine = _machine_state(swap0, probe_before, sampler)
+            run.machine.probe_after = machine.probe(self.loaded.threads, self.loaded.device)
         except KeyboardInterrupt:
+            sampler.stop()
             save_run(run, output)
             raise RunInterrupted(run, output) from None
         run.complete = True
@@ -228,12 +235,15 @@ class Benchmark:
         return run
 
 
-def _machine_state(swap0) -> MachineState:
+def _machine_state(swap0, probe_before, sampler: machine.Sampler) -> MachineState:
     s = psutil.swap_memory()
     return MachineState(
         swap_in_bytes=max(0, s.sin - swap0.sin),
         swap_out_bytes=max(0, s.sout - swap0.sout),
         process_swap_bytes=_process_swap_bytes(),
+        probe_before=probe_before,
+        summary=sampler.summary(),
+        samples=list(sampler.samples),
     )
 
 

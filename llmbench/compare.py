@@ -1,0 +1,336 @@
+"""compare: is NEW really slower than BASE, how sure is it, and is it the code, the setup or the machine?
+
+For each metric and statistic (mean, p50, p90) the change is ``stat(new) / stat(base) - 1`` with a 95%
+bootstrap confidence interval (scipy.stats.bootstrap, percentile method). Requests are paired by
+(prompt_index, repeat) when both runs used the same prompt file (same sha256): the paired bootstrap
+resamples pairs, which cancels the prompt-to-prompt spread; otherwise each run is resampled on its own.
+A change is *significant* when its interval excludes 0; a *regression* is a significant change in the bad
+direction larger than the threshold. No torch here: compare starts fast.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from llmbench.errors import UserError
+from llmbench.results import Run, RunScalars
+
+# metric -> (label, direction): +1 when higher is better, -1 when lower is better, 0 when neither
+METRICS: dict[str, tuple[str, int]] = {
+    "ttft_ms": ("TTFT ms", -1),
+    "tpot_ms": ("TPOT ms", -1),
+    "e2e_ms": ("E2E ms", -1),
+    "output_tokens": ("out tokens", 0),
+    "decode_tokens_per_s": ("decode tok/s", +1),
+}
+GATED_BY_DEFAULT = ("ttft_ms", "tpot_ms", "e2e_ms")
+STATS = ("mean", "p50", "p90")
+CONFIG_KEYS = (
+    "mode",
+    "model",
+    "weights",
+    "dtype",
+    "device",
+    "threads",
+    "max_new_tokens",
+    "ignore_eos",
+    "prompt_sha256",
+    "sampling",
+    "chat_template",
+    "system_prompt",
+)
+ENV_KEYS = ("python", "torch", "transformers", "platform", "cpu_model", "cpu_count", "gpu")
+# which probe bounds which metric: decoding reads every weight per token, prefill is matmul-bound
+PROBE_FOR = {
+    "ttft_ms": "matmul_gflops",
+    "tpot_ms": "mem_read_gbps",
+    "e2e_ms": "mem_read_gbps",
+    "decode_tokens_per_s": "mem_read_gbps",
+}
+CONFIDENCE = 0.95
+
+
+@dataclass
+class Row:
+    metric: str
+    stat: str
+    base: float
+    new: float
+    change_pct: float
+    ci_low_pct: float
+    ci_high_pct: float
+    significant: bool
+    verdict: str  # "faster" | "slower" | "more" | "fewer" | "no significant change"
+    gated: bool = False
+    threshold_pct: float | None = None
+    regression: bool = False
+
+
+@dataclass
+class MachineNote:
+    metric: str
+    metric_change_pct: float
+    probe: str
+    probe_slowdown_pct: float | None
+    other_cpu_base: float | None
+    other_cpu_new: float | None
+    steal_base: float | None
+    steal_new: float | None
+    explanation: str
+
+
+@dataclass
+class Comparison:
+    base: str
+    new: str
+    paired: bool
+    n_base: int
+    n_new: int
+    n_pairs: int
+    config_diffs: list[tuple[str, Any, Any]]
+    env_diffs: list[tuple[str, Any, Any]]
+    rows: list[Row]
+    outputs_compared: int
+    outputs_changed: int
+    outputs_note: str
+    machine: list[MachineNote] = field(default_factory=list)
+    probes: dict[str, dict[str, float | None]] = field(default_factory=dict)
+
+    @property
+    def regressions(self) -> list[Row]:
+        """Gated rows that regressed."""
+        return [r for r in self.rows if r.regression]
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (``--format json``)."""
+        d = asdict(self)
+        d["config_diffs"] = [{"key": k, "base": b, "new": n} for k, b, n in self.config_diffs]
+        d["env_diffs"] = [{"key": k, "base": b, "new": n} for k, b, n in self.env_diffs]
+        d["regression"] = bool(self.regressions)
+        return d
+
+
+def parse_thresholds(fail_on_regression: float | None, fail_on: list[str] | None) -> dict[str, float]:
+    """``--fail-on-regression PCT`` (every gated metric) and ``--fail-on METRIC=PCT`` -> {metric: pct}."""
+    gates: dict[str, float] = {}
+    if fail_on_regression is not None:
+        if fail_on_regression < 0:
+            raise UserError(f"--fail-on-regression must be 0 or more, not {fail_on_regression}")
+        gates.update(dict.fromkeys(GATED_BY_DEFAULT, fail_on_regression))
+    for item in fail_on or []:
+        name, sep, value = item.partition("=")
+        name = name.strip()
+        if not sep or name not in METRICS or METRICS[name][1] == 0:
+            allowed = ", ".join(k for k, v in METRICS.items() if v[1] != 0)
+            raise UserError(f"--fail-on '{item}': expected METRIC=PCT with METRIC one of {allowed}")
+        try:
+            pct = float(value)
+        except ValueError:
+            raise UserError(f"--fail-on '{item}': '{value}' is not a number") from None
+        if pct < 0:
+            raise UserError(f"--fail-on '{item}': the percentage must be 0 or more")
+        gates[name] = pct
+    return gates
+
+
+def _values(run: Run | RunScalars, metric: str) -> dict[tuple[int, int], float]:
+    out = {}
+    for r in run.requests:
+        # decode tokens/s = (n - 1) / (last - first) == 1000 / tpot_ms
+        v = (1000.0 / r.tpot_ms if r.tpot_ms else None) if metric == "decode_tokens_per_s" else getattr(r, metric)
+        if v is not None:
+            out[(r.prompt_index, r.repeat)] = float(v)
+    return out
+
+
+def _stat(name: str):
+    if name == "mean":
+        return lambda x, axis=-1: np.mean(x, axis=axis)
+    q = float(name[1:])
+    return lambda x, axis=-1: np.percentile(x, q, axis=axis)
+
+
+def _resamples(n: int) -> int:
+    # Enough for a stable 95% interval on small runs; bounded work (n * B) so 10,000-request runs stay fast.
+    return int(min(2000, max(150, 1_500_000 // max(n, 1))))
+
+
+def change_interval(base: np.ndarray, new: np.ndarray, stat: str, paired: bool, seed: int = 0):
+    """(change %, low %, high %) of ``stat(new)/stat(base) - 1`` with a 95% bootstrap interval."""
+    from scipy import stats as st
+
+    f = _stat(stat)
+    point = 100.0 * (f(new) / f(base) - 1.0)
+    if len(base) < 2 or len(new) < 2:
+        return point, float("nan"), float("nan")
+
+    def ratio(b, n, axis=-1):
+        return 100.0 * (f(n, axis=axis) / f(b, axis=axis) - 1.0)
+
+    if np.ptp(base) == 0 and np.ptp(new) == 0:
+        return point, point, point  # no spread: the change is exact
+    res = st.bootstrap(
+        (base, new),
+        ratio,
+        paired=paired,
+        vectorized=True,
+        n_resamples=_resamples(len(base)),
+        confidence_level=CONFIDENCE,
+        method="percentile",
+        rng=np.random.default_rng(seed),
+    )
+    return point, float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+def _verdict(direction: int, change: float, significant: bool) -> str:
+    if not significant:
+        return "no significant change"
+    if direction == 0:
+        return "more" if change > 0 else "fewer"
+    better = (change > 0) == (direction > 0)
+    return "faster" if better else "slower"
+
+
+def _diffs(a: dict, b: dict, keys) -> list[tuple[str, Any, Any]]:
+    return [(k, a.get(k), b.get(k)) for k in keys if a.get(k) != b.get(k)]
+
+
+def _probe_speed(run: Run | RunScalars, key: str) -> float | None:
+    m = run.machine
+    if m is None:
+        return None
+    vals = [getattr(p, key) for p in (m.probe_before, m.probe_after) if p is not None]
+    return float(np.mean(vals)) if vals else None
+
+
+def compare_runs(
+    base: Run | RunScalars,
+    new: Run | RunScalars,
+    *,
+    base_name: str = "base",
+    new_name: str = "new",
+    gates: dict[str, float] | None = None,
+    gate_stat: str = "mean",
+) -> Comparison:
+    """Compare two runs: a row per (metric, stat), comparability, outputs and the machine."""
+    gates = gates or {}
+    for name, run in ((base_name, base), (new_name, new)):
+        if not run.requests:
+            raise UserError(f"{name} has no finished requests: nothing to compare")
+    paired = base.config.prompt_sha256 == new.config.prompt_sha256
+    rows: list[Row] = []
+    n_pairs = 0
+    for metric, (_label, direction) in METRICS.items():
+        bv, nv = _values(base, metric), _values(new, metric)
+        if paired:
+            keys = sorted(bv.keys() & nv.keys())
+            b = np.array([bv[k] for k in keys])
+            n = np.array([nv[k] for k in keys])
+            n_pairs = max(n_pairs, len(keys))
+        else:
+            b, n = np.array(list(bv.values())), np.array(list(nv.values()))
+        if len(b) == 0 or len(n) == 0:
+            continue
+        for stat in STATS:
+            change, low, high = change_interval(b, n, stat, paired and len(b) == len(n))
+            significant = bool(np.isfinite(low) and (low > 0 or high < 0))
+            row = Row(
+                metric,
+                stat,
+                float(_stat(stat)(b)),
+                float(_stat(stat)(n)),
+                change,
+                low,
+                high,
+                significant,
+                _verdict(direction, change, significant),
+            )
+            if metric in gates and stat == gate_stat:
+                row.gated, row.threshold_pct = True, gates[metric]
+                worse = change * -direction  # positive when worse
+                row.regression = significant and worse > gates[metric]
+            rows.append(row)
+
+    compared, changed, note = _outputs(base, new, paired)
+    comp = Comparison(
+        base=base_name,
+        new=new_name,
+        paired=paired,
+        n_base=len(base.requests),
+        n_new=len(new.requests),
+        n_pairs=n_pairs if paired else 0,
+        config_diffs=_diffs(base.config.model_dump(), new.config.model_dump(), CONFIG_KEYS),
+        env_diffs=_diffs(base.environment.model_dump(), new.environment.model_dump(), ENV_KEYS),
+        rows=rows,
+        outputs_compared=compared,
+        outputs_changed=changed,
+        outputs_note=note,
+    )
+    comp.probes = {
+        k: {"base": _probe_speed(base, k), "new": _probe_speed(new, k)} for k in ("mem_read_gbps", "matmul_gflops")
+    }
+    comp.machine = _machine_notes(base, new, rows, comp)
+    return comp
+
+
+def _outputs(base: Run | RunScalars, new: Run | RunScalars, paired: bool) -> tuple[int, int, str]:
+    if not paired:
+        return 0, 0, "different prompt files: outputs not compared"
+    b = {(r.prompt_index, r.repeat): r.output_token_ids_sha256 for r in base.requests}
+    n = {(r.prompt_index, r.repeat): r.output_token_ids_sha256 for r in new.requests}
+    keys = b.keys() & n.keys()
+    changed = sum(b[k] != n[k] for k in keys)
+    if base.config.sampling.do_sample or new.config.sampling.do_sample:
+        note = "sampled decoding: outputs are not expected to match"
+    elif changed:
+        note = "greedy decoding gave different tokens: a correctness change (model, weights, dtype or code)"
+    else:
+        note = "greedy decoding gave the same tokens for every request"
+    return len(keys), changed, note
+
+
+def _machine_notes(
+    base: Run | RunScalars, new: Run | RunScalars, rows: list[Row], comp: Comparison
+) -> list[MachineNote]:
+    """For each significant change of a speed metric's mean: does the machine explain it?"""
+    notes = []
+    bs, ns = (base.machine.summary if base.machine else None), (new.machine.summary if new.machine else None)
+    for row in rows:
+        if row.stat != "mean" or row.metric not in PROBE_FOR or not row.significant:
+            continue
+        direction = METRICS[row.metric][1]
+        worse_pct = row.change_pct * -direction  # + slower
+        key = PROBE_FOR[row.metric]
+        pb, pn = comp.probes[key]["base"], comp.probes[key]["new"]
+        slowdown = 100.0 * (pb / pn - 1.0) if pb and pn else None  # + when the new machine is slower
+        ob, on = (bs.other_cpu_pct_mean if bs else None), (ns.other_cpu_pct_mean if ns else None)
+        sb, sn = (bs.steal_pct_mean if bs else None), (ns.steal_pct_mean if ns else None)
+        busier = []
+        if ob is not None and on is not None and on - ob >= 15:
+            busier.append(f"other processes used {on:.0f}% of the CPUs (base {ob:.0f}%)")
+        if sb is not None and sn is not None and sn - sb >= 5:
+            busier.append(f"steal time {sn:.0f}% (base {sb:.0f}%)")
+        if (
+            slowdown is not None
+            and abs(worse_pct) >= 1
+            and slowdown * worse_pct > 0
+            and abs(slowdown) >= 0.5 * abs(worse_pct)
+        ):
+            word = "slower" if slowdown > 0 else "faster"
+            text = (
+                f"the machine explains it: the {key} probe was {abs(slowdown):.0f}% {word} in {comp.new} "
+                f"(metric {worse_pct:+.0f}% {'slower' if worse_pct > 0 else 'faster'})"
+            )
+        elif busier and worse_pct > 0:
+            text = "the machine was busier: " + "; ".join(busier)
+        elif comp.config_diffs:
+            text = "the setup differs (" + ", ".join(k for k, _, _ in comp.config_diffs) + "): that can explain it"
+        elif slowdown is None:
+            text = "no calibration probe in one of the runs: the machine can't be ruled out"
+        else:
+            text = f"the machine's {key} probe moved only {slowdown:+.0f}%: the code or the setup explains it"
+        notes.append(MachineNote(row.metric, float(row.change_pct), key, slowdown, ob, on, sb, sn, text))
+    return notes

@@ -1,0 +1,158 @@
+"""Is it the machine or the model? A calibration probe and a sampler of machine state during a run.
+
+The seed measured the same code twice and got +25% from machine state alone. A run therefore records:
+- a probe before and after its requests: memory read bandwidth (what bounds decoding) and a fixed float32
+  matmul (what bounds prefill), each a fraction of a second, on the run's own thread count;
+- samples every half second: CPU busy, this process's CPU, everyone else's CPU, steal time (on a virtual
+  machine, the hypervisor's share: often the hidden cause), load average, frequency, RSS, swap.
+compare puts the probe's change beside the metrics' change.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import numpy as np
+import psutil
+
+from llmbench.results import MachineSample, MachineSummary, Probe
+
+_PROBE_BYTES = 256 << 20  # larger than any last-level cache, so the sum reads memory
+
+
+def probe(threads: int | None = None, device: str = "cpu") -> Probe:
+    """Memory read bandwidth (GB/s, best of 5 sums over 256 MB) and float32 matmul GFLOP/s (best of 5).
+
+    The matmul runs on ``threads`` torch threads (the run's), so a busy second core shows up in it.
+    """
+    import torch
+
+    t0 = time.perf_counter()
+    a = np.ones(_PROBE_BYTES // 4, dtype=np.float32)
+    best = float("inf")
+    for _ in range(5):
+        t = time.perf_counter()
+        a.sum()
+        best = min(best, time.perf_counter() - t)
+    mem_gbps = _PROBE_BYTES / best / 1e9
+    del a
+
+    old = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        dev = torch.device(device)
+        x = torch.full((256, 1024), 0.5, device=dev)
+        w = torch.full((1024, 1024), 0.01, device=dev)
+        flops = 2 * 256 * 1024 * 1024
+        x @ w
+        best = float("inf")
+        for _ in range(5):
+            _sync(dev)
+            t = time.perf_counter()
+            x @ w
+            _sync(dev)
+            best = min(best, time.perf_counter() - t)
+        gflops = flops / best / 1e9
+        used = torch.get_num_threads()
+    finally:
+        torch.set_num_threads(old)
+    return Probe(
+        mem_read_gbps=round(mem_gbps, 3),
+        matmul_gflops=round(gflops, 3),
+        threads=used,
+        seconds=round(time.perf_counter() - t0, 3),
+    )
+
+
+def _sync(dev) -> None:
+    if dev.type == "cuda":
+        import torch
+
+        torch.cuda.synchronize(dev)
+
+
+class Sampler:
+    """Samples machine state on a daemon thread every ``interval`` s (each sample costs ~0.2 ms of CPU)."""
+
+    def __init__(self, interval: float = 0.5) -> None:
+        self.interval = interval
+        self.samples: list[MachineSample] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._proc = psutil.Process()
+        self._t0 = time.perf_counter()
+
+    def __enter__(self) -> Sampler:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        """Start sampling."""
+        self._thread = threading.Thread(target=self._loop, name="llmbench-sampler", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop sampling (takes at most one interval)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _loop(self) -> None:
+        # Deltas of the raw counters between samples (psutil's *_percent helpers keep global state).
+        ncpu = psutil.cpu_count() or 1
+        last_sys, last_own, last_t = psutil.cpu_times(), self._proc.cpu_times(), time.perf_counter()
+        while not self._stop.wait(self.interval):
+            now_sys, now_own, now_t = psutil.cpu_times(), self._proc.cpu_times(), time.perf_counter()
+            total = sum(now_sys) - sum(last_sys)
+            if total <= 0:
+                continue
+            idle = (now_sys.idle - last_sys.idle) + (getattr(now_sys, "iowait", 0) - getattr(last_sys, "iowait", 0))
+            steal = getattr(now_sys, "steal", 0) - getattr(last_sys, "steal", 0)
+            busy = 100.0 * max(0.0, total - idle) / total
+            own_s = (now_own.user - last_own.user) + (now_own.system - last_own.system)
+            own = min(100.0, 100.0 * own_s / ((now_t - last_t) * ncpu))  # % of the whole machine, like busy
+            last_sys, last_own, last_t = now_sys, now_own, now_t
+            freq = psutil.cpu_freq() if hasattr(psutil, "cpu_freq") else None
+            self.samples.append(
+                MachineSample(
+                    t_s=round(now_t - self._t0, 3),
+                    cpu_busy_pct=round(busy, 1),
+                    own_cpu_pct=round(own, 1),
+                    other_cpu_pct=round(max(0.0, busy - own), 1),
+                    steal_pct=round(100.0 * steal / total, 1),
+                    load1=round(psutil.getloadavg()[0], 2),
+                    freq_mhz=round(freq.current, 0) if freq else None,
+                    rss_bytes=self._proc.memory_info().rss,
+                    swap_used_bytes=psutil.swap_memory().used,
+                )
+            )
+
+    def summary(self) -> MachineSummary | None:
+        """Means and maxima over the samples; None when the run was shorter than one interval."""
+        s = self.samples
+        if not s:
+            return None
+
+        def mean(key: str) -> float:
+            return round(float(np.mean([getattr(x, key) for x in s])), 2)
+
+        freqs = [x.freq_mhz for x in s if x.freq_mhz]
+        return MachineSummary(
+            samples=len(s),
+            cpu_busy_pct_mean=mean("cpu_busy_pct"),
+            own_cpu_pct_mean=mean("own_cpu_pct"),
+            other_cpu_pct_mean=mean("other_cpu_pct"),
+            other_cpu_pct_max=max(x.other_cpu_pct for x in s),
+            steal_pct_mean=mean("steal_pct"),
+            steal_pct_max=max(x.steal_pct for x in s),
+            load1_max=max(x.load1 for x in s),
+            freq_mhz_mean=round(float(np.mean(freqs)), 0) if freqs else None,
+            rss_max_bytes=max(x.rss_bytes for x in s),
+            swap_used_max_bytes=max(x.swap_used_bytes for x in s),
+        )
