@@ -139,7 +139,7 @@ def _row_cells(r, first: bool = True, short: bool = False) -> list[str]:
     digits = 1 if r.metric == "output_tokens" else 2
     verdict = "REGRESSION" if r.regression else r.verdict
     if short and verdict == "no significant change":
-        verdict = "no sig. change"
+        verdict = "n.s."
     return [
         METRICS[r.metric][0] if first else "",
         r.stat,
@@ -153,7 +153,7 @@ def _row_cells(r, first: bool = True, short: bool = False) -> list[str]:
 
 def compare_table(comp) -> Table:
     """compare's rich table, colored by verdict."""
-    table = Table(title=f"{comp.base} -> {comp.new}", title_justify="left", box=box.SIMPLE_HEAD)
+    table = Table(title=f"{comp.base} -> {comp.new}", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     for i, col in enumerate(COMPARE_COLUMNS):
         table.add_column(col, justify="right" if 2 <= i <= 5 else "left", no_wrap=True)
     for i, r in enumerate(comp.rows):
@@ -161,6 +161,7 @@ def compare_table(comp) -> Table:
         last = i + 1 == len(comp.rows) or comp.rows[i + 1].metric != r.metric
         style = "bold red" if r.regression else {"slower": "red", "faster": "green"}.get(r.verdict)
         table.add_row(*_row_cells(r, first, short=True), style=style, end_section=last)
+    table.caption = "change = stat(new)/stat(base) - 1; n.s. = not significant (the 95% CI includes 0)"
     return table
 
 

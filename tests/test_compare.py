@@ -1,0 +1,207 @@
+import json
+import subprocess
+import sys
+
+import pytest
+
+from llmbench.compare import compare_runs, parse_thresholds
+from llmbench.errors import UserError
+from llmbench.results import MachineState, MachineSummary, Probe, save_run
+from tests.helpers import synthetic_run
+from tests.test_cli import cli  # noqa: F401  (fixture)
+
+GATES = {"ttft_ms": 10.0, "tpot_ms": 10.0, "e2e_ms": 10.0}
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_a_is_not_flagged(seed):
+    base = synthetic_run(n=20, noise=0.15, seed=seed)
+    new = synthetic_run(n=20, noise=0.15, seed=seed + 100)
+    comp = compare_runs(base, new, gates=GATES)
+    assert not comp.regressions
+    assert all(abs(r.change_pct) < 10 for r in comp.rows)
+
+
+def test_a_real_shift_is_flagged_with_its_interval():
+    base = synthetic_run(n=20, noise=0.1, seed=1)
+    new = synthetic_run(n=20, noise=0.1, seed=2, tpot_ms=25.0)  # +25% per token
+    comp = compare_runs(base, new, gates=GATES)
+    tpot = next(r for r in comp.rows if r.metric == "tpot_ms" and r.stat == "mean")
+    assert tpot.significant and tpot.verdict == "slower" and tpot.regression
+    assert tpot.ci_low_pct < 25 < tpot.ci_high_pct + 1 and tpot.ci_low_pct > 15
+    tps = next(r for r in comp.rows if r.metric == "decode_tokens_per_s" and r.stat == "mean")
+    assert tps.verdict == "slower" and tps.change_pct < -15  # fewer tokens/s is slower too
+    ttft = next(r for r in comp.rows if r.metric == "ttft_ms" and r.stat == "mean")
+    assert not ttft.regression
+
+
+def test_faster_is_never_a_regression_and_small_shifts_pass_the_gate():
+    base = synthetic_run(n=30, noise=0.05, seed=1)
+    faster = synthetic_run(n=30, noise=0.05, seed=2, tpot_ms=15.0)
+    comp = compare_runs(base, faster, gates=GATES)
+    assert not comp.regressions
+    assert next(r for r in comp.rows if r.metric == "tpot_ms" and r.stat == "mean").verdict == "faster"
+    slightly = synthetic_run(n=30, noise=0.01, seed=3, tpot_ms=21.0)  # +5%: significant, under 10%
+    comp = compare_runs(base, slightly, gates=GATES)
+    row = next(r for r in comp.rows if r.metric == "tpot_ms" and r.stat == "mean")
+    assert row.significant and row.verdict == "slower" and not row.regression
+
+
+def test_pairing_needs_the_same_prompt_file():
+    base = synthetic_run(n=10, noise=0.1, seed=1)
+    new = synthetic_run(n=12, noise=0.1, seed=2)
+    assert compare_runs(base, new).paired
+    new.config.prompt_sha256 = "f" * 64
+    comp = compare_runs(base, new)
+    assert not comp.paired and comp.n_new == 12
+    assert ("prompt_sha256", "0" * 64, "f" * 64) in comp.config_diffs
+    assert comp.outputs_note.startswith("different prompt files")
+
+
+def test_changed_outputs_are_counted_apart_from_speed():
+    base = synthetic_run(n=10, seed=1)
+    new = synthetic_run(n=10, seed=1)
+    new.requests[3].output_token_ids_sha256 = "x"
+    new.requests[7].output_token_ids_sha256 = "y"
+    comp = compare_runs(base, new)
+    assert (comp.outputs_compared, comp.outputs_changed) == (10, 2)
+    assert "correctness" in comp.outputs_note
+
+
+def test_setup_and_environment_differences_are_listed():
+    base = synthetic_run(n=5, seed=1)
+    new = synthetic_run(n=5, seed=2)
+    new.config.threads = 1
+    new.environment.torch = "9.9"
+    comp = compare_runs(base, new)
+    assert ("threads", 2, 1) in comp.config_diffs
+    assert ("torch", None, "9.9") in comp.env_diffs
+
+
+def _with_machine(run, mem, other):
+    probe = Probe(mem_read_gbps=mem, matmul_gflops=100.0, threads=2, seconds=0.3)
+    summary = MachineSummary(
+        samples=10,
+        cpu_busy_pct_mean=50 + other,
+        own_cpu_pct_mean=50,
+        other_cpu_pct_mean=other,
+        other_cpu_pct_max=other,
+        steal_pct_mean=0,
+        steal_pct_max=0,
+        load1_max=1,
+        rss_max_bytes=1,
+        swap_used_max_bytes=0,
+    )
+    run.machine = MachineState(probe_before=probe, probe_after=probe, summary=summary)
+    return run
+
+
+def test_the_machine_explains_a_slowdown_its_probe_also_saw():
+    base = _with_machine(synthetic_run(n=20, noise=0.05, seed=1), mem=10.0, other=0)
+    new = _with_machine(synthetic_run(n=20, noise=0.05, seed=2, tpot_ms=25.0), mem=8.0, other=0)
+    note = next(n for n in compare_runs(base, new).machine if n.metric == "tpot_ms")
+    assert note.probe_slowdown_pct == pytest.approx(25.0)
+    assert note.explanation.startswith("the machine explains it")
+
+
+def test_a_busy_machine_is_named_and_a_steady_one_clears_it():
+    base = _with_machine(synthetic_run(n=20, noise=0.05, seed=1), mem=10.0, other=0)
+    busy = _with_machine(synthetic_run(n=20, noise=0.05, seed=2, tpot_ms=25.0), mem=10.0, other=45)
+    note = next(n for n in compare_runs(base, busy).machine if n.metric == "tpot_ms")
+    assert "busier" in note.explanation and "45%" in note.explanation
+    steady = _with_machine(synthetic_run(n=20, noise=0.05, seed=2, tpot_ms=25.0), mem=10.0, other=0)
+    note = next(n for n in compare_runs(base, steady).machine if n.metric == "tpot_ms")
+    assert "code or the setup explains it" in note.explanation
+
+
+def test_thresholds():
+    assert parse_thresholds(10, None) == GATES
+    assert parse_thresholds(10, ["tpot_ms=5"]) == {**GATES, "tpot_ms": 5.0}
+    assert parse_thresholds(None, ["decode_tokens_per_s=3"]) == {"decode_tokens_per_s": 3.0}
+    for bad in (["tpot=5"], ["tpot_ms"], ["tpot_ms=x"], ["output_tokens=5"], ["ttft_ms=-1"]):
+        with pytest.raises(UserError, match="--fail-on"):
+            parse_thresholds(None, bad)
+
+
+@pytest.fixture
+def runs(tmp_path):
+    paths = {}
+    for name, kw in {"a": {"seed": 1}, "b": {"seed": 2}, "slow": {"seed": 3, "tpot_ms": 26.0}}.items():
+        paths[name] = tmp_path / f"{name}.json"
+        save_run(synthetic_run(n=20, noise=0.1, **kw), paths[name])
+    return paths
+
+
+def test_cli_exit_codes_and_formats(cli, runs):  # noqa: F811
+    r = cli("compare", runs["a"], runs["b"], "--fail-on-regression", "10")
+    assert r.returncode == 0 and "TPOT ms" in r.stdout and "n.s." in r.stdout
+    r = cli("compare", runs["a"], runs["b"], runs["slow"], "--fail-on", "tpot_ms=5")
+    assert r.returncode == 1 and "REGRESSION" in r.stdout
+    r = cli("compare", runs["a"], runs["slow"])  # no gate: report only
+    assert r.returncode == 0 and "slower" in r.stdout
+    r = cli("compare", runs["a"], runs["slow"], "--fail-on-regression", "10", "--format", "json")
+    data = json.loads(r.stdout)
+    assert r.returncode == 1 and data[0]["regression"] is True and data[0]["paired"] is True
+    assert {row["metric"] for row in data[0]["rows"]} == {
+        "ttft_ms",
+        "tpot_ms",
+        "e2e_ms",
+        "output_tokens",
+        "decode_tokens_per_s",
+    }
+    r = cli("compare", runs["a"], runs["slow"], "--fail-on-regression", "10", "--format", "markdown")
+    assert r.returncode == 1 and "| metric | stat |" in r.stdout and "**REGRESSION**" in r.stdout
+
+
+def test_cli_strict_refuses_different_setups(cli, runs, tmp_path):  # noqa: F811
+    other = synthetic_run(n=20, seed=5)
+    other.config.dtype = "float32"
+    save_run(other, tmp_path / "f32.json")
+    r = cli("compare", runs["a"], tmp_path / "f32.json")
+    assert r.returncode == 0 and "setup differs: dtype: bfloat16 -> float32" in r.stdout
+    r = cli("compare", runs["a"], tmp_path / "f32.json", "--strict")
+    assert r.returncode == 2 and "--strict" in r.stderr and "dtype" in r.stderr
+
+
+@pytest.mark.parametrize(
+    ("content", "match"),
+    [
+        (None, "not found"),
+        ("", "empty"),
+        ("hello", "not valid JSON"),
+        ('{"schema_version": 1, "requests": [', "truncated"),
+        ('{"schema_version": 2, "requests": []}', "schema_version 2"),
+        ('{"results": {"ttft": 1}}', "not an llmbench run"),
+    ],
+)
+def test_cli_bad_files_exit_2_in_one_line(cli, runs, tmp_path, content, match):  # noqa: F811
+    bad = tmp_path / "bad.json"
+    if content is not None:
+        bad.write_text(content, encoding="utf-8")
+    r = cli("compare", runs["a"], bad)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and match in r.stderr, r.stderr
+    assert str(bad) in r.stderr
+
+
+def test_cli_needs_two_files_and_finished_requests(cli, runs, tmp_path):  # noqa: F811
+    r = cli("compare", runs["a"])
+    assert r.returncode == 2 and "at least two" in r.stderr
+    empty = synthetic_run(n=1)
+    empty.requests, empty.summary, empty.complete = [], None, False
+    save_run(empty, tmp_path / "empty.json")
+    r = cli("compare", runs["a"], tmp_path / "empty.json")
+    assert r.returncode == 2 and "no finished requests" in r.stderr
+    r = cli("compare", runs["a"], runs["b"], "--format", "xml")
+    assert r.returncode == 2 and "--format" in r.stderr
+
+
+def test_compare_does_not_import_torch(runs):
+    code = (
+        "import sys; from llmbench.cli import main\n"
+        f"sys.argv = ['llmbench', 'compare', {str(runs['a'])!r}, {str(runs['b'])!r}]\n"
+        "try:\n    main()\nexcept SystemExit as e:\n    assert e.code == 0, e.code\n"
+        "assert 'torch' not in sys.modules, 'compare imported torch'"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
