@@ -292,17 +292,27 @@ def _outputs(base: Run | RunScalars, new: Run | RunScalars, paired: bool) -> tup
     return len(keys), changed, note
 
 
+MACHINE_NOTE_MIN_PCT = 5.0  # smaller changes are within what the probe itself can resolve
+
+
+def _probe_threads(run: Run | RunScalars) -> int | None:
+    p = run.machine.probe_before if run.machine else None
+    return p.threads if p else None
+
+
 def _machine_notes(
     base: Run | RunScalars, new: Run | RunScalars, rows: list[Row], comp: Comparison
 ) -> list[MachineNote]:
-    """For each significant change of a speed metric's mean: does the machine explain it?"""
+    """For each significant change of a speed metric's mean (5% or more): does the machine explain it?"""
     notes = []
     bs, ns = (base.machine.summary if base.machine else None), (new.machine.summary if new.machine else None)
+    same_probe = _probe_threads(base) == _probe_threads(new)
     for row in rows:
         if row.stat != "mean" or row.metric not in PROBE_FOR or not row.significant:
             continue
-        direction = METRICS[row.metric][1]
-        worse_pct = row.change_pct * -direction  # + slower
+        worse_pct = row.change_pct * -METRICS[row.metric][1]  # + when slower
+        if abs(worse_pct) < MACHINE_NOTE_MIN_PCT:
+            continue
         key = PROBE_FOR[row.metric]
         pb, pn = comp.probes[key]["base"], comp.probes[key]["new"]
         slowdown = 100.0 * (pb / pn - 1.0) if pb and pn else None  # + when the new machine is slower
@@ -313,24 +323,22 @@ def _machine_notes(
             busier.append(f"other processes used {on:.0f}% of the CPUs (base {ob:.0f}%)")
         if sb is not None and sn is not None and sn - sb >= 5:
             busier.append(f"steal time {sn:.0f}% (base {sb:.0f}%)")
-        if (
-            slowdown is not None
-            and abs(worse_pct) >= 1
-            and slowdown * worse_pct > 0
-            and abs(slowdown) >= 0.5 * abs(worse_pct)
-        ):
+        moved = f"{abs(worse_pct):.0f}% {'slower' if worse_pct > 0 else 'faster'}"
+        if busier and worse_pct > 0:
+            text = f"the machine was busier ({moved}): " + "; ".join(busier)
+        elif comp.config_diffs and not same_probe:
+            text = "the setup differs (" + ", ".join(k for k, _, _ in comp.config_diffs) + "): that can explain it"
+        elif slowdown is not None and slowdown * worse_pct > 0 and abs(slowdown) >= 0.5 * abs(worse_pct):
             word = "slower" if slowdown > 0 else "faster"
-            text = (
-                f"the machine explains it: the {key} probe was {abs(slowdown):.0f}% {word} in {comp.new} "
-                f"(metric {worse_pct:+.0f}% {'slower' if worse_pct > 0 else 'faster'})"
-            )
-        elif busier and worse_pct > 0:
-            text = "the machine was busier: " + "; ".join(busier)
+            text = f"the machine explains it ({moved}): the {key} probe was {abs(slowdown):.0f}% {word} too"
         elif comp.config_diffs:
             text = "the setup differs (" + ", ".join(k for k, _, _ in comp.config_diffs) + "): that can explain it"
         elif slowdown is None:
-            text = "no calibration probe in one of the runs: the machine can't be ruled out"
+            text = f"{moved}; no calibration probe in one of the runs: the machine can't be ruled out"
         else:
-            text = f"the machine's {key} probe moved only {slowdown:+.0f}%: the code or the setup explains it"
+            text = (
+                f"{moved}, while the machine's {key} probe moved {-slowdown:+.0f}%: the code or the setup "
+                "explains it, not the machine"
+            )
         notes.append(MachineNote(row.metric, float(row.change_pct), key, slowdown, ob, on, sb, sn, text))
     return notes

@@ -23,20 +23,22 @@ _PROBE_BYTES = 256 << 20  # larger than any last-level cache, so the sum reads m
 
 
 def probe(threads: int | None = None, device: str = "cpu") -> Probe:
-    """Memory read bandwidth (GB/s, best of 5 sums over 256 MB) and float32 matmul GFLOP/s (best of 5).
+    """Memory read bandwidth (GB/s, median of 7 sums over 256 MB) and float32 matmul GFLOP/s (median of 25).
 
-    The matmul runs on ``threads`` torch threads (the run's), so a busy second core shows up in it.
+    Medians, not minima: the probe must see contention (a best-of would pick the moment the neighbour
+    paused). The matmul runs on ``threads`` torch threads (the run's), so a busy second core shows up in it.
     """
     import torch
 
     t0 = time.perf_counter()
     a = np.ones(_PROBE_BYTES // 4, dtype=np.float32)
-    best = float("inf")
-    for _ in range(5):
+    a.sum()
+    times = []
+    for _ in range(7):
         t = time.perf_counter()
         a.sum()
-        best = min(best, time.perf_counter() - t)
-    mem_gbps = _PROBE_BYTES / best / 1e9
+        times.append(time.perf_counter() - t)
+    mem_gbps = _PROBE_BYTES / float(np.median(times)) / 1e9
     del a
 
     old = torch.get_num_threads()
@@ -47,15 +49,16 @@ def probe(threads: int | None = None, device: str = "cpu") -> Probe:
         x = torch.full((256, 1024), 0.5, device=dev)
         w = torch.full((1024, 1024), 0.01, device=dev)
         flops = 2 * 256 * 1024 * 1024
-        x @ w
-        best = float("inf")
-        for _ in range(5):
+        for _ in range(5):  # wake the thread pool and settle the clocks
+            x @ w
+        times = []
+        for _ in range(25):
             _sync(dev)
             t = time.perf_counter()
             x @ w
             _sync(dev)
-            best = min(best, time.perf_counter() - t)
-        gflops = flops / best / 1e9
+            times.append(time.perf_counter() - t)
+        gflops = flops / float(np.median(times)) / 1e9
         used = torch.get_num_threads()
     finally:
         torch.set_num_threads(old)

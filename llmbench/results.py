@@ -18,6 +18,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 from llmbench.errors import UserError
 
 SCHEMA_VERSION = 1
+_UMASK = os.umask(0)
+os.umask(_UMASK)
 
 # Written into every run so a reader never has to guess what a number means.
 METRIC_FORMULAS: dict[str, str] = {
@@ -249,6 +251,7 @@ def save_run(run: Run, path: str | Path) -> None:
     data = run.model_dump_json(exclude_none=False).encode("utf-8")
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes 0600; a result file is as readable as any other
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()

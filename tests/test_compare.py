@@ -204,4 +204,3 @@ def test_compare_does_not_import_torch(runs):
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-

@@ -1,4 +1,5 @@
 import json
+import os
 
 import pytest
 
@@ -14,6 +15,9 @@ def test_round_trip(tmp_path):
     back = load_run(p)
     assert back == run
     assert not list(tmp_path.glob(".*tmp"))  # the temp file was renamed, not left behind
+    umask = os.umask(0)
+    os.umask(umask)
+    assert p.stat().st_mode & 0o777 == 0o666 & ~umask  # not mkstemp's 0600
 
 
 @pytest.mark.parametrize(
