@@ -337,8 +337,8 @@ def _machine_notes(
             text = f"{moved}; no calibration probe in one of the runs: the machine can't be ruled out"
         else:
             text = (
-                f"{moved}, while the machine's {key} probe moved {-slowdown:+.0f}%: the code or the setup "
-                "explains it, not the machine"
+                f"{moved}, while the {key} probe moved {-slowdown:+.0f}% and no other load was seen: the machine's "
+                "measured state doesn't explain it (the code, the setup, or drift the probe can't see)"
             )
         notes.append(MachineNote(row.metric, float(row.change_pct), key, slowdown, ob, on, sb, sn, text))
     return notes

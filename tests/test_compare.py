@@ -111,7 +111,7 @@ def test_a_busy_machine_is_named_and_a_steady_one_clears_it():
     assert "busier" in note.explanation and "45%" in note.explanation
     steady = _with_machine(synthetic_run(n=20, noise=0.05, seed=2, tpot_ms=25.0), mem=10.0, other=0)
     note = next(n for n in compare_runs(base, steady).machine if n.metric == "tpot_ms")
-    assert "code or the setup explains it" in note.explanation
+    assert "measured state doesn't explain it" in note.explanation
 
 
 def test_thresholds():
