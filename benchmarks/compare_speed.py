@@ -37,8 +37,11 @@ def main() -> None:
         times = []
         for _ in range(3):
             t = time.perf_counter()
-            r = subprocess.run([sys.executable, "-m", "llmbench", "compare", str(a), str(b),
-                                "--fail-on-regression", "10"], capture_output=True, text=True)
+            r = subprocess.run(
+                [sys.executable, "-m", "llmbench", "compare", str(a), str(b), "--fail-on-regression", "10"],
+                capture_output=True,
+                text=True,
+            )
             times.append(time.perf_counter() - t)
             assert r.returncode in (0, 1), r.stderr
         print(f"llmbench compare end to end: best {min(times):.2f} s, median {statistics.median(times):.2f} s")

@@ -204,3 +204,25 @@ def test_compare_does_not_import_torch(runs):
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+
+
+def test_real_tiny_model_runs(tiny_model_dir, prompt_file, tmp_path, cli):  # noqa: F811
+    """Two real runs of the same setup: paired, same greedy tokens, probes recorded; 1 vs 2 threads is a setup
+    difference. (The gate on real timings is checked with the 0.5B model in benchmarks/README.md.)"""
+    from llmbench.models import ModelSpec, load_model
+    from llmbench.prompts import load_prompts
+    from llmbench.results import load_run
+    from llmbench.runner import Benchmark, RunOptions
+
+    lm = load_model(ModelSpec(model=str(tiny_model_dir), device="cpu", dtype="float32", threads=1))
+    opts = RunOptions(max_new_tokens=6, ignore_eos=True, warmup=1, repeats=2)
+    for name in ("a", "b"):
+        Benchmark(lm, opts).run(load_prompts(prompt_file), tmp_path / f"{name}.json")
+    a, b = load_run(tmp_path / "a.json"), load_run(tmp_path / "b.json")
+    assert a.machine.probe_before.mem_read_gbps > 0 and a.machine.probe_after.matmul_gflops > 0
+    assert a.machine.probe_before.threads == 1
+    comp = compare_runs(a, b)
+    assert comp.paired and comp.n_pairs == 6
+    assert comp.outputs_compared == 6 and comp.outputs_changed == 0 and not comp.config_diffs
+    r = cli("compare", tmp_path / "a.json", tmp_path / "b.json", "--format", "json")
+    assert r.returncode == 0 and json.loads(r.stdout)[0]["probes"]["mem_read_gbps"]["base"] > 0
