@@ -79,10 +79,17 @@ def summary_table(run: Run) -> Table:
         ("output tokens", s.output_tokens, 1),
         ("E2E, total (ms)", s.e2e_ms, 1),
         ("decode tokens/s", s.decode_tokens_per_s, 2),
+        ("prefill tokens/s", s.prefill_tokens_per_s, 1),
     ]
     for label, stats, digits in rows:
         table.add_row(label, *(_fmt(stats, k, digits) for k in ("mean", "p50", "p90", "min", "max")))
-    table.caption = f"{s.requests} requests" + ("" if run.complete else " (incomplete run)")
+    caption = f"{s.requests} requests" + ("" if run.complete else " (incomplete run)")
+    if s.tpot_bound_ms is not None and s.tpot_efficiency is not None:
+        caption += (
+            f"; roofline: TPOT >= {s.tpot_bound_ms:.1f} ms (weights / {s.roofline_mem_read_gbps:.1f} GB/s), "
+            f"efficiency {s.tpot_efficiency:.2f}"
+        )
+    table.caption = caption
     return table
 
 

@@ -23,42 +23,27 @@ _PROBE_BYTES = 256 << 20  # larger than any last-level cache, so the sum reads m
 
 
 def probe(threads: int | None = None, device: str = "cpu") -> Probe:
-    """Memory read bandwidth (GB/s, median of 7 sums over 256 MB) and float32 matmul GFLOP/s (median of 25).
+    """Memory read bandwidth (GB/s) and float32 matmul GFLOP/s on the run's device and threads.
 
-    Medians, not minima: the probe must see contention (a best-of would pick the moment the neighbour
-    paused). The matmul runs on ``threads`` torch threads (the run's), so a busy second core shows up in it.
+    Bandwidth: a float32 ``sum`` over 256 MB (1 GB on a GPU), more than any cache, median of 7; it is the
+    read speed the roofline's TPOT bound uses. Matmul: 256x1024 @ 1024x1024, median of 25. Medians, not
+    minima: the probe must see contention (a best-of picks the moment the neighbour paused).
     """
     import torch
 
     t0 = time.perf_counter()
-    a = np.ones(_PROBE_BYTES // 4, dtype=np.float32)
-    a.sum()
-    times = []
-    for _ in range(7):
-        t = time.perf_counter()
-        a.sum()
-        times.append(time.perf_counter() - t)
-    mem_gbps = _PROBE_BYTES / float(np.median(times)) / 1e9
-    del a
-
+    dev = torch.device(device)
     old = torch.get_num_threads()
     if threads:
         torch.set_num_threads(threads)
     try:
-        dev = torch.device(device)
+        nbytes = (1 << 30) if dev.type == "cuda" else _PROBE_BYTES
+        a = torch.full((nbytes // 4,), 0.5, dtype=torch.float32, device=dev)
+        mem_gbps = nbytes / _median_seconds(a.sum, 2, 7, dev) / 1e9
+        a = None  # free the 256 MB before the matmul
         x = torch.full((256, 1024), 0.5, device=dev)
         w = torch.full((1024, 1024), 0.01, device=dev)
-        flops = 2 * 256 * 1024 * 1024
-        for _ in range(5):  # wake the thread pool and settle the clocks
-            x @ w
-        times = []
-        for _ in range(25):
-            _sync(dev)
-            t = time.perf_counter()
-            x @ w
-            _sync(dev)
-            times.append(time.perf_counter() - t)
-        gflops = flops / float(np.median(times)) / 1e9
+        gflops = 2 * 256 * 1024 * 1024 / _median_seconds(lambda: x @ w, 5, 25, dev) / 1e9
         used = torch.get_num_threads()
     finally:
         torch.set_num_threads(old)
@@ -68,6 +53,19 @@ def probe(threads: int | None = None, device: str = "cpu") -> Probe:
         threads=used,
         seconds=round(time.perf_counter() - t0, 3),
     )
+
+
+def _median_seconds(fn, warmup: int, reps: int, dev) -> float:
+    for _ in range(warmup):  # wake the thread pool, settle the clocks
+        fn()
+    times = []
+    for _ in range(reps):
+        _sync(dev)
+        t = time.perf_counter()
+        fn()
+        _sync(dev)
+        times.append(time.perf_counter() - t)
+    return float(np.median(times))
 
 
 def _sync(dev) -> None:

@@ -439,6 +439,7 @@ def load_model(spec: ModelSpec) -> LoadedModel:
         allowed_offload=spec.allow_offload,
         parameters=n_params,
         weights_bytes=weights_bytes,
+        decode_weight_bytes=decode_weight_bytes(model),
     )
     _prepare_generation(model, tokenizer)
     return LoadedModel(
@@ -455,6 +456,22 @@ def load_model(spec: ModelSpec) -> LoadedModel:
         max_positions=getattr(config, "max_position_embeddings", None),
         warnings=warnings,
     )
+
+
+def decode_weight_bytes(model) -> int:
+    """Bytes of weights one decode step reads: every parameter once (tied embeddings are one tensor), except
+    an untied input embedding, of which a step gathers a single row."""
+    seen: set[int] = set()
+    total = 0
+    for p in model.parameters():
+        if id(p) not in seen:
+            seen.add(id(p))
+            total += p.numel() * p.element_size()
+    emb = model.get_input_embeddings()
+    out = model.get_output_embeddings()
+    if emb is not None and (out is None or out.weight is not emb.weight):
+        total -= emb.weight.numel() * emb.weight.element_size()
+    return total
 
 
 def _device_map_arg(device_map: str | dict[str, Any] | None, device: str) -> Any:

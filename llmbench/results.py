@@ -2,7 +2,9 @@
 
 Schema history (bump ``SCHEMA_VERSION`` on any change a reader of the old version would misread):
   1 (llmbench 0.1.0): first version. Optional fields added since, which a version-1 reader may ignore:
-    machine.probe_before/probe_after/summary/samples (0.1.0, for compare's machine-or-model check).
+    machine.probe_before/probe_after/summary/samples (0.1.0, for compare's machine-or-model check);
+    load.decode_weight_bytes, summary.prefill_tokens_per_s/tpot_bound_ms/tpot_efficiency/
+    roofline_mem_read_gbps (0.1.0, roofline).
 """
 
 from __future__ import annotations
@@ -30,6 +32,11 @@ METRIC_FORMULAS: dict[str, str] = {
     "e2e_ms": "last_token_stamp - request_start",
     "decode_tokens_per_s": "(output_tokens - 1) / (last_token_stamp - first_token_stamp)",
     "tokenize_ms": "chat templating + tokenizing + moving the ids to the device, inside ttft_ms",
+    "prefill_tokens_per_s": "prompt_tokens / (ttft_ms - tokenize_ms) * 1000: the first forward pass, "
+    "generate()'s set-up included, without templating and tokenizing",
+    "tpot_bound_ms": "decode_weight_bytes / mem_read_gbps: the fastest a decode step can read every weight once "
+    "(tied embeddings counted once; KV cache and activations ignored)",
+    "tpot_efficiency": "tpot_bound_ms / mean tpot_ms",
     "token_times_ms": "stamp of each output token, in ms since request_start; token_times_ms[0] == ttft_ms",
     "stamp": "time.perf_counter_ns() in the streamer's put(), when generate() hands over the token on the host",
 }
@@ -102,6 +109,8 @@ class LoadInfo(_Model):
     allowed_offload: bool = False
     parameters: int | None = None
     weights_bytes: int | None = None
+    decode_weight_bytes: int | None = None  # weights read per decode step: tied embeddings once, an untied
+    # input embedding not at all (one row is gathered)
 
 
 class RequestResult(_Model):
@@ -146,11 +155,15 @@ class Summary(_Model):
     output_tokens: Stats
     decode_tokens_per_s: Stats | None = None
     tokenize_ms: Stats | None = None
+    prefill_tokens_per_s: Stats | None = None
+    tpot_bound_ms: float | None = None  # roofline: decode_weight_bytes / mem_read_gbps
+    tpot_efficiency: float | None = None  # tpot_bound_ms / mean TPOT (1.0 = at the memory limit)
+    roofline_mem_read_gbps: float | None = None  # the bandwidth the bound used
 
 
 class Probe(_Model):
-    mem_read_gbps: float  # sum over 256 MB, best of 5 (numpy, one thread)
-    matmul_gflops: float  # float32 256x1024 @ 1024x1024 on the run's device and threads, best of 5
+    mem_read_gbps: float  # float32 sum over 256 MB (1 GB on GPU), the run's device and threads, median of 7
+    matmul_gflops: float  # float32 256x1024 @ 1024x1024, the run's device and threads, median of 25
     threads: int
     seconds: float
 

@@ -71,6 +71,7 @@ class Benchmark:
         self.loaded = loaded
         self.options = options
         self.uses_template = options.chat_template and bool(getattr(loaded.tokenizer, "chat_template", None))
+        self.last_raw: tuple[int, int, TokenStamper] | None = None
 
     # -- one request --------------------------------------------------------------------------------------
 
@@ -119,6 +120,7 @@ class Benchmark:
         with torch.inference_mode():
             model.generate(input_ids=input_ids, attention_mask=attention_mask, streamer=stamper, **gen_kwargs)
 
+        self.last_raw = (start, tokenized, stamper)  # raw clock readings, for checking the stopwatch
         ids = stamper.token_ids()
         text = self.loaded.tokenizer.decode(ids, skip_special_tokens=True)
         return request_result(
@@ -205,6 +207,7 @@ class Benchmark:
                 if on_warmup:
                     on_warmup(w + 1, self.options.warmup)
             probe_before = machine.probe(self.loaded.threads, self.loaded.device)
+            dwb = self.loaded.load.decode_weight_bytes
             swap0 = psutil.swap_memory()
             total = n * self.options.repeats
             sampler.start()
@@ -213,14 +216,16 @@ class Benchmark:
                 for i, prompt in enumerate(prompts.prompts):
                     result = self.measure(prompt, i, repeat, started_s=time.perf_counter() - t0)
                     run.requests.append(result)
-                    run.summary = summarize(run.requests)
+                    run.summary = summarize(run.requests, dwb, probe_before.mem_read_gbps)
                     run.machine = _machine_state(swap0, probe_before, sampler)
                     save_run(run, output)
                     if on_request:
                         on_request(result, len(run.requests), total)
             sampler.stop()
             run.machine = _machine_state(swap0, probe_before, sampler)
-            run.machine.probe_after = machine.probe(self.loaded.threads, self.loaded.device)
+            run.machine.probe_after = after = machine.probe(self.loaded.threads, self.loaded.device)
+            # the roofline uses the better of the two readings: the bandwidth the machine can reach
+            run.summary = summarize(run.requests, dwb, max(probe_before.mem_read_gbps, after.mem_read_gbps))
         except KeyboardInterrupt:
             sampler.stop()
             save_run(run, output)

@@ -35,17 +35,40 @@ def decode_tokens_per_s(r: RequestResult) -> float | None:
     return (r.output_tokens - 1) / (span_ms / 1000.0) if span_ms > 0 else None
 
 
-def summarize(requests: Sequence[RequestResult]) -> Summary | None:
-    """The run's summary block, or None when no request finished."""
+def prefill_tokens_per_s(r: RequestResult) -> float | None:
+    """prompt_tokens / (ttft - tokenize), per second; None when there is no time between them."""
+    span_ms = r.ttft_ms - r.tokenize_ms
+    return r.prompt_tokens / (span_ms / 1000.0) if span_ms > 0 else None
+
+
+def roofline(decode_weight_bytes: int | None, mem_read_gbps: float | None, tpot_mean_ms: float | None):
+    """(tpot_bound_ms, tpot_efficiency): the memory-bandwidth floor of a decode step, and how close TPOT is."""
+    if not decode_weight_bytes or not mem_read_gbps:
+        return None, None
+    bound = decode_weight_bytes / (mem_read_gbps * 1e9) * 1000.0
+    return round(bound, 3), (round(bound / tpot_mean_ms, 4) if tpot_mean_ms else None)
+
+
+def summarize(
+    requests: Sequence[RequestResult], decode_weight_bytes: int | None = None, mem_read_gbps: float | None = None
+) -> Summary | None:
+    """The run's summary block, or None when no request finished. With the weights read per decode step and
+    the measured bandwidth it adds the roofline (``tpot_bound_ms``, ``tpot_efficiency``)."""
     if not requests:
         return None
     tps = [v for v in (decode_tokens_per_s(r) for r in requests) if v is not None]
+    tpot = describe(r.tpot_ms for r in requests if r.tpot_ms is not None)
+    bound, efficiency = roofline(decode_weight_bytes, mem_read_gbps, tpot.mean if tpot else None)
     return Summary(
         requests=len(requests),
         ttft_ms=describe(r.ttft_ms for r in requests),
-        tpot_ms=describe(r.tpot_ms for r in requests if r.tpot_ms is not None),
+        tpot_ms=tpot,
         e2e_ms=describe(r.e2e_ms for r in requests),
         output_tokens=describe(r.output_tokens for r in requests),
         decode_tokens_per_s=describe(tps),
         tokenize_ms=describe(r.tokenize_ms for r in requests),
+        prefill_tokens_per_s=describe(v for v in map(prefill_tokens_per_s, requests) if v is not None),
+        tpot_bound_ms=bound,
+        tpot_efficiency=efficiency,
+        roofline_mem_read_gbps=mem_read_gbps if bound is not None else None,
     )

@@ -188,3 +188,16 @@ def test_missing_dashscope_is_one_clear_error(monkeypatch):
 
     with pytest.raises(UserError, match="pip install dashscope"):
         builtin.qwen_vocab_file()
+
+
+def test_decode_weight_bytes_counts_tied_embeddings_once_and_skips_an_untied_input_table():
+    from transformers import AutoModelForCausalLM, Qwen2Config
+
+    from tests.conftest import TINY
+
+    tied = AutoModelForCausalLM.from_config(Qwen2Config(**TINY))
+    every = sum(p.numel() * 4 for p in tied.parameters())  # parameters() yields a tied tensor once
+    assert models.decode_weight_bytes(tied) == every
+    untied = AutoModelForCausalLM.from_config(Qwen2Config(**{**TINY, "tie_word_embeddings": False}))
+    table = untied.get_input_embeddings().weight.numel() * 4
+    assert models.decode_weight_bytes(untied) == sum(p.numel() * 4 for p in untied.parameters()) - table

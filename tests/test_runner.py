@@ -61,6 +61,16 @@ def test_run_json_meets_the_schema_invariants(tiny, prompt_file, tmp_path):
         assert set(data["summary"][block]) >= {"mean", "p50", "p90", "p99", "min", "max", "std"}
     assert load_run(out).requests[0].ttft_ms == reqs[0]["ttft_ms"]
     assert run.complete
+    # roofline and prefill speed
+    summ, machine = data["summary"], data["machine"]
+    gbps = max(machine["probe_before"]["mem_read_gbps"], machine["probe_after"]["mem_read_gbps"])
+    assert summ["roofline_mem_read_gbps"] == gbps
+    assert summ["tpot_bound_ms"] == pytest.approx(data["load"]["decode_weight_bytes"] / (gbps * 1e9) * 1e3, rel=1e-3)
+    assert summ["tpot_efficiency"] == pytest.approx(summ["tpot_bound_ms"] / summ["tpot_ms"]["mean"], rel=1e-3)
+    r0 = reqs[0]
+    prefill = [r["prompt_tokens"] / ((r["ttft_ms"] - r["tokenize_ms"]) / 1000) for r in reqs]
+    assert summ["prefill_tokens_per_s"]["mean"] == pytest.approx(sum(prefill) / len(prefill))
+    assert r0["prompt_tokens"] > 0
 
 
 def test_greedy_is_deterministic_and_repeats_match(tiny, prompt_file, tmp_path):

@@ -1,0 +1,70 @@
+"""A causal LM whose forward pass takes a known time: the ground truth for llmbench's stopwatch.
+
+It is a real transformers model (PreTrainedModel + GenerationMixin) driven by the real generate(), with
+one real parameter; only its arithmetic is replaced by a wait of ``prefill_ms`` for the first forward pass
+of a request and ``decode_ms`` for every later one. It records when each forward pass started and ended, so
+a test can compare llmbench's stamps with the moment each token was really produced.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+from transformers import GenerationMixin, PretrainedConfig, PreTrainedModel
+from transformers.modeling_outputs import CausalLMOutputWithPast
+
+
+class DelayedConfig(PretrainedConfig):
+    model_type = "llmbench-delayed"
+
+    def __init__(self, vocab_size: int = 151936, prefill_ms: float = 40.0, decode_ms: float = 15.0, **kw):
+        self.vocab_size = vocab_size
+        self.prefill_ms = prefill_ms
+        self.decode_ms = decode_ms
+        self.num_hidden_layers = 1  # generate() sizes a (never filled) cache by it
+        kw.setdefault("use_cache", False)
+        super().__init__(**kw)
+
+
+def wait_until(deadline_ns: int) -> None:
+    """Sleep most of the way, then spin: accurate to a few microseconds on an idle core."""
+    remaining = deadline_ns - time.perf_counter_ns()
+    if remaining > 2_000_000:
+        time.sleep((remaining - 1_500_000) / 1e9)
+    while time.perf_counter_ns() < deadline_ns:
+        pass
+
+
+class DelayedLM(PreTrainedModel, GenerationMixin):
+    config_class = DelayedConfig
+    main_input_name = "input_ids"
+
+    def __init__(self, config: DelayedConfig):
+        super().__init__(config)
+        self.token_bias = torch.nn.Parameter(torch.zeros(config.vocab_size))
+        self.starts_ns: list[int] = []
+        self.ends_ns: list[int] = []
+        self.kinds: list[str] = []
+        self._last_len = -1
+        self.post_init()
+
+    def _init_weights(self, module):  # nothing random to initialise
+        pass
+
+    def forward(self, input_ids=None, attention_mask=None, **kwargs):
+        start = time.perf_counter_ns()
+        n = int(input_ids.shape[-1])
+        decode = n == 1 or n == self._last_len + 1
+        self._last_len = n
+        delay_ms = self.config.decode_ms if decode else self.config.prefill_ms
+        wait_until(start + int(delay_ms * 1e6))
+        logits = self.token_bias.detach().clone()[None, None, :]
+        logits[..., 1000 + n % 500] = 1.0  # a different token each step, never a special token
+        self.starts_ns.append(start)
+        self.kinds.append("decode" if decode else "prefill")
+        self.ends_ns.append(time.perf_counter_ns())
+        return CausalLMOutputWithPast(logits=logits)
+
+    def prepare_inputs_for_generation(self, input_ids, attention_mask=None, **kwargs):
+        return {"input_ids": input_ids, "attention_mask": attention_mask}

@@ -1,0 +1,78 @@
+"""Ground truth for the stopwatch: a model whose forward passes take known times, driven by the real generate()
+through llmbench's timing path (runner.Benchmark.measure + TokenStamper).
+
+Tolerance: 1 ms + 2%. A loaded 2-core CI machine can preempt any single token, so these checks hold for the
+median and for 80-90% of tokens; benchmarks/stopwatch_accuracy.py checks every token, on a quiet machine.
+"""
+
+import statistics
+
+import pytest
+
+from llmbench.models import LoadedModel, _prepare_generation
+from llmbench.results import LoadInfo
+from llmbench.runner import Benchmark, RunOptions
+from tests.delayed_model import DelayedConfig, DelayedLM
+
+P_MS, D_MS, TOKENS = 40.0, 15.0, 12
+
+
+def tol(ms: float) -> float:
+    return 1.0 + 0.02 * ms
+
+
+@pytest.fixture(scope="module")
+def delayed(qwen_tokenizer):
+    model = DelayedLM(DelayedConfig(vocab_size=4096, prefill_ms=P_MS, decode_ms=D_MS)).eval()
+    _prepare_generation(model, qwen_tokenizer)
+    lm = LoadedModel(
+        model=model,
+        tokenizer=qwen_tokenizer,
+        name="delayed",
+        weights="random",
+        source="folder",
+        device="cpu",
+        dtype="float32",
+        dtype_reason="",
+        threads=1,
+        load=LoadInfo(seconds=0),
+        max_positions=None,
+    )
+    bench = Benchmark(lm, RunOptions(max_new_tokens=TOKENS, ignore_eos=True, warmup=0))
+    bench.measure("warm up", 0, 0)
+    return model, bench
+
+
+def _request(model, bench):
+    model.starts_ns.clear(), model.ends_ns.clear(), model.kinds.clear()
+    r = bench.measure("某化工厂夜间偷排未经处理的工业废水", 0, 0)
+    start, _tokenized, stamper = bench.last_raw
+    assert model.kinds == ["prefill"] + ["decode"] * (TOKENS - 1)
+    return r, start, stamper
+
+
+def test_every_stamp_follows_its_token_within_1ms(delayed):
+    model, bench = delayed
+    lags = []
+    for _ in range(3):
+        _r, _start, stamper = _request(model, bench)
+        assert len(stamper.times_ns) == len(model.ends_ns) == TOKENS
+        lags += [(s - e) / 1e6 for s, e in zip(stamper.times_ns, model.ends_ns, strict=True)]
+    assert min(lags) >= 0  # a stamp never comes before the forward pass that produced the token
+    assert statistics.median(lags) <= 1.0
+    assert sum(lag <= 1.0 for lag in lags) >= 0.9 * len(lags), lags
+
+
+def test_ttft_and_itl_match_the_known_delays(delayed):
+    model, bench = delayed
+    ttft_ok, itls = 0, []
+    for _ in range(3):
+        r, start, _stamper = _request(model, bench)
+        truth_ttft = (model.ends_ns[0] - start) / 1e6  # the request's start to the end of the prefill pass
+        assert r.ttft_ms >= r.tokenize_ms + P_MS
+        ttft_ok += abs(r.ttft_ms - truth_ttft) <= tol(truth_ttft)
+        itls += [b - a for a, b in zip(r.token_times_ms, r.token_times_ms[1:], strict=False)]
+        assert r.tpot_ms == pytest.approx((r.token_times_ms[-1] - r.ttft_ms) / (TOKENS - 1), abs=1e-3)
+    assert ttft_ok >= 2
+    assert abs(statistics.median(itls) - D_MS) <= tol(D_MS), itls
+    assert sum(abs(x - D_MS) <= tol(D_MS) for x in itls) >= 0.8 * len(itls), itls
