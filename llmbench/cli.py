@@ -111,6 +111,19 @@ def run(
         typer.Option("--output", "-o", help="Run JSON path (default: results/<UTC time>-<model>-<device>.json)."),
     ] = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing output file.")] = False,
+    resume: Annotated[
+        Optional[Path],
+        typer.Option(
+            help="Continue this incomplete run JSON: only its missing "
+            "requests are run (same options and prompts required)."
+        ),
+    ] = None,
+    truncate: Annotated[
+        bool,
+        typer.Option(
+            "--truncate", help="Cut prompts longer than the context (keeping their end) instead of refusing them."
+        ),
+    ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
 ) -> None:
     """Stream every prompt through a model in this process, stamp every token, write a run JSON."""
@@ -130,6 +143,7 @@ def run(
             top_p=top_p,
             system_prompt=system_prompt,
             chat_template=not no_chat_template,
+            truncate=truncate,
         )
         options.validate()
         spec = models.ModelSpec(
@@ -144,7 +158,33 @@ def run(
             trust_remote_code=trust_remote_code,
         )
         resolved = spec.validate()  # bad --device/--dtype/--threads/--weights fail now, not after loading
-        path = results.prepare_output(output or results.default_output_path(model, resolved), overwrite)
+        previous = None
+        if resume is not None:
+            if output is not None and output.resolve() != resume.resolve():
+                raise UserError("--resume writes into the run it continues: drop -o/--output")
+            previous = results.load_run(resume)  # merges the journal a killed run left
+            early = {
+                "model": model,
+                "weights": weights,
+                "device": resolved,
+                "max_new_tokens": max_new_tokens,
+                "ignore_eos": options.ignore_eos,
+                "repeats": repeats,
+                "prompt_sha256": prompt_set.sha256,
+                "system_prompt": system_prompt,
+                "truncate": truncate,
+            }
+            diffs = runner.resume_diffs(previous.config, early)
+            if diffs:
+                raise UserError(
+                    f"--resume {resume}: this setup differs from the run's ({'; '.join(diffs)}); "
+                    "resume with the same options and prompt file"
+                )
+            if previous.complete:
+                raise UserError(f"{resume} is already complete: nothing to resume")
+            path = resume
+        else:
+            path = results.prepare_output(output or results.default_output_path(model, resolved), overwrite)
 
         # A spinner on a terminal only: a failed load then prints its one error line and nothing else.
         with display.err.status(f"loading {model} ({weights} weights) on {resolved} ..."):
@@ -224,6 +264,24 @@ def compare(
         if c.regressions:
             code = 1
     raise typer.Exit(code)
+
+
+def _resume_command(path: Path) -> str:
+    """This invocation's command line with --resume PATH instead of -o/--overwrite/--resume."""
+    import shlex
+
+    args, skip = [], False
+    for a in sys.argv[1:]:
+        if skip:
+            skip = False
+            continue
+        if a in ("-o", "--output", "--resume"):
+            skip = True
+            continue
+        if a == "--overwrite" or a.startswith(("--output=", "--resume=")):
+            continue
+        args.append(a)
+    return shlex.join(["llmbench", *args, "--resume", str(path)])
 
 
 def main() -> None:

@@ -3,6 +3,7 @@
 Schema history (bump ``SCHEMA_VERSION`` on any change a reader of the old version would misread):
   1 (llmbench 0.1.0): first version. Optional fields added since, which a version-1 reader may ignore:
     machine.probe_before/probe_after/summary/samples (0.1.0, for compare's machine-or-model check);
+    sessions, requests[].session, requests[].truncated_tokens, config.truncate (0.1.0, --resume/--truncate);
     load.decode_weight_bytes, summary.prefill_tokens_per_s/tpot_bound_ms/tpot_efficiency/
     roofline_mem_read_gbps (0.1.0, roofline).
 """
@@ -74,6 +75,7 @@ class RunConfig(_Model):
     chat_template: bool = True
     system_prompt: str | None = None
     device_map: str | None = None
+    truncate: bool = False  # prompts longer than the context were cut (left side) instead of refused
 
 
 class GPUInfo(_Model):
@@ -126,6 +128,8 @@ class RequestResult(_Model):
     output_token_ids_sha256: str
     output_text: str
     started_s: float = 0.0  # seconds since the first measured request started: shows drift over a run
+    truncated_tokens: int = 0  # prompt tokens cut to fit the context (--truncate)
+    session: int = 0  # index into Run.sessions: which invocation measured it (--resume adds sessions)
 
     @model_validator(mode="after")
     def _invariants(self) -> RequestResult:
@@ -204,6 +208,15 @@ class MachineState(_Model):
     samples: list[MachineSample] = []
 
 
+class Session(_Model):
+    """One invocation that contributed requests (a resumed run has several)."""
+
+    started_at: str
+    environment: Environment
+    load: LoadInfo | None = None
+    interrupted_by: str | None = None  # "SIGINT" | "SIGTERM" when it stopped early
+
+
 class Run(_Model):
     schema_version: Literal[1]  # == SCHEMA_VERSION; a file of another version is refused, never misread
     llmbench_version: str
@@ -219,6 +232,7 @@ class Run(_Model):
     warmup_requests: list[RequestResult] = []
     summary: Summary | None = None
     machine: MachineState | None = None
+    sessions: list[Session] = []
 
 
 class _Lean(BaseModel):
@@ -275,6 +289,100 @@ def save_run(run: Run, path: str | Path) -> None:
         raise
 
 
+def journal_path(path: str | Path) -> Path:
+    """The append-only sidecar of a run JSON: one finished request a line, until the run is compacted."""
+    p = Path(path)
+    return p.with_name(p.name + ".journal")
+
+
+class RunWriter:
+    """Saves a run so that a crash at any instant loses at most the request in flight, in O(n) total work.
+
+    Every finished request is appended to ``<path>.journal`` (one JSON line, fsync): O(1) per request.
+    The full JSON is rewritten atomically (a *snapshot*) only while the time spent on snapshots stays
+    under ``budget`` (1%) of the run's elapsed time, and always for the first ``always`` requests; each
+    snapshot empties the journal. ``close()`` writes the final JSON and removes the journal. Readers
+    (:func:`load_run`, ``--resume``) merge a journal left by a killed run.
+    """
+
+    def __init__(self, path: str | Path, run: Run, *, budget: float = 0.01, always: int = 50, clock=None) -> None:
+        import time
+
+        self.path = Path(path)
+        self.journal = journal_path(path)
+        self.budget, self.always = budget, always
+        self._clock = clock or time.perf_counter
+        self._t0 = self._clock()
+        self.snapshot_seconds = 0.0
+        self.snapshots = 0
+        self.journal_seconds = 0.0
+        self.snapshot(run)
+
+    def snapshot(self, run: Run) -> None:
+        """Rewrite the whole JSON atomically and empty the journal (it is all in the snapshot now)."""
+        t = self._clock()
+        save_run(run, self.path)
+        with open(self.journal, "wb") as f:
+            os.fsync(f.fileno())
+        self.snapshot_seconds += self._clock() - t
+        self.snapshots += 1
+
+    def add(self, run: Run, request: RequestResult, summarize=None) -> bool:
+        """Record ``request`` (already appended to ``run.requests``); returns True when a snapshot was written.
+
+        ``summarize`` refreshes ``run.summary`` before a snapshot (it is O(n), so only then).
+        """
+        t = self._clock()
+        with open(self.journal, "ab") as f:
+            f.write(request.model_dump_json().encode("utf-8") + b"\n")
+            f.flush()
+            os.fsync(f.fileno())
+        self.journal_seconds += self._clock() - t
+        elapsed = self._clock() - self._t0
+        if len(run.requests) <= self.always or self.snapshot_seconds <= self.budget * elapsed:
+            if summarize:
+                summarize()
+            self.snapshot(run)
+            return True
+        return False
+
+    def close(self, run: Run) -> None:
+        """The final JSON; the journal goes."""
+        save_run(run, self.path)
+        self.journal.unlink(missing_ok=True)
+
+
+def merge_journal(run: Run, path: str | Path) -> int:
+    """Add the requests of ``path``'s journal (a killed run's) that the JSON lacks; returns how many.
+
+    A torn last line (the kill came mid-write) is the request in flight: dropped.
+    """
+    jp = journal_path(path)
+    if not jp.is_file():
+        return 0
+    have = {(r.prompt_index, r.repeat) for r in run.requests}
+    added = 0
+    for line in jp.read_bytes().splitlines():
+        try:
+            req = RequestResult.model_validate_json(line)
+        except ValidationError:
+            continue
+        if (req.prompt_index, req.repeat) not in have:
+            run.requests.append(req)
+            have.add((req.prompt_index, req.repeat))
+            added += 1
+    if added:
+        from llmbench.stats import summarize
+
+        old = run.summary
+        run.summary = summarize(
+            run.requests,
+            run.load.decode_weight_bytes if run.load else None,
+            old.roofline_mem_read_gbps if old else None,
+        )
+    return added
+
+
 def load_run(path: str | Path, *, scalars_only: bool = False) -> Run:
     """Read and validate a run JSON; :class:`UserError` (one line, naming the file) for anything unusable.
 
@@ -291,9 +399,13 @@ def load_run(path: str | Path, *, scalars_only: bool = False) -> Run:
         raise UserError(f"cannot read {p}: {e.strerror or e}") from None
     try:
         # The fast path: pydantic parses and validates in one pass (a 10,000-request run in ~0.4 s).
-        return (RunScalars if scalars_only else Run).model_validate_json(data)
+        run = (RunScalars if scalars_only else Run).model_validate_json(data)
     except ValidationError:
-        pass
+        run = None
+    if run is not None:
+        if not scalars_only and journal_path(p).is_file():
+            merge_journal(run, p)  # a killed run: its last requests are in the journal
+        return run
     _diagnose(p, data)  # raises the one-line reason
     raise UserError(f"{p} is not a valid run JSON")  # pragma: no cover - _diagnose always raises
 

@@ -3,21 +3,34 @@
 from __future__ import annotations
 
 import gc
+import signal
+import threading
 import time
 import uuid
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
 import psutil
 import torch
+from transformers.generation.stopping_criteria import StoppingCriteria, StoppingCriteriaList
 
 from llmbench import __version__, envinfo, machine
 from llmbench.errors import UserError
 from llmbench.models import LoadedModel
 from llmbench.prompts import PromptSet
-from llmbench.results import SCHEMA_VERSION, MachineState, RequestResult, Run, RunConfig, Sampling, save_run
+from llmbench.results import (
+    SCHEMA_VERSION,
+    MachineState,
+    RequestResult,
+    Run,
+    RunConfig,
+    RunWriter,
+    Sampling,
+    Session,
+)
 from llmbench.stats import summarize
 from llmbench.timing import TokenStamper, request_result
 
@@ -36,6 +49,7 @@ class RunOptions:
     top_p: float = 1.0
     system_prompt: str | None = None
     chat_template: bool = True
+    truncate: bool = False  # cut prompts longer than the context (keeping their end) instead of refusing
 
     def validate(self) -> None:
         """UserError for options no run can honour."""
@@ -54,13 +68,78 @@ class RunOptions:
 class RunInterrupted(Exception):
     """Ctrl-C/SIGTERM stopped the run; the JSON at ``path`` holds every finished request."""
 
-    def __init__(self, run: Run, path: Path) -> None:
-        super().__init__(f"interrupted after {len(run.requests)} requests")
+    def __init__(self, run: Run, path: Path, signal_name: str = "SIGINT") -> None:
+        super().__init__(f"interrupted by {signal_name} after {len(run.requests)} requests")
         self.run = run
         self.path = path
+        self.signal_name = signal_name
+
+    @property
+    def exit_code(self) -> int:
+        """130 for SIGINT, 143 for SIGTERM: 128 + the signal's number, as shells report it."""
+        return 143 if self.signal_name == "SIGTERM" else 130
+
+
+class _StopFlag(StoppingCriteria):
+    """Set by the first SIGINT/SIGTERM; generate() checks it after every token and stops.
+
+    A second signal raises KeyboardInterrupt at once, for a user who won't wait for the token in flight.
+    """
+
+    def __init__(self) -> None:
+        self.signal: str | None = None
+
+    def __call__(self, input_ids, scores, **kwargs) -> torch.BoolTensor:
+        return torch.full((input_ids.shape[0],), self.signal is not None, dtype=torch.bool, device=input_ids.device)
+
+    def _handle(self, signum, _frame) -> None:
+        if self.signal is not None:
+            raise KeyboardInterrupt
+        self.signal = signal.Signals(signum).name
+
+    @contextmanager
+    def installed(self):
+        """Our handlers for SIGINT and SIGTERM while the block runs (main thread only; elsewhere a no-op)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        old = {sig: signal.signal(sig, self._handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, handler in old.items():
+                signal.signal(sig, handler)
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 ProgressFn = Callable[[RequestResult, int, int], None]
+
+# What must be equal for --resume to continue a run: anything that changes what a request measures.
+RESUME_KEYS = (
+    "mode",
+    "model",
+    "weights",
+    "device",
+    "dtype",
+    "threads",
+    "max_new_tokens",
+    "ignore_eos",
+    "repeats",
+    "prompt_sha256",
+    "sampling",
+    "chat_template",
+    "system_prompt",
+    "truncate",
+)
+
+
+def resume_diffs(old: RunConfig, new: dict) -> list[str]:
+    """The RESUME_KEYS in ``new`` (a partial config dict) whose value differs from ``old``'s, as 'key a -> b'."""
+    have = old.model_dump()
+    return [f"{k} {have.get(k)!r} -> {new[k]!r}" for k in RESUME_KEYS if k in new and have.get(k) != new[k]]
 
 
 class Benchmark:
@@ -101,10 +180,17 @@ class Benchmark:
             kw.update(temperature=None, top_p=None, top_k=None)
         return kw
 
-    def measure(self, prompt: str, prompt_index: int, repeat: int, started_s: float = 0.0) -> RequestResult:
-        """Send one prompt; return its stamped result. The clock starts before templating and tokenizing."""
+    def measure(
+        self, prompt: str, prompt_index: int, repeat: int, started_s: float = 0.0, stop: _StopFlag | None = None
+    ) -> RequestResult | None:
+        """Send one prompt; return its stamped result. The clock starts before templating and tokenizing.
+
+        Returns None when ``stop`` was raised mid-request (the partial request is not a measurement).
+        """
         model, device = self.loaded.model, self.loaded.device
         gen_kwargs = self._generate_kwargs()
+        if stop is not None:
+            gen_kwargs["stopping_criteria"] = StoppingCriteriaList([stop])
         if self.options.sample:
             torch.manual_seed(self.options.seed + prompt_index * 1_000_003 + repeat)  # same draw on a resumed run
         gc.collect()  # garbage of the previous request is swept now, not inside this one's timing
@@ -112,36 +198,60 @@ class Benchmark:
 
         start = time.perf_counter_ns()
         enc = self._encode(prompt)
-        input_ids = enc["input_ids"].to(device)
-        attention_mask = enc["attention_mask"].to(device) if "attention_mask" in enc else None
+        input_ids, attention_mask = enc["input_ids"], enc.get("attention_mask")
+        cut = self._fit(int(input_ids.shape[-1]), prompt_index)
+        if cut:
+            input_ids = input_ids[:, cut:]
+            attention_mask = attention_mask[:, cut:] if attention_mask is not None else None
+        input_ids = input_ids.to(device)
+        attention_mask = attention_mask.to(device) if attention_mask is not None else None
         tokenized = time.perf_counter_ns()
-        prompt_tokens = int(input_ids.shape[-1])
-        self._check_context(prompt_tokens, prompt_index)
         with torch.inference_mode():
             model.generate(input_ids=input_ids, attention_mask=attention_mask, streamer=stamper, **gen_kwargs)
 
         self.last_raw = (start, tokenized, stamper)  # raw clock readings, for checking the stopwatch
+        if stop is not None and stop.signal is not None:
+            return None
         ids = stamper.token_ids()
         text = self.loaded.tokenizer.decode(ids, skip_special_tokens=True)
-        return request_result(
+        result = request_result(
             prompt_index=prompt_index,
             repeat=repeat,
             start_ns=start,
             tokenized_ns=tokenized,
             stamps_ns=stamper.times_ns,
-            prompt_tokens=prompt_tokens,
+            prompt_tokens=int(input_ids.shape[-1]),
             token_ids=ids,
             output_text=text,
             started_s=started_s,
         )
+        result.truncated_tokens = cut
+        return result
 
-    def _check_context(self, prompt_tokens: int, prompt_index: int) -> None:
+    def _fit(self, prompt_tokens: int, prompt_index: int, where: str | None = None) -> int:
+        """How many tokens to cut from the prompt's start so it fits the context; UserError if not allowed."""
         limit = self.loaded.max_positions
-        if limit and prompt_tokens + self.options.max_new_tokens > limit:
+        room = (limit - self.options.max_new_tokens) if limit else None
+        if room is None or prompt_tokens <= room:
+            return 0
+        if room < 1:
             raise UserError(
-                f"prompt {prompt_index + 1} has {prompt_tokens} tokens; with --max-new-tokens "
-                f"{self.options.max_new_tokens} that exceeds the model's context of {limit} tokens"
+                f"--max-new-tokens {self.options.max_new_tokens} leaves no room in the model's context "
+                f"of {limit} tokens"
             )
+        if self.options.truncate:
+            return prompt_tokens - room
+        raise UserError(
+            f"{where or f'prompt {prompt_index + 1}'}: the prompt has {prompt_tokens} tokens; with "
+            f"--max-new-tokens {self.options.max_new_tokens} that exceeds the model's context of "
+            f"{limit} tokens (--truncate cuts it to fit)"
+        )
+
+    def check_prompts(self, prompts: PromptSet) -> None:
+        """Tokenize every prompt once, before anything is written: a too-long prompt fails the run up front."""
+        for i, (prompt, line) in enumerate(zip(prompts.prompts, prompts.line_numbers, strict=True)):
+            n = int(self._encode(prompt)["input_ids"].shape[-1])
+            self._fit(n, i, where=f"{prompts.path}:{line}")
 
     # -- a whole run --------------------------------------------------------------------------------------
 
@@ -171,12 +281,13 @@ class Benchmark:
             ),
             chat_template=self.uses_template,
             system_prompt=o.system_prompt,
+            truncate=o.truncate,
         )
         return Run(
             schema_version=SCHEMA_VERSION,
             llmbench_version=__version__,
             run_id=uuid.uuid4().hex,
-            created_at=datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z"),
+            created_at=_now(),
             complete=False,
             config=config,
             environment=envinfo.collect(lm.device),
@@ -189,54 +300,95 @@ class Benchmark:
         prompts: PromptSet,
         output: Path,
         *,
+        resume: Run | None = None,
         on_request: ProgressFn | None = None,
         on_warmup: Callable[[int, int], None] | None = None,
     ) -> Run:
-        """Warm up, then measure every (repeat, prompt); save the JSON after each request.
+        """Warm up, then measure every (repeat, prompt) not yet in ``resume``; save after each request.
 
         Repeats go round the whole prompt list (not one prompt N times), so slow drift of the machine
-        hits every prompt alike. Raises :class:`RunInterrupted` on Ctrl-C after saving what finished.
+        hits every prompt alike. SIGINT/SIGTERM stop after the current token: the partial request is
+        dropped, everything finished is saved with ``complete: false``, and :class:`RunInterrupted` is
+        raised. Saving goes through :class:`RunWriter` (journal + budgeted snapshots: O(n) in all).
         """
-        run = self.new_run(prompts)
-        save_run(run, output)
-        n = len(prompts.prompts)
+        self.check_prompts(prompts)
+        if resume is not None:
+            if resume.complete:
+                raise UserError(f"{output} is already complete: nothing to resume")
+            diffs = resume_diffs(resume.config, self.new_run(prompts).config.model_dump())
+            if diffs:
+                raise UserError(
+                    f"--resume {output}: this setup differs from the run's ({'; '.join(diffs)}); "
+                    "resume with the same options and prompt file"
+                )
+        run = resume if resume is not None else self.new_run(prompts)
+        session = len(run.sessions)
+        run.sessions.append(
+            Session(started_at=_now(), environment=envinfo.collect(self.loaded.device), load=self.loaded.load)
+        )
+        done = {(r.prompt_index, r.repeat) for r in run.requests}
+        todo = [
+            (i, rep) for rep in range(self.options.repeats) for i in range(len(prompts.prompts)) if (i, rep) not in done
+        ]
+        total = len(prompts.prompts) * self.options.repeats
+        writer = RunWriter(output, run)
         sampler = machine.Sampler()
+        stop = _StopFlag()
+        dwb = self.loaded.load.decode_weight_bytes
+        probe_before = None
         try:
-            for w in range(self.options.warmup):
-                run.warmup_requests.append(self.measure(prompts.prompts[w % n], w % n, -1 - w // n))
-                if on_warmup:
-                    on_warmup(w + 1, self.options.warmup)
-            probe_before = machine.probe(self.loaded.threads, self.loaded.device)
-            dwb = self.loaded.load.decode_weight_bytes
-            swap0 = psutil.swap_memory()
-            total = n * self.options.repeats
-            sampler.start()
-            t0 = time.perf_counter()
-            for repeat in range(self.options.repeats):
-                for i, prompt in enumerate(prompts.prompts):
-                    result = self.measure(prompt, i, repeat, started_s=time.perf_counter() - t0)
-                    run.requests.append(result)
+            with stop.installed():
+                n = len(prompts.prompts)
+                for w in range(self.options.warmup):
+                    warm = None if stop.signal else self.measure(prompts.prompts[w % n], w % n, -1 - w // n, stop=stop)
+                    if warm is None:
+                        break
+                    run.warmup_requests.append(warm)
+                    if on_warmup:
+                        on_warmup(w + 1, self.options.warmup)
+                probe_before = machine.probe(self.loaded.threads, self.loaded.device)
+                swap0 = psutil.swap_memory()
+                sampler.start()
+                t0 = time.perf_counter()
+
+                def refresh() -> None:
                     run.summary = summarize(run.requests, dwb, probe_before.mem_read_gbps)
                     run.machine = _machine_state(swap0, probe_before, sampler)
-                    save_run(run, output)
+
+                for i, rep in todo:
+                    if stop.signal:
+                        break
+                    result = self.measure(prompts.prompts[i], i, rep, started_s=time.perf_counter() - t0, stop=stop)
+                    if result is None:
+                        break
+                    result.session = session
+                    run.requests.append(result)
+                    writer.add(run, result, summarize=refresh)
                     if on_request:
                         on_request(result, len(run.requests), total)
+                sampler.stop()
+                refresh()
+                if not stop.signal:
+                    run.machine.probe_after = after = machine.probe(self.loaded.threads, self.loaded.device)
+                    # the roofline uses the better reading: the bandwidth the machine can reach
+                    run.summary = summarize(run.requests, dwb, max(probe_before.mem_read_gbps, after.mem_read_gbps))
+        except KeyboardInterrupt:  # a second Ctrl-C, or one while the handlers weren't ours
+            stop.signal = stop.signal or "SIGINT"
+        finally:
             sampler.stop()
-            run.machine = _machine_state(swap0, probe_before, sampler)
-            run.machine.probe_after = after = machine.probe(self.loaded.threads, self.loaded.device)
-            # the roofline uses the better of the two readings: the bandwidth the machine can reach
-            run.summary = summarize(run.requests, dwb, max(probe_before.mem_read_gbps, after.mem_read_gbps))
-        except KeyboardInterrupt:
-            sampler.stop()
-            save_run(run, output)
-            raise RunInterrupted(run, output) from None
-        run.complete = True
+        if stop.signal:
+            run.sessions[session].interrupted_by = stop.signal
+            if probe_before is not None and run.requests:
+                run.summary = summarize(run.requests, dwb, probe_before.mem_read_gbps)
+            writer.close(run)
+            raise RunInterrupted(run, output, stop.signal)
+        run.complete = len({(r.prompt_index, r.repeat) for r in run.requests}) == total
         if run.machine and (run.machine.swap_in_bytes or run.machine.swap_out_bytes):
             run.warnings.append(
                 f"the machine swapped during the run (in {run.machine.swap_in_bytes} B, out "
                 f"{run.machine.swap_out_bytes} B): timings include waiting on disk"
             )
-        save_run(run, output)
+        writer.close(run)
         return run
 
 

@@ -131,8 +131,14 @@ def test_bad_options(tiny, kw, match):
         Benchmark(tiny, RunOptions(**kw))
 
 
-def test_prompt_longer_than_context_is_named(tiny, tmp_path):
+def test_prompt_longer_than_context_is_named_before_anything_is_written(tiny, tmp_path):
     p = tmp_path / "long.txt"
     p.write_text("short\n" + "word " * 600 + "\n", encoding="utf-8")
-    with pytest.raises(UserError, match="prompt 2 has .* tokens.*context of 512"):
-        Benchmark(tiny, RunOptions(max_new_tokens=4, warmup=0)).run(load_prompts(p), tmp_path / "r.json")
+    out = tmp_path / "r.json"
+    with pytest.raises(UserError, match=r"long.txt:2: the prompt has \d+ tokens.*context of 512.*--truncate"):
+        Benchmark(tiny, RunOptions(max_new_tokens=4, warmup=0)).run(load_prompts(p), out)
+    assert not out.exists()
+    run = Benchmark(tiny, RunOptions(max_new_tokens=4, warmup=0, truncate=True)).run(load_prompts(p), out)
+    long = run.requests[1]
+    assert long.prompt_tokens == 512 - 4 and long.truncated_tokens > 0 and run.requests[0].truncated_tokens == 0
+    assert run.config.truncate and run.complete
