@@ -199,12 +199,14 @@ def run(
         total = len(prompt_set.prompts) * options.repeats
         try:
             with display.run_progress(total, options.warmup, quiet) as (on_warmup, on_request):
-                result = bench.run(prompt_set, path, on_request=on_request, on_warmup=on_warmup)
+                result = bench.run(prompt_set, path, resume=previous, on_request=on_request, on_warmup=on_warmup)
         except runner.RunInterrupted as e:
             display.err.print(
-                f"interrupted: {len(e.run.requests)} of {total} requests saved in {e.path} (complete: false)"
+                f"interrupted by {e.signal_name}: {len(e.run.requests)} of {total} requests saved in {e.path} "
+                f"(complete: false). Resume with:\n  {_resume_command(e.path)}",
+                soft_wrap=True,
             )
-            raise typer.Exit(130) from None
+            raise typer.Exit(e.exit_code) from None
     for w in result.warnings[len(loaded.warnings) :]:
         display.warn(w)
     display.out.print(display.summary_table(result))

@@ -357,6 +357,9 @@ def offload_message(off: Offload) -> str:
 def load_model(spec: ModelSpec) -> LoadedModel:
     """Load what ``spec`` names, check it is fully in memory, and return it ready to generate."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # llmbench shows its own status; tqdm bars would litter logs and CI
 
     device = spec.validate()
     threads = configure_threads(spec.threads)  # before the dtype probe: it runs on these threads

@@ -305,7 +305,7 @@ class RunWriter:
     (:func:`load_run`, ``--resume``) merge a journal left by a killed run.
     """
 
-    def __init__(self, path: str | Path, run: Run, *, budget: float = 0.01, always: int = 50, clock=None) -> None:
+    def __init__(self, path: str | Path, run: Run, *, budget: float = 0.01, always: int = 20, clock=None) -> None:
         import time
 
         self.path = Path(path)

@@ -1,0 +1,241 @@
+"""Nothing lost, nothing cryptic: signals, --resume, kill -9, secrets, the writer's cost, and property tests."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from llmbench.errors import UserError
+from llmbench.prompts import load_prompts
+from llmbench.results import RunWriter, journal_path, load_run
+from tests.helpers import synthetic_run
+from tests.test_cli import cli  # noqa: F401  (fixture)
+
+N_PROMPTS = 60
+
+
+@pytest.fixture
+def many_prompts(tmp_path):
+    p = tmp_path / "many.txt"
+    p.write_text("".join(f"第{i}号工厂夜间偷排废水 number {i}\n" for i in range(N_PROMPTS)), encoding="utf-8")
+    return p
+
+
+def _start(tiny_model_dir, prompts, out, *extra, env_extra=None):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", **(env_extra or {})}
+    args = [
+        sys.executable,
+        "-m",
+        "llmbench",
+        "run",
+        str(prompts),
+        "--model",
+        str(tiny_model_dir),
+        "--device",
+        "cpu",
+        "--dtype",
+        "float32",
+        "--threads",
+        "1",
+        "--max-new-tokens",
+        "24",
+        "--ignore-eos",
+        "--warmup",
+        "0",
+        "-q",
+        *extra,
+    ]
+    if out is not None:
+        args += ["-o", str(out)]
+    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def _requests_on_disk(out) -> int:
+    n = 0
+    if out.exists():
+        try:
+            n = len(json.loads(out.read_text(encoding="utf-8"))["requests"])
+        except (json.JSONDecodeError, KeyError):
+            return 0
+    j = journal_path(out)
+    return n + (len(j.read_bytes().splitlines()) if j.exists() else 0)
+
+
+def _wait_for(out, at_least: int, proc, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while _requests_on_disk(out) < at_least:
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the run did not progress"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_signal_saves_what_finished_and_resume_completes_it(tiny_model_dir, many_prompts, tmp_path, sig, code):
+    out = tmp_path / "run.json"
+    proc = _start(tiny_model_dir, many_prompts, out)
+    _wait_for(out, 3, proc)
+    proc.send_signal(sig)
+    _stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == code, stderr
+    assert "Resume with:" in stderr and f"--resume {out}" in stderr and "Traceback" not in stderr
+    data = json.loads(out.read_text(encoding="utf-8"))
+    assert data["complete"] is False and 3 <= len(data["requests"]) < N_PROMPTS
+    assert data["sessions"][0]["interrupted_by"] == signal.Signals(sig).name
+    assert not journal_path(out).exists()  # compacted on the way out
+    first = len(data["requests"])
+
+    proc = _start(tiny_model_dir, many_prompts, None, "--resume", str(out))
+    _stdout, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 0, stderr
+    data = json.loads(out.read_text(encoding="utf-8"))
+    keys = [(r["prompt_index"], r["repeat"]) for r in data["requests"]]
+    assert data["complete"] is True and sorted(keys) == [(i, 0) for i in range(N_PROMPTS)]  # each exactly once
+    assert len(data["sessions"]) == 2 and data["sessions"][1]["interrupted_by"] is None
+    assert {r["session"] for r in data["requests"][:first]} == {0}
+    assert {r["session"] for r in data["requests"][first:]} == {1}
+    assert data["summary"]["requests"] == N_PROMPTS
+
+
+def test_kill_9_leaves_valid_json_and_loses_at_most_the_request_in_flight(tiny_model_dir, many_prompts, tmp_path):
+    out = tmp_path / "run.json"
+    proc = _start(tiny_model_dir, many_prompts, out)
+    _wait_for(out, 30, proc)  # past the writer's always-snapshot phase, so the journal is in play
+    before = _requests_on_disk(out)
+    proc.kill()
+    proc.wait(timeout=30)
+    data = json.loads(out.read_text(encoding="utf-8"))  # the JSON itself is valid
+    assert data["complete"] is False
+    run = load_run(out)  # llmbench's reader merges the journal
+    keys = [(r.prompt_index, r.repeat) for r in run.requests]
+    assert len(keys) == len(set(keys)) >= before
+    assert run.summary.requests == len(keys)
+
+
+def test_resume_refuses_a_different_setup_in_one_line(cli, tiny_model_dir, prompt_file, tmp_path):  # noqa: F811
+    out = tmp_path / "r.json"
+    base = ["run", prompt_file, "--model", tiny_model_dir, "--device", "cpu", "--max-new-tokens", "3", "-q"]
+    assert cli(*base, "-o", out).returncode == 0
+    r = cli(*base, "--resume", out)
+    assert r.returncode == 2 and "already complete" in r.stderr
+    data = json.loads(out.read_text(encoding="utf-8"))
+    data["complete"] = False
+    data["requests"] = data["requests"][:1]
+    out.write_text(json.dumps(data), encoding="utf-8")
+    r = cli(*[a if a != "3" else "4" for a in base], "--resume", out)
+    assert r.returncode == 2 and "max_new_tokens 3 -> 4" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    other = tmp_path / "other.txt"
+    other.write_text("a different prompt\n", encoding="utf-8")
+    r = cli(*[other if a == prompt_file else a for a in base], "--resume", out)
+    assert r.returncode == 2 and "prompt_sha256" in r.stderr
+    r = cli(*base, "--resume", out, "-o", tmp_path / "elsewhere.json")
+    assert r.returncode == 2 and "drop -o" in r.stderr
+    assert json.loads(out.read_text(encoding="utf-8"))["requests"] == data["requests"]  # untouched
+    r = cli(*base, "--resume", out)
+    assert r.returncode == 0
+    done = json.loads(out.read_text(encoding="utf-8"))
+    assert done["complete"] and len(done["requests"]) == 3
+
+
+def test_secrets_in_the_environment_never_reach_the_json_or_the_terminal(tiny_model_dir, prompt_file, tmp_path):
+    secret = "hf_SECRETtoken1234567890"
+    out = tmp_path / "r.json"
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "HF_TOKEN": secret,
+        "OPENAI_API_KEY": secret + "x",
+        "LLMBENCH_API_KEY": secret + "y",
+    }
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "llmbench",
+            "run",
+            str(prompt_file),
+            "--model",
+            str(tiny_model_dir),
+            "--device",
+            "cpu",
+            "--max-new-tokens",
+            "2",
+            "-o",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr
+    for text in (out.read_text(encoding="utf-8"), r.stdout, r.stderr):
+        assert "SECRET" not in text
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["prompts.txt", "r.json"]  # nothing else written
+
+
+def test_writer_spends_at_most_its_budget_and_is_crash_safe(tmp_path):
+    """2,000 requests of 0.2 s each (simulated): the full rewrites stay within 1% of the run's time, every request
+    is in the JSON or its journal at any moment, and the close compacts them. (5,000 x 256 tokens: see
+    benchmarks/write_cost.py.)"""
+    n, request_s = 2000, 0.2
+    run = synthetic_run(n=n, tokens=32)
+    requests, run.requests = run.requests, []
+    sim = {"t": 0.0}
+    out = tmp_path / "r.json"
+    writer = RunWriter(out, run, clock=lambda: sim["t"] + time.perf_counter())  # simulated + real writer time
+    for i, r in enumerate(requests):
+        sim["t"] += request_s
+        run.requests.append(r)
+        writer.add(run, r)
+        if i == n // 2 - 1:  # a crash now: the JSON is valid and, with its journal, holds every finished request
+            assert len(load_run(out).requests) == n // 2
+    elapsed = n * request_s
+    assert writer.snapshot_seconds <= 0.01 * elapsed + 0.05  # the budget, plus at most one snapshot over it
+    assert writer.snapshots < n  # not every request rewrites the whole file
+    writer.close(run)
+    assert len(load_run(out).requests) == n and not journal_path(out).exists()
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.binary(max_size=400), suffix=st.sampled_from([".txt", ".jsonl"]))
+def test_prompt_loader_property(tmp_path, data, suffix):
+    p = tmp_path / f"p{suffix}"
+    p.write_bytes(data)
+    try:
+        ps = load_prompts(p)
+    except UserError as e:
+        assert "\n" not in str(e) and str(p) in str(e)
+        return
+    assert ps.prompts and all(x.strip() and "\n" not in x for x in ps.prompts)
+    assert len(ps.prompts) == len(ps.line_numbers)
+
+
+_json_like = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=10), children, max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(obj=_json_like, cut=st.integers(min_value=0, max_value=200), mutate=st.booleans())
+def test_run_reader_property(tmp_path, obj, cut, mutate):
+    p = tmp_path / "r.json"
+    if mutate:  # a real run, truncated somewhere
+        text = synthetic_run(n=2, tokens=3).model_dump_json()
+        text = text[: len(text) * cut // 200]
+    else:
+        text = json.dumps({"schema_version": 1, "requests": obj} if cut % 2 else obj)
+    p.write_text(text, encoding="utf-8")
+    try:
+        run = load_run(p)
+    except UserError as e:
+        assert "\n" not in str(e) and str(p) in str(e)
+        return
+    assert run.schema_version == 1
