@@ -11,9 +11,11 @@ no visible sign. So after loading, every parameter and buffer is checked, and an
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import re
+import shutil
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -395,7 +397,7 @@ def load_model(spec: ModelSpec) -> LoadedModel:
             tokenizer = AutoTokenizer.from_pretrained(folder, **gguf, **remote)
     except UserError:
         raise
-    except (OSError, ValueError, KeyError) as e:
+    except Exception as e:  # config.json or tokenizer files unreadable: transformers raises many types
         raise UserError(f"cannot load the config/tokenizer of {spec.model}: {_first_line(e)}") from None
 
     n_params = count_parameters(config)
@@ -417,10 +419,11 @@ def load_model(spec: ModelSpec) -> LoadedModel:
             kwargs["use_safetensors"] = not spec.allow_pickle or any(folder.glob("*.safetensors"))
         if spec.device_map is not None:
             # accelerate needs somewhere to put disk-offloaded weights; the check below then reports them.
-            kwargs["offload_folder"] = tempfile.mkdtemp(prefix="llmbench-offload-")
+            kwargs["offload_folder"] = folder_ = tempfile.mkdtemp(prefix="llmbench-offload-")
+            atexit.register(shutil.rmtree, folder_, True)  # offloaded weights can be GBs: never leave them
         try:
             model = AutoModelForCausalLM.from_pretrained(folder, **kwargs)
-        except (OSError, ValueError, RuntimeError) as e:
+        except Exception as e:  # a corrupt safetensors/GGUF file surfaces as its library's own error type
             raise UserError(f"cannot load the weights of {spec.model}: {_first_line(e)}") from None
     model.eval()
     seconds = time.perf_counter() - t0

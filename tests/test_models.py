@@ -201,3 +201,16 @@ def test_decode_weight_bytes_counts_tied_embeddings_once_and_skips_an_untied_inp
     untied = AutoModelForCausalLM.from_config(Qwen2Config(**{**TINY, "tie_word_embeddings": False}))
     table = untied.get_input_embeddings().weight.numel() * 4
     assert models.decode_weight_bytes(untied) == sum(p.numel() * 4 for p in untied.parameters()) - table
+
+
+def test_corrupt_files_are_one_clear_error(tiny_copy, tmp_path):
+    (tiny_copy / "model.safetensors").write_bytes(b"\x00garbage" * 10)
+    with pytest.raises(UserError, match="cannot load the weights"):
+        load_model(ModelSpec(model=str(tiny_copy), device="cpu"))
+    (tiny_copy / "config.json").write_text("{not json", encoding="utf-8")
+    with pytest.raises(UserError, match="cannot load the config/tokenizer"):
+        load_model(ModelSpec(model=str(tiny_copy), device="cpu"))
+    bad = tmp_path / "x.gguf"
+    bad.write_bytes(b"not a gguf file at all")
+    with pytest.raises(UserError, match="cannot load"):
+        load_model(ModelSpec(model=str(bad), device="cpu"))
