@@ -1,8 +1,8 @@
 """What saving a long run costs: 5,000 requests x 256 tokens, naive full rewrites vs llmbench's RunWriter.
 
 Naive: the whole JSON rewritten atomically after every request (O(n^2) bytes in all).
-RunWriter: each request appended to a journal (O(1)), full rewrites only within 1% of the run's time.
-Requests are simulated to take --request-s seconds (the writer's budget is relative to the run's time).
+RunWriter: each request appended to a journal (O(1)), full rewrites when the run grew by 10% (O(n) in all).
+Requests are simulated to take --request-s seconds (only to express the cost as a share of a run).
 
     python benchmarks/write_cost.py [--requests 5000] [--tokens 256] [--request-s 2.0] [--naive-sample 500]
 """
