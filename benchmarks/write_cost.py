@@ -65,7 +65,7 @@ def main() -> None:
     )
     print(f"naive rewrite after every request: {naive:8.1f} s  ({100 * naive / run_s:.2f}% of the run)")
     print(
-        f"RunWriter (journal + budgeted):    {total:8.1f} s  ({100 * total / run_s:.2f}% of the run): "
+        f"RunWriter (journal + geometric):   {total:8.1f} s  ({100 * total / run_s:.2f}% of the run): "
         f"{writer.snapshots} snapshots {writer.snapshot_seconds:.1f} s, journal {writer.journal_seconds:.1f} s, "
         f"close {close_s:.2f} s"
     )
