@@ -162,7 +162,7 @@ def run(
         if resume is not None:
             if output is not None and output.resolve() != resume.resolve():
                 raise UserError("--resume writes into the run it continues: drop -o/--output")
-            previous = results.load_run(resume)  # merges the journal a killed run left
+            # what can be compared before loading the model is compared now; the rest before any request
             early = {
                 "model": model,
                 "weights": weights,
@@ -174,14 +174,7 @@ def run(
                 "system_prompt": system_prompt,
                 "truncate": truncate,
             }
-            diffs = runner.resume_diffs(previous.config, early)
-            if diffs:
-                raise UserError(
-                    f"--resume {resume}: this setup differs from the run's ({'; '.join(diffs)}); "
-                    "resume with the same options and prompt file"
-                )
-            if previous.complete:
-                raise UserError(f"{resume} is already complete: nothing to resume")
+            previous = runner.load_resumable(resume, early)
             path = resume
         else:
             path = results.prepare_output(output or results.default_output_path(model, resolved), overwrite)

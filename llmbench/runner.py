@@ -136,10 +136,31 @@ RESUME_KEYS = (
 )
 
 
-def resume_diffs(old: RunConfig, new: dict) -> list[str]:
-    """The RESUME_KEYS in ``new`` (a partial config dict) whose value differs from ``old``'s, as 'key a -> b'."""
-    have = old.model_dump()
-    return [f"{k} {have.get(k)!r} -> {new[k]!r}" for k in RESUME_KEYS if k in new and have.get(k) != new[k]]
+def check_resumable(run: Run, path: Path, new_config: dict) -> None:
+    """UserError unless ``run`` is incomplete and its setup equals ``new_config`` (a full or partial config
+    dict) on every RESUME_KEYS key it has."""
+    if run.complete:
+        raise UserError(f"{path} is already complete: nothing to resume")
+    have = run.config.model_dump()
+    diffs = [
+        f"{k} {have.get(k)!r} -> {new_config[k]!r}"
+        for k in RESUME_KEYS
+        if k in new_config and have.get(k) != new_config[k]
+    ]
+    if diffs:
+        raise UserError(
+            f"--resume {path}: this setup differs from the run's ({'; '.join(diffs)}); resume with "
+            "the same options and prompt file"
+        )
+
+
+def load_resumable(path: Path, new_config: dict) -> Run:
+    """The run at ``path`` (its journal merged), checked with :func:`check_resumable`."""
+    from llmbench.results import load_run
+
+    run = load_run(path)
+    check_resumable(run, path, new_config)
+    return run
 
 
 class Benchmark:
@@ -314,18 +335,11 @@ class Benchmark:
         Repeats go round the whole prompt list (not one prompt N times), so slow drift of the machine
         hits every prompt alike. SIGINT/SIGTERM stop after the current token: the partial request is
         dropped, everything finished is saved with ``complete: false``, and :class:`RunInterrupted` is
-        raised. Saving goes through :class:`RunWriter` (journal + budgeted snapshots: O(n) in all).
+        raised. Saving goes through :class:`RunWriter` (journal + geometric snapshots: O(n) in all).
         """
         self.check_prompts(prompts)
         if resume is not None:
-            if resume.complete:
-                raise UserError(f"{output} is already complete: nothing to resume")
-            diffs = resume_diffs(resume.config, self.new_run(prompts).config.model_dump())
-            if diffs:
-                raise UserError(
-                    f"--resume {output}: this setup differs from the run's ({'; '.join(diffs)}); "
-                    "resume with the same options and prompt file"
-                )
+            check_resumable(resume, output, self.new_run(prompts).config.model_dump())
         run = resume if resume is not None else self.new_run(prompts)
         session = len(run.sessions)
         run.sessions.append(
