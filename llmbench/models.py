@@ -65,6 +65,7 @@ class ModelSpec:
         device = resolve_device(self.device)
         resolve_dtype(self.dtype, device, probe=False)
         classify_source(self.model, self.weights)
+        _device_map_arg(self.device_map, device)
         return device
 
 

@@ -103,6 +103,8 @@ def test_default_output_goes_to_results(tiny_model_dir, prompt_file, tmp_path):
         (["--model", "/no/such/folder"], "model folder not found"),
         (["--model", "someone/uncached-model"], "not in the Hugging Face cache"),
         (["--max-new-tokens", "many"], "Invalid value"),
+        (["--device-map", "{bad"], "--device-map is not valid JSON"),
+        (["--device-map", "everywhere"], "unknown --device-map"),
         (["--no-such-option"], "No such option"),
     ],
 )
