@@ -27,10 +27,7 @@ def main() -> int:
     args = ap.parse_args()
 
     from llmbench.builtin import qwen_tokenizer
-    from llmbench.models import LoadedModel, _prepare_generation
-    from llmbench.results import LoadInfo
-    from llmbench.runner import Benchmark, RunOptions
-    from tests.delayed_model import DelayedConfig, DelayedLM
+    from tests.delayed_model import delayed_benchmark
 
     tok = qwen_tokenizer()
     failed = False
@@ -39,23 +36,7 @@ def main() -> int:
         f"{'max TTFT err':>14}{'misses':>8}"
     )
     for p_ms, d_ms in ((20.0, 5.0), (40.0, 15.0), (300.0, 80.0)):
-        model = DelayedLM(DelayedConfig(vocab_size=4096, prefill_ms=p_ms, decode_ms=d_ms)).eval()
-        _prepare_generation(model, tok)
-        lm = LoadedModel(
-            model=model,
-            tokenizer=tok,
-            name="delayed",
-            weights="random",
-            source="folder",
-            device="cpu",
-            dtype="float32",
-            dtype_reason="",
-            threads=1,
-            load=LoadInfo(seconds=0),
-            max_positions=None,
-        )
-        bench = Benchmark(lm, RunOptions(max_new_tokens=args.tokens, ignore_eos=True, warmup=0))
-        bench.measure("warm up", 0, 0)
+        model, bench = delayed_benchmark(tok, p_ms, d_ms, args.tokens)
         lags, itl_errs, ttft_errs, misses = [], [], [], 0
         for i in range(args.requests):
             model.starts_ns.clear(), model.ends_ns.clear(), model.kinds.clear()

@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from llmbench.errors import UserError
+from llmbench.errors import UserError, read_user_file
 
 
 @dataclass(frozen=True)
@@ -28,14 +28,7 @@ def load_prompts(path: str | Path) -> PromptSet:
     string field ``prompt``. Raises :class:`UserError` naming the file (and line) for anything else.
     """
     p = Path(path)
-    if not p.exists():
-        raise UserError(f"prompt file not found: {p}")
-    if p.is_dir():
-        raise UserError(f"prompt file is a folder, not a file: {p}")
-    try:
-        raw = p.read_bytes()
-    except OSError as e:
-        raise UserError(f"cannot read prompt file {p}: {e.strerror or e}") from None
+    raw = read_user_file(p, "prompt file")
     if b"\x00" in raw:
         raise UserError(f"prompt file {p} looks binary (it contains NUL bytes); expected UTF-8 text")
     try:

@@ -18,7 +18,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
-from llmbench.errors import UserError
+from llmbench.errors import UserError, read_user_file
 
 SCHEMA_VERSION = 1
 _UMASK = os.umask(0)
@@ -391,14 +391,7 @@ def load_run(path: str | Path, *, scalars_only: bool = False) -> Run:
     ``scalars_only`` skips the token stamps and texts (returns a :class:`RunScalars`): 3x faster.
     """
     p = Path(path)
-    if not p.exists():
-        raise UserError(f"run file not found: {p}")
-    if p.is_dir():
-        raise UserError(f"run file is a folder: {p}")
-    try:
-        data = p.read_bytes()
-    except OSError as e:
-        raise UserError(f"cannot read {p}: {e.strerror or e}") from None
+    data = read_user_file(p, "run file")
     try:
         # The fast path: pydantic parses and validates in one pass (a 10,000-request run in ~0.4 s).
         run = (RunScalars if scalars_only else Run).model_validate_json(data)

@@ -68,3 +68,29 @@ class DelayedLM(PreTrainedModel, GenerationMixin):
 
     def prepare_inputs_for_generation(self, input_ids, attention_mask=None, **kwargs):
         return {"input_ids": input_ids, "attention_mask": attention_mask}
+
+
+def delayed_benchmark(tokenizer, prefill_ms: float, decode_ms: float, tokens: int):
+    """(model, llmbench Benchmark) for a DelayedLM behind the real tokenizer, warmed up once."""
+    from llmbench.models import LoadedModel, _prepare_generation
+    from llmbench.results import LoadInfo
+    from llmbench.runner import Benchmark, RunOptions
+
+    model = DelayedLM(DelayedConfig(vocab_size=4096, prefill_ms=prefill_ms, decode_ms=decode_ms)).eval()
+    _prepare_generation(model, tokenizer)
+    lm = LoadedModel(
+        model=model,
+        tokenizer=tokenizer,
+        name="delayed",
+        weights="random",
+        source="folder",
+        device="cpu",
+        dtype="float32",
+        dtype_reason="",
+        threads=1,
+        load=LoadInfo(seconds=0),
+        max_positions=None,
+    )
+    bench = Benchmark(lm, RunOptions(max_new_tokens=tokens, ignore_eos=True, warmup=0))
+    bench.measure("warm up", 0, 0)
+    return model, bench
