@@ -9,10 +9,7 @@ import statistics
 
 import pytest
 
-from llmbench.models import LoadedModel, _prepare_generation
-from llmbench.results import LoadInfo
-from llmbench.runner import Benchmark, RunOptions
-from tests.delayed_model import DelayedConfig, DelayedLM
+from tests.delayed_model import delayed_benchmark
 
 P_MS, D_MS, TOKENS = 40.0, 15.0, 12
 
@@ -23,24 +20,7 @@ def tol(ms: float) -> float:
 
 @pytest.fixture(scope="module")
 def delayed(qwen_tokenizer):
-    model = DelayedLM(DelayedConfig(vocab_size=4096, prefill_ms=P_MS, decode_ms=D_MS)).eval()
-    _prepare_generation(model, qwen_tokenizer)
-    lm = LoadedModel(
-        model=model,
-        tokenizer=qwen_tokenizer,
-        name="delayed",
-        weights="random",
-        source="folder",
-        device="cpu",
-        dtype="float32",
-        dtype_reason="",
-        threads=1,
-        load=LoadInfo(seconds=0),
-        max_positions=None,
-    )
-    bench = Benchmark(lm, RunOptions(max_new_tokens=TOKENS, ignore_eos=True, warmup=0))
-    bench.measure("warm up", 0, 0)
-    return model, bench
+    return delayed_benchmark(qwen_tokenizer, P_MS, D_MS, TOKENS)
 
 
 def _request(model, bench):
