@@ -90,7 +90,7 @@ def test_stop_at_eos_can_end_early(tiny, tmp_path):
     run = Benchmark(tiny, RunOptions(max_new_tokens=4, ignore_eos=False, warmup=0)).run(
         load_prompts(prompts), tmp_path / "r.json"
     )
-    assert 1 <= run.requests[0].output_tokens <= 4
+    assert run.requests[0].output_tokens in range(1, 5)
 
 
 def test_interrupt_keeps_finished_requests(tiny, prompt_file, tmp_path):
