@@ -261,6 +261,60 @@ def compare(
     raise typer.Exit(code)
 
 
+@app.command()
+def show(run_file: Annotated[Path, typer.Argument(help="A run JSON.")]) -> None:
+    """The summary table of a saved run."""
+    from llmbench import display
+    from llmbench.results import load_run
+
+    with _user_errors():
+        run = load_run(run_file)
+    for w in run.warnings:
+        display.warn(w)
+    display.out.print(display.summary_table(run))
+
+
+@app.command()
+def export(
+    run_file: Annotated[Path, typer.Argument(help="A run JSON.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="The file to write.")],
+    fmt: Annotated[str, typer.Option("--format", help="csv or parquet.")] = "csv",
+    tokens: Annotated[bool, typer.Option("--tokens", help="One row per token instead of per request.")] = False,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing file.")] = False,
+) -> None:
+    """A tidy table of a run (pandas): one row per request, or per token with --tokens."""
+    from llmbench import export as ex
+    from llmbench.results import load_run, prepare_output
+
+    with _user_errors():
+        if fmt not in ("csv", "parquet"):
+            raise UserError(f"unknown --format '{fmt}'; expected csv or parquet")
+        run = load_run(run_file)
+        path = prepare_output(output, overwrite)
+        rows = ex.export(run, path, fmt, tokens)
+    typer.echo(f"wrote {rows} rows to {path}")
+
+
+@app.command()
+def report(
+    runs: Annotated[list[Path], typer.Argument(help="RUN.json [MORE.json ...]; the first is the base.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="The HTML file to write.")] = Path("report.html"),
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing file.")] = False,
+) -> None:
+    """One self-contained HTML file: tables, token timelines, ITL histogram, TTFT vs prompt length, compare."""
+    from llmbench.report import build_report
+    from llmbench.results import load_run, prepare_output
+
+    with _user_errors():
+        loaded = [(str(p), load_run(p)) for p in runs]
+        for name, run in loaded:
+            if not run.requests:
+                raise UserError(f"{name} has no finished requests: nothing to report")
+        path = prepare_output(output, overwrite)
+        path.write_text(build_report(loaded), encoding="utf-8")
+    typer.echo(f"wrote {path} ({path.stat().st_size / 1024:.0f} KiB)")
+
+
 def _resume_command(path: Path) -> str:
     """This invocation's command line with --resume PATH instead of -o/--overwrite/--resume."""
     import shlex

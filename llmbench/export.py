@@ -1,0 +1,92 @@
+"""Tidy tables of a run for pandas, spreadsheets and notebooks: one row per request, or one per token.
+
+Column names are stable (documented in README, "Exports"); times are float milliseconds, counts int64.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from llmbench.errors import UserError
+from llmbench.results import Run
+from llmbench.stats import decode_tokens_per_s, prefill_tokens_per_s
+
+REQUEST_COLUMNS = [
+    "run_id", "model", "device", "dtype", "prompt_index", "repeat", "session", "prompt_tokens", "output_tokens",
+    "truncated_tokens", "tokenize_ms", "ttft_ms", "tpot_ms", "e2e_ms", "decode_tokens_per_s",
+    "prefill_tokens_per_s", "started_s", "output_token_ids_sha256", "output_text",
+]  # fmt: skip
+TOKEN_COLUMNS = ["run_id", "prompt_index", "repeat", "token_index", "time_ms", "itl_ms"]
+_INTS = ("prompt_index", "repeat", "session", "prompt_tokens", "output_tokens", "truncated_tokens", "token_index")
+
+
+def requests_frame(run: Run) -> pd.DataFrame:
+    """One row per measured request (warmups excluded); ``tpot_ms`` is NaN below 2 tokens."""
+    c = run.config
+    rows = [
+        {
+            "run_id": run.run_id,
+            "model": c.model,
+            "device": c.device,
+            "dtype": c.dtype,
+            "prompt_index": r.prompt_index,
+            "repeat": r.repeat,
+            "session": r.session,
+            "prompt_tokens": r.prompt_tokens,
+            "output_tokens": r.output_tokens,
+            "truncated_tokens": r.truncated_tokens,
+            "tokenize_ms": r.tokenize_ms,
+            "ttft_ms": r.ttft_ms,
+            "tpot_ms": r.tpot_ms,
+            "e2e_ms": r.e2e_ms,
+            "decode_tokens_per_s": decode_tokens_per_s(r),
+            "prefill_tokens_per_s": prefill_tokens_per_s(r),
+            "started_s": r.started_s,
+            "output_token_ids_sha256": r.output_token_ids_sha256,
+            "output_text": r.output_text,
+        }
+        for r in run.requests
+    ]
+    return _typed(pd.DataFrame(rows, columns=REQUEST_COLUMNS))
+
+
+def tokens_frame(run: Run) -> pd.DataFrame:
+    """One row per output token: its stamp (ms since request start) and the gap to the previous token."""
+    rows = []
+    for r in run.requests:
+        prev = None
+        for k, t in enumerate(r.token_times_ms):
+            rows.append((run.run_id, r.prompt_index, r.repeat, k, t, None if prev is None else t - prev))
+            prev = t
+    return _typed(pd.DataFrame(rows, columns=TOKEN_COLUMNS))
+
+
+def _typed(df: pd.DataFrame) -> pd.DataFrame:
+    for col in df.columns:
+        if col in _INTS:
+            df[col] = df[col].astype("int64")
+        elif col.endswith(("_ms", "_per_s", "_s")):
+            df[col] = df[col].astype("float64")
+        else:
+            df[col] = df[col].astype("string")
+    return df
+
+
+def export(run: Run, path: str | Path, fmt: str = "csv", tokens: bool = False) -> int:
+    """Write the request (or token) table to ``path`` as csv or parquet; returns the number of rows."""
+    if fmt not in ("csv", "parquet"):
+        raise UserError(f"unknown --format '{fmt}'; expected csv or parquet")
+    df = tokens_frame(run) if tokens else requests_frame(run)
+    p = Path(path)
+    try:
+        if fmt == "csv":
+            df.to_csv(p, index=False)
+        else:
+            df.to_parquet(p, index=False)
+    except ImportError as e:  # parquet needs pyarrow
+        raise UserError(f"--format parquet needs pyarrow: pip install pyarrow ({e})") from None
+    except OSError as e:
+        raise UserError(f"cannot write {p}: {e.strerror or e}") from None
+    return len(df)

@@ -1,0 +1,221 @@
+"""A self-contained HTML report of one or more runs: tables, and matplotlib figures inlined as SVG.
+
+No scripts, fonts or images are fetched: the file opens offline. The figures show the shape of the wait
+(token timelines, streamed vs all-at-once), the spread of inter-token gaps, TTFT against prompt length
+(with an honest caveat when the sample is too small), and, for several runs, their distributions overlaid
+with compare's verdict.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+import math
+import re
+
+import numpy as np
+
+from llmbench.results import Run, Stats
+
+MAX_TIMELINES = 20  # requests drawn in the timeline; more would be a blur
+MIN_CORRELATION_N = 30  # below this, a correlation over prompts is not claimed
+
+
+def _svg(fig) -> str:
+    import matplotlib.pyplot as plt
+
+    buf = io.StringIO()
+    fig.savefig(
+        buf, format="svg", bbox_inches="tight", metadata={"Creator": None, "Date": None, "Format": None, "Type": None}
+    )
+    plt.close(fig)
+    text = buf.getvalue()
+    text = text[text.index("<svg") :]  # drop the XML declaration and DOCTYPE (a URL): inline SVG needs neither
+    return re.sub(r"<metadata>.*?</metadata>", "", text, flags=re.S)
+
+
+def _figure(width: float = 10.0, height: float = 3.6, ncols: int = 1):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plt.rcParams.update({"svg.fonttype": "none", "font.size": 9, "axes.spines.top": False, "axes.spines.right": False})
+    return plt.subplots(1, ncols, figsize=(width, height))
+
+
+def timeline_svg(run: Run) -> str:
+    """Tokens against time for each request (TTFT marked), and the median request streamed vs all at once."""
+    fig, (ax, ax2) = _figure(ncols=2)
+    reqs = run.requests[:MAX_TIMELINES]
+    for r in reqs:
+        t = np.asarray(r.token_times_ms) / 1000
+        ax.step(t, np.arange(1, len(t) + 1), where="post", lw=0.9, alpha=0.6)
+        ax.plot(t[:1], [1], "o", ms=3, color="black")
+    ax.set_xlabel("seconds since the request was sent")
+    ax.set_ylabel("tokens received")
+    ax.set_title(f"token timeline: {len(reqs)} of {len(run.requests)} requests (dot: first token)")
+    med = sorted(run.requests, key=lambda r: r.e2e_ms)[len(run.requests) // 2]
+    ttft, e2e = med.ttft_ms / 1000, med.e2e_ms / 1000
+    ax2.barh([1], [ttft], color="#d9d9d9", label="waiting, nothing on screen")
+    ax2.barh([1], [e2e - ttft], left=[ttft], color="#4c9be8", label="text appearing, token by token")
+    ax2.barh([0], [e2e], color="#d9d9d9")
+    ax2.plot([e2e], [0], "s", color="#e8684c", label="whole answer at once")
+    ax2.set_yticks([0, 1], ["all at once", "streamed"])
+    ax2.set_xlabel("seconds")
+    ax2.set_title(f"median request: first text at {ttft:.2f} s, not {e2e:.2f} s")
+    ax2.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=3, fontsize=7, frameon=False)
+    return _svg(fig)
+
+
+def itl_svg(runs: list[tuple[str, Run]]) -> str:
+    """Histogram of every gap between consecutive tokens (pooled over requests), one outline per run."""
+    fig, ax = _figure(height=3.0)
+    for name, run in runs:
+        gaps = np.concatenate([np.diff(r.token_times_ms) for r in run.requests if r.output_tokens > 1] or [[]])
+        if gaps.size:
+            ax.hist(
+                gaps, bins=60, histtype="step", lw=1.2, label=f"{name} (n={gaps.size}, median {np.median(gaps):.1f} ms)"
+            )
+    ax.set_xlabel("inter-token latency, ms (every gap between consecutive tokens)")
+    ax.set_ylabel("gaps")
+    ax.legend(fontsize=7, frameon=False)
+    return _svg(fig)
+
+
+def correlation_caveat(x: np.ndarray, y: np.ndarray) -> str:
+    """Spearman's rho with a 95% interval (Fisher z), and whether the sample can support a claim."""
+    from scipy import stats
+
+    n = len(x)
+    if n < 4 or np.ptp(x) == 0 or np.ptp(y) == 0:
+        return f"n = {n} requests{' with one prompt length' if n >= 4 else ''}: no correlation can be estimated."
+    rho = float(stats.spearmanr(x, y).statistic)
+    z, se = math.atanh(max(min(rho, 0.999999), -0.999999)), 1.06 / math.sqrt(n - 3)
+    low, high = math.tanh(z - 1.96 * se), math.tanh(z + 1.96 * se)
+    text = f"Spearman's rho = {rho:+.2f} (95% CI {low:+.2f} to {high:+.2f}, n = {n} requests)."
+    if n < MIN_CORRELATION_N or low <= 0 <= high:
+        text += (
+            " Too few requests, or too wide an interval, to claim that prompt length drives TTFT: "
+            "the seed's 20 prompts could not, and neither can this sample."
+        )
+    return text
+
+
+def ttft_vs_prompt_svg(runs: list[tuple[str, Run]]) -> tuple[str, list[str]]:
+    """TTFT against prompt tokens, one colour per run; returns the SVG and one caveat line per run."""
+    fig, ax = _figure(height=3.2)
+    caveats = []
+    for name, run in runs:
+        x = np.array([r.prompt_tokens for r in run.requests], dtype=float)
+        y = np.array([r.ttft_ms for r in run.requests], dtype=float)
+        ax.plot(x, y, "o", ms=3.5, alpha=0.7, label=name)
+        caveats.append(f"{name}: {correlation_caveat(x, y)}")
+    ax.set_xlabel("prompt tokens (after the chat template)")
+    ax.set_ylabel("TTFT, ms")
+    ax.legend(fontsize=7, frameon=False)
+    return _svg(fig), caveats
+
+
+def distributions_svg(runs: list[tuple[str, Run]]) -> str:
+    """Empirical CDFs of TTFT and TPOT per run, overlaid."""
+    fig, axes = _figure(ncols=2, height=3.2)
+    for ax, metric in zip(axes, ("ttft_ms", "tpot_ms"), strict=True):
+        for name, run in runs:
+            v = np.sort([getattr(r, metric) for r in run.requests if getattr(r, metric) is not None])
+            if v.size:
+                ax.step(v, np.arange(1, v.size + 1) / v.size, where="post", label=name)
+        ax.set_xlabel(metric.replace("_ms", "").upper() + ", ms")
+        ax.set_ylabel("share of requests at or below")
+        ax.legend(fontsize=7, frameon=False)
+    return _svg(fig)
+
+
+def _stats_cells(s: Stats | None, digits: int) -> str:
+    if s is None:
+        return "<td>-</td>" * 4
+    return "".join(f"<td>{getattr(s, k):.{digits}f}</td>" for k in ("mean", "p50", "p90", "max"))
+
+
+def summary_html(name: str, run: Run) -> str:
+    """The summary table of one run, with its setup and warnings."""
+    c, s = run.config, run.summary
+    rows = ""
+    if s is not None:
+        for label, st, d in (
+            ("TTFT (ms)", s.ttft_ms, 1),
+            ("TPOT (ms)", s.tpot_ms, 2),
+            ("E2E (ms)", s.e2e_ms, 1),
+            ("output tokens", s.output_tokens, 1),
+            ("decode tokens/s", s.decode_tokens_per_s, 2),
+            ("prefill tokens/s", s.prefill_tokens_per_s, 1),
+        ):
+            rows += f"<tr><th>{label}</th>{_stats_cells(st, d)}</tr>"
+    roof = ""
+    if s is not None and s.tpot_bound_ms is not None and s.tpot_efficiency is not None:
+        roof = (
+            f"<p>Roofline: TPOT cannot beat {s.tpot_bound_ms:.1f} ms (weights / "
+            f"{s.roofline_mem_read_gbps:.1f} GB/s); efficiency {s.tpot_efficiency:.2f}.</p>"
+        )
+    warnings = "".join(f"<p class=warn>{html.escape(w)}</p>" for w in run.warnings)
+    return (
+        f"<h2>{html.escape(name)}</h2>{warnings}"
+        f"<p>{html.escape(c.model)} · {c.weights} weights · {c.device} · {c.dtype} · {c.threads} threads · "
+        f"max_new_tokens {c.max_new_tokens} · {len(run.requests)} requests · "
+        f"{'complete' if run.complete else 'INCOMPLETE'} · {html.escape(run.created_at)}</p>"
+        f"<table><tr><th></th><th>mean</th><th>p50</th><th>p90</th><th>max</th></tr>{rows}</table>{roof}"
+    )
+
+
+def verdicts_html(runs: list[tuple[str, Run]]) -> str:
+    """compare's mean rows for each run against the first."""
+    from llmbench.compare import compare_runs
+
+    out = ""
+    base_name, base = runs[0]
+    for name, run in runs[1:]:
+        comp = compare_runs(base, run, base_name=base_name, new_name=name)
+        rows = "".join(
+            f"<tr><th>{r.metric}</th><td>{r.base:.2f}</td><td>{r.new:.2f}</td><td>{r.change_pct:+.1f}%</td>"
+            f"<td>{r.ci_low_pct:+.1f}% .. {r.ci_high_pct:+.1f}%</td><td>{r.verdict}</td></tr>"
+            for r in comp.rows
+            if r.stat == "mean"
+        )
+        notes = "".join(f"<li>{html.escape(n.metric)}: {html.escape(n.explanation)}</li>" for n in comp.machine)
+        diffs = "".join(f"<li>setup differs: {html.escape(f'{k}: {b} -> {n}')}</li>" for k, b, n in comp.config_diffs)
+        out += (
+            f"<h3>{html.escape(base_name)} → {html.escape(name)}"
+            f" ({'paired' if comp.paired else 'unpaired'})</h3><ul>{diffs}{notes}</ul>"
+            "<table><tr><th>mean of</th><th>base</th><th>new</th><th>change</th><th>95% CI</th><th>verdict</th>"
+            f"</tr>{rows}</table>"
+        )
+    return out
+
+
+CSS = """body{font-family:system-ui,sans-serif;max-width:1000px;margin:2em auto;color:#222;padding:0 1em}
+table{border-collapse:collapse;margin:.5em 0}td,th{padding:.2em .7em;text-align:right;border-bottom:1px solid #ddd}
+th:first-child{text-align:left}.warn{color:#b00;font-weight:bold}.caveat{color:#555;font-style:italic}
+svg{max-width:100%;height:auto}"""
+
+
+def build_report(runs: list[tuple[str, Run]]) -> str:
+    """The whole HTML document for ``runs`` ((name, run) pairs; the first is the base of comparisons)."""
+    parts = [
+        f"<!doctype html><html lang=en><head><meta charset=utf-8><title>llmbench report</title>"
+        f"<style>{CSS}</style></head><body><h1>llmbench report</h1>"
+    ]
+    parts.append(
+        "<p>TTFT: time to the first token. TPOT: (last - first token) / (tokens - 1) per request. "
+        "ITL: every gap between consecutive tokens. E2E: the request's last token.</p>"
+    )
+    for name, run in runs:
+        parts.append(summary_html(name, run))
+        parts.append(timeline_svg(run))
+    parts.append("<h2>Inter-token latency</h2>" + itl_svg(runs))
+    svg, caveats = ttft_vs_prompt_svg(runs)
+    parts.append("<h2>TTFT against prompt length</h2>" + svg)
+    parts += [f"<p class=caveat>{html.escape(c)}</p>" for c in caveats]
+    if len(runs) > 1:
+        parts.append("<h2>Distributions and compare's verdict</h2>" + distributions_svg(runs) + verdicts_html(runs))
+    parts.append("</body></html>")
+    return "\n".join(parts)
