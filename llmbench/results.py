@@ -392,6 +392,8 @@ def load_run(path: str | Path, *, scalars_only: bool = False) -> Run:
     """
     p = Path(path)
     data = read_user_file(p, "run file")
+    if scalars_only and journal_path(p).is_file():
+        scalars_only = False  # a killed run: read it whole so its journal can be merged
     try:
         # The fast path: pydantic parses and validates in one pass (a 10,000-request run in ~0.4 s).
         run = (RunScalars if scalars_only else Run).model_validate_json(data)

@@ -70,3 +70,23 @@ def test_prepare_output(tmp_path):
         prepare_output(existing / "sub" / "r.json", overwrite=False)
     with pytest.raises(UserError, match="is a folder"):
         prepare_output(tmp_path, overwrite=False)
+
+
+def test_a_killed_runs_journal_is_merged_and_a_torn_line_dropped(tmp_path):
+    from llmbench.results import journal_path
+
+    run = synthetic_run(n=5)
+    last = run.requests.pop()
+    p = tmp_path / "r.json"
+    save_run(run, p)
+    journal_path(p).write_bytes(
+        run.requests[0].model_dump_json().encode()
+        + b"\n"  # already in the JSON
+        + last.model_dump_json().encode()
+        + b"\n"
+        + b'{"prompt_index": 9, "rep'
+    )  # torn
+    for scalars_only in (False, True):
+        back = load_run(p, scalars_only=scalars_only)
+        assert [r.prompt_index for r in back.requests] == [0, 1, 2, 3, 4]
+    assert load_run(p).summary.requests == 5
