@@ -56,6 +56,17 @@ def run_progress(total: int, warmup: int, quiet: bool = False):
         yield on_warmup, on_request
 
 
+# (label, Summary field, decimals): the rows of every summary table, terminal and HTML
+SUMMARY_ROWS = (
+    ("TTFT (ms)", "ttft_ms", 1),
+    ("TPOT (ms)", "tpot_ms", 2),
+    ("output tokens", "output_tokens", 1),
+    ("E2E, total (ms)", "e2e_ms", 1),
+    ("decode tokens/s", "decode_tokens_per_s", 2),
+    ("prefill tokens/s", "prefill_tokens_per_s", 1),
+)
+
+
 def _fmt(s: Stats | None, key: str, digits: int = 1) -> str:
     if s is None:
         return "-"
@@ -73,14 +84,7 @@ def summary_table(run: Run) -> Table:
         table.add_column(col, justify="right")
     if s is None:
         return table
-    rows = [
-        ("TTFT (ms)", s.ttft_ms, 1),
-        ("TPOT (ms)", s.tpot_ms, 2),
-        ("output tokens", s.output_tokens, 1),
-        ("E2E, total (ms)", s.e2e_ms, 1),
-        ("decode tokens/s", s.decode_tokens_per_s, 2),
-        ("prefill tokens/s", s.prefill_tokens_per_s, 1),
-    ]
+    rows = [(label, getattr(s, key), digits) for label, key, digits in SUMMARY_ROWS]
     for label, stats, digits in rows:
         table.add_row(label, *(_fmt(stats, k, digits) for k in ("mean", "p50", "p90", "min", "max")))
     caption = f"{s.requests} requests" + ("" if run.complete else " (incomplete run)")

@@ -15,6 +15,7 @@ import re
 
 import numpy as np
 
+from llmbench.display import SUMMARY_ROWS
 from llmbench.results import Run, Stats
 
 MAX_TIMELINES = 20  # requests drawn in the timeline; more would be a blur
@@ -142,15 +143,8 @@ def summary_html(name: str, run: Run) -> str:
     c, s = run.config, run.summary
     rows = ""
     if s is not None:
-        for label, st, d in (
-            ("TTFT (ms)", s.ttft_ms, 1),
-            ("TPOT (ms)", s.tpot_ms, 2),
-            ("E2E (ms)", s.e2e_ms, 1),
-            ("output tokens", s.output_tokens, 1),
-            ("decode tokens/s", s.decode_tokens_per_s, 2),
-            ("prefill tokens/s", s.prefill_tokens_per_s, 1),
-        ):
-            rows += f"<tr><th>{label}</th>{_stats_cells(st, d)}</tr>"
+        for label, key, digits in SUMMARY_ROWS:
+            rows += f"<tr><th>{label}</th>{_stats_cells(getattr(s, key), digits)}</tr>"
     roof = ""
     if s is not None and s.tpot_bound_ms is not None and s.tpot_efficiency is not None:
         roof = (

@@ -338,13 +338,12 @@ class Benchmark:
         raised. Saving goes through :class:`RunWriter` (journal + geometric snapshots: O(n) in all).
         """
         self.check_prompts(prompts)
+        fresh = self.new_run(prompts)
         if resume is not None:
-            check_resumable(resume, output, self.new_run(prompts).config.model_dump())
-        run = resume if resume is not None else self.new_run(prompts)
+            check_resumable(resume, output, fresh.config.model_dump())
+        run = resume if resume is not None else fresh
         session = len(run.sessions)
-        run.sessions.append(
-            Session(started_at=_now(), environment=envinfo.collect(self.loaded.device), load=self.loaded.load)
-        )
+        run.sessions.append(Session(started_at=_now(), environment=fresh.environment, load=self.loaded.load))
         done = {(r.prompt_index, r.repeat) for r in run.requests}
         todo = [
             (i, rep) for rep in range(self.options.repeats) for i in range(len(prompts.prompts)) if (i, rep) not in done
@@ -402,10 +401,11 @@ class Benchmark:
             writer.close(run)
             raise RunInterrupted(run, output, stop.signal)
         run.complete = len({(r.prompt_index, r.repeat) for r in run.requests}) == total
-        if run.machine and (run.machine.swap_in_bytes or run.machine.swap_out_bytes):
+        m = run.machine
+        if m and (m.swap_in_bytes or m.swap_out_bytes or m.process_swap_bytes):
             run.warnings.append(
-                f"the machine swapped during the run (in {run.machine.swap_in_bytes} B, out "
-                f"{run.machine.swap_out_bytes} B): timings include waiting on disk"
+                f"the machine swapped during the run (in {m.swap_in_bytes} B, out {m.swap_out_bytes} B; this "
+                f"process has {m.process_swap_bytes} B in swap): timings include waiting on disk"
             )
         writer.close(run)
         return run

@@ -4,6 +4,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 from typer.testing import CliRunner
 
 from llmbench.cli import app, main
@@ -93,7 +94,11 @@ def test_default_output_goes_to_results(tiny_model_dir, prompt_file, tmp_path):
 @pytest.mark.parametrize(
     ("args", "match"),
     [
-        (["--device", "cuda"], "no CUDA device"),
+        pytest.param(
+            ["--device", "cuda"],
+            "no CUDA device",
+            marks=pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is present here"),
+        ),
         (["--dtype", "float8"], "unknown --dtype"),
         (["--device", "tpu"], "unknown --device"),
         (["--max-new-tokens", "0"], "--max-new-tokens must be at least 1"),
@@ -109,11 +114,6 @@ def test_default_output_goes_to_results(tiny_model_dir, prompt_file, tmp_path):
     ],
 )
 def test_bad_inputs_exit_2_with_one_line(cli, prompt_file, args, match, tmp_path):
-    if "cuda" in args:
-        import torch
-
-        if torch.cuda.is_available():
-            pytest.skip("CUDA is present here")
     r = cli("run", str(prompt_file), "-o", str(tmp_path / "r.json"), *args)
     assert r.returncode == 2, r.stderr
     lines = r.stderr.strip().splitlines()

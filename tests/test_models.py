@@ -15,9 +15,8 @@ DISK_MAP = {
 }
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA; the refusal is for machines without")
 def test_cuda_without_cuda_is_a_user_error():
-    if torch.cuda.is_available():
-        pytest.skip("this machine has CUDA; the refusal is for machines without it")
     with pytest.raises(UserError, match="no CUDA device"):
         models.resolve_device("cuda")
     with pytest.raises(UserError, match="no CUDA device"):
