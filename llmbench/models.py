@@ -262,8 +262,6 @@ def hub_snapshot(repo_id: str, *, config_only: bool) -> Path:
 
 def check_weight_files(folder: Path, allow_pickle: bool) -> None:
     """A folder must hold safetensors weights; pickle-only weights need --allow-pickle (pickle runs code)."""
-    if not (folder / "config.json").is_file():
-        raise UserError(f"{folder} has no config.json: not a transformers model folder")
     if any(folder.glob("*.safetensors")):
         return
     pickles = sorted(p.name for p in chain(folder.glob("*.bin"), folder.glob("*.pt"), folder.glob("*.pth")))
@@ -405,7 +403,6 @@ def load_model(spec: ModelSpec) -> LoadedModel:
     weights_bytes = n_params * torch.tensor([], dtype=dtype).element_size()
     check_fits(weights_bytes, device, spec.allow_offload or spec.device_map is not None)
 
-    device_map_used: Any = None
     if spec.weights == "random":
         if spec.device_map is not None:
             warnings.append("--device-map is ignored with --weights random: the weights are built on the device")
@@ -414,8 +411,9 @@ def load_model(spec: ModelSpec) -> LoadedModel:
     else:
         if source == "folder" or source == "hub":
             check_weight_files(folder, spec.allow_pickle)
-        device_map_used = _device_map_arg(spec.device_map, device)
-        kwargs: dict[str, Any] = dict(dtype=dtype, device_map=device_map_used, **gguf, **remote)
+        kwargs: dict[str, Any] = dict(
+            dtype=dtype, device_map=_device_map_arg(spec.device_map, device), **gguf, **remote
+        )
         if source != "gguf":
             kwargs["use_safetensors"] = not spec.allow_pickle or any(folder.glob("*.safetensors"))
         if spec.device_map is not None:
