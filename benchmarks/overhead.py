@@ -40,7 +40,7 @@ def main() -> None:
 
     from llmbench.models import ModelSpec, load_model
     from llmbench.prompts import load_prompts
-    from llmbench.runner import Benchmark, RunOptions
+    from llmbench.runner import Benchmark, RunOptions, _StopFlag
 
     lm = load_model(
         ModelSpec(model=args.model, weights=args.weights, device=args.device, dtype=args.dtype, threads=args.threads)
@@ -83,7 +83,8 @@ def main() -> None:
         k: [] for k in ("bare_ttft", "bare_tpot", "lb_ttft", "lb_tpot", "seed_ttft", "seed_tpot", "seed_chunks")
     }
     bare(n)  # warm every path once, unmeasured
-    bench.measure(prompt, 0, 0)
+    stop = _StopFlag()  # the interrupt check `llmbench run` adds to every step: part of the timed path
+    bench.measure(prompt, 0, 0, stop=stop)
     seed_path()
     for r in range(args.rounds):
         order = [0, 1, 2][r % 3 :] + [0, 1, 2][: r % 3]  # rotate which path goes first
@@ -93,7 +94,7 @@ def main() -> None:
                 rows["bare_ttft"].append(t1)
                 rows["bare_tpot"].append((tn - t1) / (n - 1))
             elif which == 1:
-                res = bench.measure(prompt, 0, 0)
+                res = bench.measure(prompt, 0, 0, stop=stop)
                 rows["lb_ttft"].append(res.ttft_ms)
                 rows["lb_tpot"].append(res.tpot_ms)
             else:
