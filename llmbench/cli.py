@@ -124,6 +124,20 @@ def run(
             "--truncate", help="Cut prompts longer than the context (keeping their end) instead of refusing them."
         ),
     ] = False,
+    attn: Annotated[
+        Optional[str], typer.Option(help="Attention kernel: eager, sdpa, ... (default: the model's).")
+    ] = None,
+    cache: Annotated[str, typer.Option(help="KV cache: dynamic or static (preallocated).")] = "dynamic",
+    compile_: Annotated[
+        bool,
+        typer.Option(
+            "--compile",
+            help="torch.compile the decode step (implies --cache static); compile time is reported on its own.",
+        ),
+    ] = False,
+    quantize: Annotated[
+        Optional[str], typer.Option(help="int8: dynamic int8 weights for every linear layer (CPU, float32).")
+    ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
 ) -> None:
     """Stream every prompt through a model in this process, stamp every token, write a run JSON."""
@@ -144,6 +158,8 @@ def run(
             system_prompt=system_prompt,
             chat_template=not no_chat_template,
             truncate=truncate,
+            cache="static" if compile_ else cache,
+            compile=compile_,
         )
         options.validate()
         spec = models.ModelSpec(
@@ -156,6 +172,8 @@ def run(
             allow_offload=allow_offload,
             allow_pickle=allow_pickle,
             trust_remote_code=trust_remote_code,
+            attn=attn,
+            quantize=None if quantize in (None, "none") else quantize,
         )
         resolved = spec.validate()  # bad --device/--dtype/--threads/--weights fail now, not after loading
         previous = None
@@ -200,10 +218,111 @@ def run(
                 soft_wrap=True,
             )
             raise typer.Exit(e.exit_code) from None
+    if result.load and result.load.compile_s is not None:
+        display.info(f"compiled in {result.load.compile_s:.1f} s, before the first request (load.compile_s)")
     for w in result.warnings[len(loaded.warnings) :]:
         display.warn(w)
     display.out.print(display.summary_table(result))
     display.out.print(f"wrote {path}")
+
+
+@app.command()
+def sweep(
+    prompts: Annotated[Path, typer.Argument(help="Prompt file (as for run).")],
+    dtype: Annotated[str, typer.Option(help="Comma-separated dtypes: float32,bfloat16,float16.")] = "float32,bfloat16",
+    threads: Annotated[
+        Optional[str], typer.Option(help="Comma-separated thread counts, e.g. 1,2 (default: torch's choice).")
+    ] = None,
+    attn: Annotated[Optional[str], typer.Option(help="Comma-separated attention kernels, e.g. eager,sdpa.")] = None,
+    cache: Annotated[str, typer.Option(help="Comma-separated KV caches: dynamic,static.")] = "dynamic",
+    compile_: Annotated[
+        bool, typer.Option("--compile", help="Also sweep torch.compile'd decoding (static cache) of each setup.")
+    ] = False,
+    quantize: Annotated[str, typer.Option(help="Comma-separated: none,int8 (int8 with float32 only).")] = "none",
+    model: Annotated[
+        str, typer.Option("--model", "-m", help="Hub id, local folder or .gguf file.")
+    ] = "Qwen/Qwen2.5-0.5B-Instruct",
+    weights: Annotated[str, typer.Option(help="pretrained or random.")] = "pretrained",
+    device: Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:N or mps.")] = "auto",
+    max_new_tokens: Annotated[int, typer.Option(help="Tokens to generate per request at most.")] = 64,
+    ignore_eos: Annotated[
+        Optional[bool],
+        typer.Option("--ignore-eos/--stop-at-eos", help="Generate exactly --max-new-tokens. Default: on with random."),
+    ] = None,
+    warmup: Annotated[int, typer.Option(help="Unmeasured requests per setup before the rounds.")] = 1,
+    rounds: Annotated[int, typer.Option(help="Rounds; each runs every setup once over all prompts.")] = 3,
+    system_prompt: Annotated[Optional[str], typer.Option(help="System message for every prompt.")] = None,
+    no_chat_template: Annotated[bool, typer.Option("--no-chat-template", help="Send the raw prompt text.")] = False,
+    trust_remote_code: Annotated[bool, typer.Option("--trust-remote-code", help="Run the repo's own code.")] = False,
+    output: Annotated[
+        Optional[Path],
+        typer.Option("--output", "-o", help="Folder for the runs and sweep.json (default: results/sweep-<time>)."),
+    ] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+) -> None:
+    """Find the fastest setup: every combination of dtype, threads, attention, cache, compile and quantization,
+    measured in interleaved rounds; TTFT and TPOT ranked apart."""
+    from llmbench import display, models, runner
+    from llmbench import sweep as sw
+    from llmbench.prompts import load_prompts
+
+    with _user_errors():
+        prompt_set = load_prompts(prompts)
+        if "auto" in sw.split_list(dtype, "--dtype"):
+            raise UserError("--dtype auto has no place in a sweep: list the dtypes to compare")
+        dtypes = [models.resolve_dtype(d, "cpu", probe=False)[0] for d in sw.split_list(dtype, "--dtype")]
+        thread_list = [_int_list_item(t, "--threads") for t in sw.split_list(threads, "--threads")] or [
+            models.configure_threads(None)
+        ]
+        attns = sw.split_list(attn, "--attn") or [None]
+        caches = sw.split_list(cache, "--cache")
+        quants = [None if q == "none" else q for q in sw.split_list(quantize, "--quantize")]
+        options = runner.RunOptions(
+            max_new_tokens=max_new_tokens,
+            ignore_eos=(weights == "random") if ignore_eos is None else ignore_eos,
+            warmup=warmup,
+            repeats=rounds,
+            system_prompt=system_prompt,
+            chat_template=not no_chat_template,
+        )
+        if rounds < 1:
+            raise UserError(f"--rounds must be at least 1, not {rounds}")
+        setups, skipped = sw.expand(dtypes, thread_list, attns, caches, [False, True] if compile_ else [False], quants)
+        spec = models.ModelSpec(model=model, weights=weights, device=device, trust_remote_code=trust_remote_code)
+        for s in setups:  # every knob checked before any model loads
+            runner.RunOptions(**{**options.__dict__, "cache": s.cache, "compile": s.compile}).validate()
+            models.ModelSpec(
+                **{**spec.__dict__, "dtype": s.dtype, "threads": s.threads, "attn": s.attn, "quantize": s.quantize}
+            ).validate()
+        for why in skipped:
+            display.warn(f"left out {why}")
+        out_dir = sw.prepare_dir(output)
+        sweep_ = sw.Sweep(setups, spec, options, out_dir, on_status=display.info)
+        display.info(f"{len(setups)} setups x {rounds} rounds x {len(prompt_set.prompts)} prompts -> {out_dir}")
+        sweep_.load(prompt_set)
+        total = len(setups) * rounds * len(prompt_set.prompts)
+        try:
+            with display.run_progress(total, 0, quiet) as (_, on_request):
+                record = sweep_.run(prompt_set, on_request=lambda e, done, n: on_request(e.run.requests[-1], done, n))
+        except runner.RunInterrupted as e:
+            display.err.print(f"interrupted by {e.signal_name}: finished requests saved in {out_dir}")
+            raise typer.Exit(e.exit_code) from None
+    for e in sweep_.entries:
+        for w in e.run.warnings:
+            if not w.startswith("RANDOM WEIGHTS"):
+                display.warn(f"{e.setup.label()}: {w}")
+    for t in display.sweep_tables(record):
+        display.out.print(t, width=max(display.out.width, 100))  # setups don't wrap, even in a CI log
+    for line in display.sweep_verdicts(record):
+        display.out.print(line, soft_wrap=True)
+    display.out.print(f"wrote {out_dir / 'sweep.json'} and {len(setups)} run files")
+
+
+def _int_list_item(text: str, option: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise UserError(f"{option}: '{text}' is not a whole number") from None
 
 
 @app.command()

@@ -41,6 +41,10 @@ CONFIG_KEYS = (
     "sampling",
     "chat_template",
     "system_prompt",
+    "attn_implementation",
+    "cache_implementation",
+    "compile",
+    "quantization",
 )
 ENV_KEYS = ("python", "torch", "transformers", "platform", "cpu_model", "cpu_count", "gpu")
 # which probe bounds which metric: decoding reads every weight per token, prefill is matmul-bound

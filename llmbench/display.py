@@ -200,3 +200,60 @@ def comparison_markdown(comp) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", *[f"- {x}" for x in tail]]
     return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------- sweep
+
+
+def sweep_tables(record: dict) -> list[Table]:
+    """Two tables of a sweep: sorted by TPOT and by TTFT; the best of each and the Pareto setups marked."""
+    rows = record["results"]
+    front = set(record.get("pareto", []))
+    best = {m: (b or {}).get("label") for m, b in record.get("best", {}).items()}
+    tables = []
+    compiled = any(r.get("compile") for r in rows)
+    for metric, title in (("tpot_ms", "by TPOT (decoding)"), ("ttft_ms", "by TTFT (first token)")):
+        key = f"{metric}_mean"
+        ordered = sorted(rows, key=lambda r: (r[key] is None, r[key] or 0.0))
+        t = Table(title=f"sweep {title}", title_justify="left", box=box.SIMPLE_HEAD)
+        t.add_column("setup", no_wrap=True)
+        for col in ("TPOT ms", "TTFT ms", "efficiency") + (("compile s",) if compiled else ()):
+            t.add_column(col, justify="right")
+        t.add_column("", no_wrap=True)
+        for r in ordered:
+            marks = []
+            if r["label"] == best.get(metric):
+                marks.append(f"best {'TPOT' if metric == 'tpot_ms' else 'TTFT'}")
+            if r["label"] in front:
+                marks.append("pareto")
+            t.add_row(
+                r["label"],
+                _num(r["tpot_ms_mean"]),
+                _num(r["ttft_ms_mean"], 1),
+                _num(r["tpot_efficiency"]),
+                *((_num(r["compile_s"], 1),) if compiled else ()),
+                ", ".join(marks),
+            )
+        tables.append(t)
+    return tables
+
+
+def sweep_verdicts(record: dict) -> list[str]:
+    """One line per metric: the best setup and whether it beats the runner-up beyond noise."""
+    lines = []
+    for metric, name in (("tpot_ms", "TPOT"), ("ttft_ms", "TTFT")):
+        b = record["best"].get(metric)
+        if not b:
+            continue
+        m = record.get("best_margin", {}).get(metric)
+        if m:
+            sure = "beyond noise" if m["significant"] else "within noise: not a clear winner"
+            lines.append(
+                f"best {name}: {b['label']} (runner-up {m['runner_up']} is {m['runner_up_slower_pct']:+.1f}% "
+                f"[{m['ci95_low_pct']:+.1f}, {m['ci95_high_pct']:+.1f}], {sure})"
+            )
+        else:
+            lines.append(f"best {name}: {b['label']}")
+    if record.get("pareto"):
+        lines.append("no other setup beats on both: " + "; ".join(record["pareto"]))
+    return lines

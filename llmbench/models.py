@@ -31,6 +31,8 @@ from llmbench.envinfo import cpu_flags
 from llmbench.errors import UserError
 from llmbench.results import LoadInfo, Offload
 
+ATTN_IMPLEMENTATIONS = ("eager", "sdpa", "flash_attention_2", "flex_attention")
+QUANTIZATIONS = ("int8",)
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 _DTYPE_ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "half": "float16", "float": "float32"}
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*(/[\w.\-]+)?$")
@@ -55,17 +57,23 @@ class ModelSpec:
     allow_offload: bool = False
     allow_pickle: bool = False
     trust_remote_code: bool = False
+    attn: str | None = None  # attention kernel: eager, sdpa, ... (None: transformers' default)
+    quantize: str | None = None  # "int8": dynamic int8 weights for every nn.Linear (CPU, float32 activations)
 
     def validate(self) -> str:
         """Check the cheap things before any slow work; return the resolved device."""
         if self.weights not in ("pretrained", "random"):
             raise UserError(f"unknown --weights '{self.weights}'; expected pretrained or random")
+        if self.attn is not None and self.attn not in ATTN_IMPLEMENTATIONS:
+            raise UserError(f"unknown --attn '{self.attn}'; expected {', '.join(ATTN_IMPLEMENTATIONS)}")
         if self.threads is not None and self.threads < 1:
             raise UserError(f"--threads must be at least 1, not {self.threads}")
         device = resolve_device(self.device)
         resolve_dtype(self.dtype, device, probe=False)
         classify_source(self.model, self.weights)
         _device_map_arg(self.device_map, device)
+        if self.quantize is not None:
+            check_quantize(self.quantize, device, resolve_dtype(self.dtype, device, probe=False)[0])
         return device
 
 
@@ -85,6 +93,7 @@ class LoadedModel:
     load: LoadInfo
     max_positions: int | None
     warnings: list[str] = field(default_factory=list)
+    quantization: str | None = None  # "int8" when the linears were quantized
 
 
 # ---------------------------------------------------------------------------------------------- device/dtype
@@ -364,7 +373,10 @@ def load_model(spec: ModelSpec) -> LoadedModel:
 
     device = spec.validate()
     threads = configure_threads(spec.threads)  # before the dtype probe: it runs on these threads
-    dtype_name, dtype_reason = resolve_dtype(spec.dtype, device)
+    if spec.quantize is not None:
+        dtype_name, dtype_reason = "float32", f"{spec.quantize} weights compute in float32 (dynamic quantization)"
+    else:
+        dtype_name, dtype_reason = resolve_dtype(spec.dtype, device)
     dtype = DTYPES[dtype_name]
     warnings = dtype_warnings(dtype_name, device)
     source, path = classify_source(spec.model, spec.weights)
@@ -425,7 +437,14 @@ def load_model(spec: ModelSpec) -> LoadedModel:
         except Exception as e:  # a corrupt safetensors/GGUF file surfaces as its library's own error type
             raise UserError(f"cannot load the weights of {spec.model}: {_first_line(e)}") from None
     model.eval()
+    if spec.attn is not None:
+        set_attention(model, spec.attn)
     seconds = time.perf_counter() - t0
+    quantize_s = None
+    if spec.quantize is not None:
+        t1 = time.perf_counter()
+        model = quantize_int8(model)
+        quantize_s = round(time.perf_counter() - t1, 3)
 
     off = find_offload(model, device)
     offloaded = bool(off.disk or off.cpu or off.meta)
@@ -445,6 +464,7 @@ def load_model(spec: ModelSpec) -> LoadedModel:
         parameters=n_params,
         weights_bytes=weights_bytes,
         decode_weight_bytes=decode_weight_bytes(model),
+        quantize_s=quantize_s,
     )
     _prepare_generation(model, tokenizer)
     return LoadedModel(
@@ -460,12 +480,14 @@ def load_model(spec: ModelSpec) -> LoadedModel:
         load=load,
         max_positions=getattr(config, "max_position_embeddings", None),
         warnings=warnings,
+        quantization=spec.quantize,
     )
 
 
 def decode_weight_bytes(model) -> int:
     """Bytes of weights one decode step reads: every parameter once (tied embeddings are one tensor), except
-    an untied input embedding, of which a step gathers a single row."""
+    an untied input embedding, of which a step gathers a single row. Int8-quantized linears count their packed
+    int8 weight (they hold it outside ``parameters()``)."""
     seen: set[int] = set()
     total = 0
     for p in model.parameters():
@@ -474,9 +496,51 @@ def decode_weight_bytes(model) -> int:
             total += p.numel() * p.element_size()
     emb = model.get_input_embeddings()
     out = model.get_output_embeddings()
-    if emb is not None and (out is None or out.weight is not emb.weight):
+    out_weight = getattr(out, "weight", None)
+    if emb is not None and (out is None or out_weight is not emb.weight):
         total -= emb.weight.numel() * emb.weight.element_size()
+    for m in model.modules():
+        if _is_dynamic_int8(m):
+            w = m.weight()
+            total += w.numel() * w.element_size() + (m.bias().numel() * 4 if m.bias() is not None else 0)
     return total
+
+
+def set_attention(model, attn: str) -> None:
+    """Switch the attention kernel of a loaded model (transformers' ``set_attn_implementation``)."""
+    try:
+        model.set_attn_implementation(attn)
+    except (ValueError, ImportError) as e:  # a kernel this model or machine lacks (flash-attn not installed...)
+        raise UserError(f"--attn {attn}: {_first_line(e)}") from None
+
+
+def check_quantize(quantize: str, device: str, dtype: str) -> None:
+    """UserError unless ``quantize`` can run here: int8 is torch's dynamic quantization, CPU and float32 only."""
+    if quantize not in QUANTIZATIONS:
+        raise UserError(f"unknown --quantize '{quantize}'; expected none or {', '.join(QUANTIZATIONS)}")
+    if device != "cpu":
+        raise UserError(f"--quantize int8 runs on the CPU only (torch dynamic quantization), not on {device}")
+    if dtype != "float32":  # resolve_dtype(probe=False) maps auto on a CPU to float32
+        raise UserError(f"--quantize int8 computes in float32: use --dtype float32 (or auto), not {dtype}")
+
+
+def quantize_int8(model):
+    """Every ``nn.Linear`` with int8 weights and float32 activations quantized per call (torch's dynamic
+    quantization, fbgemm/x86 kernels). A decode step then reads a quarter of the float32 weight bytes."""
+    import warnings
+
+    if next(model.parameters()).dtype != torch.float32:
+        model = model.float()
+    with warnings.catch_warnings():  # torch.ao's deprecation notices (torch.jit, "moving to torchao"): not ours
+        warnings.simplefilter("ignore")
+        from torch.ao.quantization import quantize_dynamic
+
+        q = quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)
+    return q
+
+
+def _is_dynamic_int8(module) -> bool:
+    return type(module).__module__.startswith("torch.ao.nn.quantized.dynamic") and hasattr(module, "weight")
 
 
 def _device_map_arg(device_map: str | dict[str, Any] | None, device: str) -> Any:

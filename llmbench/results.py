@@ -5,7 +5,9 @@ Schema history (bump ``SCHEMA_VERSION`` on any change a reader of the old versio
     machine.probe_before/probe_after/summary/samples (0.1.0, for compare's machine-or-model check);
     sessions, requests[].session, requests[].truncated_tokens, config.truncate (0.1.0, --resume/--truncate);
     load.decode_weight_bytes, summary.prefill_tokens_per_s/tpot_bound_ms/tpot_efficiency/
-    roofline_mem_read_gbps (0.1.0, roofline).
+    roofline_mem_read_gbps (0.1.0, roofline);
+    config.attn_implementation/cache_implementation/compile/quantization, load.quantize_s/compile_s
+    (0.1.0, sweep).
 """
 
 from __future__ import annotations
@@ -77,6 +79,10 @@ class RunConfig(_Model):
     system_prompt: str | None = None
     device_map: str | None = None
     truncate: bool = False  # prompts longer than the context were cut (left side) instead of refused
+    attn_implementation: str | None = None  # --attn; None: transformers' default for the model
+    cache_implementation: Literal["dynamic", "static"] = "dynamic"  # KV cache (--cache)
+    compile: bool = False  # decode steps run through torch.compile (static cache)
+    quantization: str | None = None  # "int8": dynamic int8 linear weights
 
 
 class GPUInfo(_Model):
@@ -114,6 +120,8 @@ class LoadInfo(_Model):
     weights_bytes: int | None = None
     decode_weight_bytes: int | None = None  # weights read per decode step: tied embeddings once, an untied
     # input embedding not at all (one row is gathered)
+    quantize_s: float | None = None  # --quantize: seconds spent quantizing, after loading
+    compile_s: float | None = None  # --compile: wall time of a 2-token generate() that compiles (untimed)
 
 
 class RequestResult(_Model):
@@ -275,8 +283,12 @@ def save_run(run: Run, path: str | Path) -> None:
 
     A reader (or a crash at any instant) sees either the previous complete file or the new one.
     """
+    write_atomic(path, run.model_dump_json(exclude_none=False).encode("utf-8"))
+
+
+def write_atomic(path: str | Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temp file in the same folder, fsync and rename."""
     path = Path(path)
-    data = run.model_dump_json(exclude_none=False).encode("utf-8")
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes 0600; a result file is as readable as any other

@@ -50,9 +50,15 @@ class RunOptions:
     system_prompt: str | None = None
     chat_template: bool = True
     truncate: bool = False  # cut prompts longer than the context (keeping their end) instead of refusing
+    cache: str = "dynamic"  # KV cache: dynamic (grows per token) or static (preallocated, compilable)
+    compile: bool = False  # decode steps through torch.compile; needs the static cache
 
     def validate(self) -> None:
         """UserError for options no run can honour."""
+        if self.cache not in ("dynamic", "static"):
+            raise UserError(f"unknown --cache '{self.cache}'; expected dynamic or static")
+        if self.compile and self.cache != "static":
+            raise UserError("--compile needs --cache static: torch.compile can't trace a growing cache")
         if self.max_new_tokens < 1:
             raise UserError(f"--max-new-tokens must be at least 1, not {self.max_new_tokens}")
         if self.warmup < 0:
@@ -111,6 +117,18 @@ class _StopFlag(StoppingCriteria):
                 signal.signal(sig, handler)
 
 
+def compiled_graphs() -> int:
+    """torch.compile's count of graphs compiled so far in this process (0 when dynamo never ran)."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
+
+
+def recompile_warning(graphs: int) -> str:
+    """The warning for a run whose timed requests triggered compilation."""
+    return f"torch.compile compiled {graphs} graph(s) during timed requests: those requests include compile time"
+
+
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
 
@@ -133,6 +151,10 @@ RESUME_KEYS = (
     "chat_template",
     "system_prompt",
     "truncate",
+    "attn_implementation",
+    "cache_implementation",
+    "compile",
+    "quantization",
 )
 
 
@@ -172,6 +194,7 @@ class Benchmark:
         self.options = options
         self.uses_template = options.chat_template and bool(getattr(loaded.tokenizer, "chat_template", None))
         self.last_raw: tuple[int, int, TokenStamper] | None = None
+        self.max_cache_len: int | None = None  # static cache size: longest prompt + max_new_tokens (check_prompts)
         # Everything alive now (model, tokenizer, torch, transformers: ~10^6 objects) moves to the permanent
         # generation: a full collection then scans only new objects. Measured: gc.collect() 180 ms -> 0.01 ms,
         # so neither the per-request sweep nor an automatic collection inside a timed request scans the model.
@@ -204,7 +227,42 @@ class Benchmark:
         else:
             # A model's generation_config may carry sampling defaults (Qwen's does): greedy means none of them.
             kw.update(temperature=None, top_p=None, top_k=None)
+        if o.cache == "static":
+            # one size for every request, so a compiled decode step is traced once, never per prompt length
+            kw.update(cache_implementation="static", max_cache_len=self.max_cache_len)
+            if o.compile:
+                from transformers import CompileConfig
+
+                cc = CompileConfig()
+                cc._compile_all_devices = True  # transformers compiles on GPUs only unless told (CPU too here)
+                kw["compile_config"] = cc
+            else:
+                kw["disable_compile"] = True  # on CUDA a static cache would otherwise be compiled silently
         return kw
+
+    def compile_now(self, prompts: PromptSet) -> float | None:
+        """With --compile: one untimed 2-token generate() that triggers torch.compile; its wall time in seconds.
+
+        Compiling takes seconds to minutes; done here, it is reported on its own (``load.compile_s``) and
+        never lands in the first request's TTFT.
+        """
+        if not self.options.compile:
+            return None
+        if self.max_cache_len is None:
+            self.check_prompts(prompts)
+        enc = self._encode(prompts.prompts[0])
+        kw = self._generate_kwargs()
+        kw.update(max_new_tokens=2, min_new_tokens=2)  # the first decode step compiles; more would only run
+        t = time.perf_counter()
+        with torch.inference_mode():
+            self.loaded.model.generate(input_ids=enc["input_ids"][:, -self._room() :].to(self.loaded.device), **kw)
+        seconds = round(time.perf_counter() - t, 3)
+        self.loaded.load.compile_s = seconds
+        return seconds
+
+    def _room(self) -> int:
+        limit = self.loaded.max_positions
+        return max(1, limit - self.options.max_new_tokens) if limit else 1 << 30
 
     def measure(
         self, prompt: str, prompt_index: int, repeat: int, started_s: float = 0.0, stop: _StopFlag | None = None
@@ -275,9 +333,11 @@ class Benchmark:
 
     def check_prompts(self, prompts: PromptSet) -> None:
         """Tokenize every prompt once, before anything is written: a too-long prompt fails the run up front."""
+        longest = 0
         for i, (prompt, line) in enumerate(zip(prompts.prompts, prompts.line_numbers, strict=True)):
             n = int(self._encode(prompt)["input_ids"].shape[-1])
-            self._fit(n, i, where=f"{prompts.path}:{line}")
+            longest = max(longest, n - self._fit(n, i, where=f"{prompts.path}:{line}"))
+        self.max_cache_len = longest + self.options.max_new_tokens
 
     # -- a whole run --------------------------------------------------------------------------------------
 
@@ -308,6 +368,10 @@ class Benchmark:
             chat_template=self.uses_template,
             system_prompt=o.system_prompt,
             truncate=o.truncate,
+            attn_implementation=getattr(lm.model.config, "_attn_implementation", None),
+            cache_implementation=o.cache,
+            compile=o.compile,
+            quantization=lm.quantization,
         )
         return Run(
             schema_version=SCHEMA_VERSION,
@@ -356,6 +420,7 @@ class Benchmark:
         probe_before = None
         try:
             with stop.installed():
+                self.compile_now(prompts)  # sets self.loaded.load.compile_s: run.load is that object
                 n = len(prompts.prompts)
                 for w in range(self.options.warmup):
                     warm = None if stop.signal else self.measure(prompts.prompts[w % n], w % n, -1 - w // n, stop=stop)
@@ -368,6 +433,7 @@ class Benchmark:
                 swap0 = psutil.swap_memory()
                 sampler.start()
                 t0 = time.perf_counter()
+                graphs0 = compiled_graphs()
 
                 def refresh() -> None:
                     run.summary = summarize(run.requests, dwb, probe_before.mem_read_gbps)
@@ -386,6 +452,8 @@ class Benchmark:
                         on_request(result, len(run.requests), total)
                 sampler.stop()
                 refresh()
+                if compiled_graphs() != graphs0:
+                    run.warnings.append(recompile_warning(compiled_graphs() - graphs0))
                 if not stop.signal:
                     run.machine.probe_after = after = machine.probe(self.loaded.threads, self.loaded.device)
                     # the roofline uses the better reading: the bandwidth the machine can reach

@@ -7,33 +7,9 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from llmbench.cli import app, main
+from llmbench.cli import app
 
 runner = CliRunner()
-
-
-class Result:
-    def __init__(self, returncode, stdout, stderr):
-        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
-
-
-@pytest.fixture
-def cli(capsys, monkeypatch):
-    """Run the real entry point (main) in-process, as the console script does; returns code and output."""
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-
-    def invoke(*args):
-        monkeypatch.setattr(sys, "argv", ["llmbench", *map(str, args)])
-        capsys.readouterr()
-        try:
-            main()
-            code = 0
-        except SystemExit as e:
-            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-        out, err = capsys.readouterr()
-        return Result(code, out, err)
-
-    return invoke
 
 
 def _llmbench(*args, cwd=None, env_extra=None):

@@ -8,7 +8,6 @@ from llmbench.compare import compare_runs, parse_thresholds
 from llmbench.errors import UserError
 from llmbench.results import MachineState, MachineSummary, Probe, save_run
 from tests.helpers import synthetic_run
-from tests.test_cli import cli  # noqa: F401  (fixture)
 
 GATES = {"ttft_ms": 10.0, "tpot_ms": 10.0, "e2e_ms": 10.0}
 
@@ -132,7 +131,7 @@ def runs(tmp_path):
     return paths
 
 
-def test_cli_exit_codes_and_formats(cli, runs):  # noqa: F811
+def test_cli_exit_codes_and_formats(cli, runs):
     r = cli("compare", runs["a"], runs["b"], "--fail-on-regression", "10")
     assert r.returncode == 0 and "TPOT ms" in r.stdout and "n.s." in r.stdout
     r = cli("compare", runs["a"], runs["b"], runs["slow"], "--fail-on", "tpot_ms=5")
@@ -153,7 +152,7 @@ def test_cli_exit_codes_and_formats(cli, runs):  # noqa: F811
     assert r.returncode == 1 and "| metric | stat |" in r.stdout and "**REGRESSION**" in r.stdout
 
 
-def test_cli_strict_refuses_different_setups(cli, runs, tmp_path):  # noqa: F811
+def test_cli_strict_refuses_different_setups(cli, runs, tmp_path):
     other = synthetic_run(n=20, seed=5)
     other.config.dtype = "float32"
     save_run(other, tmp_path / "f32.json")
@@ -174,7 +173,7 @@ def test_cli_strict_refuses_different_setups(cli, runs, tmp_path):  # noqa: F811
         ('{"results": {"ttft": 1}}', "not an llmbench run"),
     ],
 )
-def test_cli_bad_files_exit_2_in_one_line(cli, runs, tmp_path, content, match):  # noqa: F811
+def test_cli_bad_files_exit_2_in_one_line(cli, runs, tmp_path, content, match):
     bad = tmp_path / "bad.json"
     if content is not None:
         bad.write_text(content, encoding="utf-8")
@@ -183,7 +182,7 @@ def test_cli_bad_files_exit_2_in_one_line(cli, runs, tmp_path, content, match): 
     assert str(bad) in r.stderr
 
 
-def test_cli_needs_two_files_and_finished_requests(cli, runs, tmp_path):  # noqa: F811
+def test_cli_needs_two_files_and_finished_requests(cli, runs, tmp_path):
     r = cli("compare", runs["a"])
     assert r.returncode == 2 and "at least two" in r.stderr
     empty = synthetic_run(n=1)
@@ -206,7 +205,7 @@ def test_compare_does_not_import_torch(runs):
     assert r.returncode == 0, r.stderr
 
 
-def test_real_tiny_model_runs(tiny_model_dir, prompt_file, tmp_path, cli):  # noqa: F811
+def test_real_tiny_model_runs(tiny_model_dir, prompt_file, tmp_path, cli):
     """Two real runs of the same setup: paired, same greedy tokens, probes recorded; 1 vs 2 threads is a setup
     difference. (The gate on real timings is checked with the 0.5B model in benchmarks/README.md.)"""
     from llmbench.models import ModelSpec, load_model

@@ -11,7 +11,6 @@ import pytest
 from llmbench.export import REQUEST_COLUMNS, TOKEN_COLUMNS
 from llmbench.results import save_run
 from tests.helpers import synthetic_run
-from tests.test_cli import cli  # noqa: F401  (fixture)
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -25,7 +24,7 @@ def runs(tmp_path):
     return a, b
 
 
-def test_export_csv_has_one_row_per_request_with_stable_columns(cli, runs, tmp_path):  # noqa: F811
+def test_export_csv_has_one_row_per_request_with_stable_columns(cli, runs, tmp_path):
     out = tmp_path / "r.csv"
     r = cli("export", runs[0], "--format", "csv", "-o", out)
     assert r.returncode == 0 and "wrote 12 rows" in r.stdout
@@ -39,7 +38,7 @@ def test_export_csv_has_one_row_per_request_with_stable_columns(cli, runs, tmp_p
     assert r.returncode == 2 and "already exists" in r.stderr  # never overwritten silently
 
 
-def test_export_parquet_tokens(cli, runs, tmp_path):  # noqa: F811
+def test_export_parquet_tokens(cli, runs, tmp_path):
     out = tmp_path / "t.parquet"
     assert cli("export", runs[0], "--format", "parquet", "--tokens", "-o", out).returncode == 0
     df = pd.read_parquet(out)
@@ -50,13 +49,13 @@ def test_export_parquet_tokens(cli, runs, tmp_path):  # noqa: F811
     assert cli("export", runs[0], "--format", "xlsx", "-o", tmp_path / "x").returncode == 2
 
 
-def test_show_prints_the_summary(cli, runs):  # noqa: F811
+def test_show_prints_the_summary(cli, runs):
     r = cli("show", runs[0])
     assert r.returncode == 0 and "TTFT (ms)" in r.stdout and "12 requests" in r.stdout
     assert cli("show", runs[0].with_name("missing.json")).returncode == 2
 
 
-def test_report_is_one_offline_html_file(cli, runs, tmp_path):  # noqa: F811
+def test_report_is_one_offline_html_file(cli, runs, tmp_path):
     out = tmp_path / "report.html"
     r = cli("report", *runs, "-o", out)
     assert r.returncode == 0, r.stderr
@@ -71,7 +70,7 @@ def test_report_is_one_offline_html_file(cli, runs, tmp_path):  # noqa: F811
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)")
-def test_report_renders_in_headless_chromium_without_errors_or_network(cli, runs, tmp_path):  # noqa: F811
+def test_report_renders_in_headless_chromium_without_errors_or_network(cli, runs, tmp_path):
     from playwright.sync_api import sync_playwright
 
     out = tmp_path / "report.html"

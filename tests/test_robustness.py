@@ -15,7 +15,6 @@ from llmbench.errors import UserError
 from llmbench.prompts import load_prompts
 from llmbench.results import RunWriter, journal_path, load_run
 from tests.helpers import synthetic_run
-from tests.test_cli import cli  # noqa: F401  (fixture)
 
 N_PROMPTS = 60
 
@@ -117,7 +116,7 @@ def test_kill_9_leaves_valid_json_and_loses_at_most_the_request_in_flight(tiny_m
     assert run.summary.requests == len(keys)
 
 
-def test_resume_refuses_a_different_setup_in_one_line(cli, tiny_model_dir, prompt_file, tmp_path):  # noqa: F811
+def test_resume_refuses_a_different_setup_in_one_line(cli, tiny_model_dir, prompt_file, tmp_path):
     out = tmp_path / "r.json"
     base = ["run", prompt_file, "--model", tiny_model_dir, "--device", "cpu", "--max-new-tokens", "3", "-q"]
     assert cli(*base, "-o", out).returncode == 0

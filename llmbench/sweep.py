@@ -1,0 +1,388 @@
+"""``llmbench sweep``: every combination of setup knobs, measured in interleaved rounds; best TTFT and TPOT apart.
+
+TTFT (one prompt-sized forward pass: compute-bound) and TPOT (one token per step: bound by reading every
+weight) answer to different knobs, so the sweep ranks them separately and never folds them into one score.
+Each round runs every setup once over the whole prompt list, rotating which setup goes first, so slow drift
+of the machine (heat, a neighbour's job) hits all setups alike instead of whichever ran last.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import itertools
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psutil
+import torch
+
+from llmbench import machine, models
+from llmbench.errors import UserError
+from llmbench.prompts import PromptSet
+from llmbench.results import Run, RunWriter, Session, prepare_output, write_atomic
+from llmbench.runner import (
+    Benchmark,
+    RunInterrupted,
+    RunOptions,
+    _machine_state,
+    _now,
+    _StopFlag,
+    compiled_graphs,
+    recompile_warning,
+)
+from llmbench.stats import summarize
+
+SWEEP_VERSION = 1  # sweep.json; history: 1 (llmbench 0.1.0) first version
+
+
+@dataclass(frozen=True)
+class Setup:
+    """One combination of knobs."""
+
+    dtype: str
+    threads: int
+    attn: str | None = None  # None: the model's default kernel
+    cache: str = "dynamic"
+    compile: bool = False
+    quantize: str | None = None
+
+    def label(self) -> str:
+        """Short human name, e.g. ``bfloat16 2t sdpa static compiled``."""
+        parts = [self.quantize or self.dtype, f"{self.threads}t"]
+        if self.attn:
+            parts.append(self.attn)
+        if self.cache != "dynamic":
+            parts.append(self.cache)
+        if self.compile:
+            parts.append("compiled")
+        return " ".join(parts)
+
+    def slug(self) -> str:
+        """A file name stem."""
+        return self.label().replace(" ", "-")
+
+    def as_dict(self) -> dict[str, Any]:
+        """The knobs as JSON fields."""
+        return dataclasses.asdict(self)
+
+
+def split_list(text: str | None, option: str) -> list[str]:
+    """``"a,b"`` -> ``["a", "b"]``; empty items and duplicates are a UserError."""
+    if text is None:
+        return []
+    items = [t.strip() for t in text.split(",")]
+    if any(not t for t in items):
+        raise UserError(f"{option} '{text}' has an empty item; give a comma-separated list such as a,b")
+    if len(set(items)) != len(items):
+        raise UserError(f"{option} '{text}' lists a value twice")
+    return items
+
+
+def expand(
+    dtypes: list[str],
+    threads: list[int],
+    attns: list[str | None],
+    caches: list[str],
+    compiles: list[bool],
+    quantizes: list[str | None],
+) -> tuple[list[Setup], list[str]]:
+    """Every valid combination, in a stable order, and why the invalid ones were left out."""
+    setups: list[Setup] = []
+    skipped: list[str] = []
+    for dt, th, at, ca, co, qu in itertools.product(dtypes, threads, attns, caches, compiles, quantizes):
+        s = Setup(dtype=dt, threads=th, attn=at, cache="static" if co else ca, compile=co, quantize=qu)
+        if qu is not None and dt != "float32":
+            skipped.append(f"{qu} with {dt}: {qu} weights compute in float32")
+            continue
+        if co and qu is not None:
+            skipped.append(f"{s.label()}: torch.compile does not trace torch's dynamic int8 linears")
+            continue
+        if s not in setups:  # --compile makes dynamic and static cache the same setup
+            setups.append(s)
+    return setups, sorted(set(skipped))
+
+
+@dataclass
+class SweepEntry:
+    """One setup's model, benchmark, run record and writer while the sweep runs."""
+
+    setup: Setup
+    bench: Benchmark
+    run: Run
+    path: Path
+    writer: RunWriter | None = None
+    recompiles: int = 0
+
+
+class Sweep:
+    """Loads what the setups need, then measures them in interleaved rounds. Importable without the CLI."""
+
+    def __init__(
+        self,
+        setups: list[Setup],
+        spec: models.ModelSpec,
+        options: RunOptions,
+        out_dir: Path,
+        *,
+        on_status: Callable[[str], None] | None = None,
+    ) -> None:
+        if not setups:
+            raise UserError("no setup to sweep: every combination was left out")
+        self.setups = setups
+        self.spec = spec
+        self.options = options
+        self.out_dir = out_dir
+        self.on_status = on_status or (lambda _m: None)
+        self.entries: list[SweepEntry] = []
+        self.started_at = _now()
+
+    # -- loading ------------------------------------------------------------------------------------------
+
+    def _model_key(self, s: Setup) -> tuple:
+        # Uncompiled setups of one dtype share a model: threads and attention are switched before each block.
+        # A compiled setup gets its own, so its traced graph (made for its threads and kernel) is never shared.
+        if s.compile:
+            return (s.dtype, s.quantize, s.threads, s.attn, "compiled")
+        return (s.dtype, s.quantize)
+
+    def load(self, prompts: PromptSet) -> None:
+        """Load every model the setups need (one per dtype/quantization, one per compiled setup), check every
+        prompt fits, and reserve every output file before any request."""
+        loaded: dict[tuple, models.LoadedModel] = {}
+        for s in self.setups:
+            key = self._model_key(s)
+            plain = (s.dtype, s.quantize)
+            if key not in loaded and plain in loaded:  # a copy in memory is faster than building it again
+                self.on_status(f"copying the {s.quantize or s.dtype} model for {s.label()} ...")
+                src = loaded[plain]
+                loaded[key] = dataclasses.replace(src, model=copy.deepcopy(src.model), warnings=list(src.warnings))
+            elif key not in loaded:
+                self.on_status(f"loading {self.spec.model} as {s.quantize or s.dtype} ...")
+                spec = dataclasses.replace(self.spec, dtype=s.dtype, threads=s.threads, quantize=s.quantize, attn=None)
+                loaded[key] = models.load_model(spec)
+            base = loaded[key]
+            lm = dataclasses.replace(base, threads=s.threads, load=base.load.model_copy(deep=True))
+            options = dataclasses.replace(self.options, cache=s.cache, compile=s.compile)
+            bench = Benchmark(lm, options)
+            self._apply(s, bench)
+            bench.check_prompts(prompts)
+            run = bench.new_run(prompts)
+            run.sessions.append(Session(started_at=run.created_at, environment=run.environment, load=lm.load))
+            path = prepare_output(self.out_dir / f"{s.slug()}.json", overwrite=False)
+            self.entries.append(SweepEntry(s, bench, run, path))
+        sweep_json = self.out_dir / "sweep.json"
+        if sweep_json.exists():
+            raise UserError(f"{sweep_json} already exists; choose another -o folder")
+
+    @staticmethod
+    def _apply(s: Setup, bench: Benchmark) -> None:
+        """Put the shared process state (threads, attention kernel) into this setup's position."""
+        torch.set_num_threads(s.threads)
+        if s.attn is not None:
+            models.set_attention(bench.loaded.model, s.attn)
+
+    # -- measuring ----------------------------------------------------------------------------------------
+
+    def run(
+        self,
+        prompts: PromptSet,
+        on_request: Callable[[SweepEntry, int, int], None] | None = None,
+    ) -> dict[str, Any]:
+        """Compile, warm up, then ``options.repeats`` rounds over every setup; write each run JSON and
+        ``sweep.json``; return the sweep record. SIGINT/SIGTERM: everything finished is saved, then
+        :class:`RunInterrupted` is raised with the path of ``sweep.json``."""
+        stop = _StopFlag()
+        sampler = machine.Sampler()
+        total = len(self.entries) * self.options.repeats * len(prompts.prompts)
+        done = 0
+        probes: dict[int, Any] = {}
+        try:
+            with stop.installed():
+                for e in self.entries:
+                    self._apply(e.setup, e.bench)
+                    if e.setup.compile and not stop.signal:
+                        self.on_status(f"compiling {e.setup.label()} ...")
+                        e.bench.compile_now(prompts)
+                    for w in range(self.options.warmup):
+                        if stop.signal:
+                            break
+                        n = len(prompts.prompts)
+                        warm = e.bench.measure(prompts.prompts[w % n], w % n, -1 - w // n, stop=stop)
+                        if warm is not None:
+                            e.run.warmup_requests.append(warm)
+                    e.writer = RunWriter(e.path, e.run)
+                for t in sorted({s.threads for s in self.setups}):
+                    probes[t] = machine.probe(t, self.entries[0].bench.loaded.device)
+                swap0 = psutil.swap_memory()
+                sampler.start()
+                t0 = time.perf_counter()
+                k = len(self.entries)
+                for rnd in range(self.options.repeats):
+                    order = self.entries[rnd % k :] + self.entries[: rnd % k]  # who goes first rotates
+                    for e in order:
+                        if stop.signal:
+                            break
+                        self._apply(e.setup, e.bench)
+                        graphs = compiled_graphs()
+                        for i, prompt in enumerate(prompts.prompts):
+                            r = e.bench.measure(prompt, i, rnd, started_s=time.perf_counter() - t0, stop=stop)
+                            if r is None:
+                                break
+                            e.run.requests.append(r)
+                            e.writer.add(e.run, r, summarize=lambda e=e: self._summarize(e, probes))
+                            done += 1
+                            if on_request:
+                                on_request(e, done, total)
+                        e.recompiles += compiled_graphs() - graphs
+                sampler.stop()
+                for e in self.entries:
+                    e.run.machine = _machine_state(swap0, probes[e.setup.threads], sampler)
+                    self._summarize(e, probes)
+        except KeyboardInterrupt:
+            stop.signal = stop.signal or "SIGINT"
+        finally:
+            sampler.stop()
+        for e in self.entries:
+            if e.recompiles:
+                e.run.warnings.append(recompile_warning(e.recompiles))
+            e.run.complete = not stop.signal and len(e.run.requests) == self.options.repeats * len(prompts.prompts)
+            if stop.signal:
+                e.run.sessions[-1].interrupted_by = stop.signal
+            if e.writer is not None:
+                e.writer.close(e.run)
+        record = self.record(prompts, complete=not stop.signal)
+        path = self.out_dir / "sweep.json"
+        write_atomic(path, (json.dumps(record, indent=2) + "\n").encode("utf-8"))
+        if stop.signal:
+            raise RunInterrupted(self.entries[0].run, path, stop.signal)
+        return record
+
+    @staticmethod
+    def _summarize(e: SweepEntry, probes: dict) -> None:
+        probe = probes[e.setup.threads]
+        e.run.summary = summarize(e.run.requests, e.bench.loaded.load.decode_weight_bytes, probe.mem_read_gbps)
+
+    # -- the record ---------------------------------------------------------------------------------------
+
+    def record(self, prompts: PromptSet, complete: bool) -> dict[str, Any]:
+        """What ``sweep.json`` holds: one row per setup, the best per metric and the Pareto front."""
+        rows = []
+        for e in self.entries:
+            s = e.run.summary
+            rows.append(
+                {
+                    **e.setup.as_dict(),
+                    "label": e.setup.label(),
+                    "requests": len(e.run.requests),
+                    "ttft_ms_mean": s.ttft_ms.mean if s else None,
+                    "ttft_ms_p50": s.ttft_ms.p50 if s else None,
+                    "tpot_ms_mean": s.tpot_ms.mean if s and s.tpot_ms else None,
+                    "tpot_ms_p50": s.tpot_ms.p50 if s and s.tpot_ms else None,
+                    "tpot_efficiency": s.tpot_efficiency if s else None,
+                    "tpot_bound_ms": s.tpot_bound_ms if s else None,
+                    "decode_weight_bytes": e.bench.loaded.load.decode_weight_bytes,
+                    "load_s": e.bench.loaded.load.seconds,
+                    "quantize_s": e.bench.loaded.load.quantize_s,
+                    "compile_s": e.bench.loaded.load.compile_s,
+                    "run_file": e.path.name,
+                }
+            )
+        best = {m: best_of(rows, f"{m}_mean") for m in ("ttft_ms", "tpot_ms")}
+        return {
+            "sweep_version": SWEEP_VERSION,
+            "created_at": self.started_at,
+            "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z"),
+            "complete": complete,
+            "model": self.spec.model,
+            "weights": self.spec.weights,
+            "device": self.entries[0].bench.loaded.device,
+            "prompt_file": prompts.path,
+            "prompt_sha256": prompts.sha256,
+            "rounds": self.options.repeats,
+            "max_new_tokens": self.options.max_new_tokens,
+            "results": rows,
+            "best": {m: ({k: b[k] for k in (*SETUP_KEYS, "label")} if b else None) for m, b in best.items()},
+            "best_margin": {m: self.margin(rows, f"{m}_mean") for m in ("ttft_ms", "tpot_ms")},
+            "pareto": [r["label"] for r in pareto(rows)],
+            "metrics": {
+                "ttft_ms_mean": "mean over the setup's requests of first_token_stamp - request_start",
+                "tpot_ms_mean": "mean over requests of (last - first token stamp) / (output_tokens - 1)",
+                "tpot_efficiency": "tpot_bound_ms / tpot_ms_mean, tpot_bound_ms = decode_weight_bytes / "
+                "mem_read_gbps of the probe on the setup's threads",
+                "pareto": "setups no other setup beats on both ttft_ms_mean and tpot_ms_mean",
+                "best_margin": "best vs runner-up: change of the runner-up's mean over the best's, with a paired "
+                "bootstrap 95% interval over the same (prompt, round) requests",
+            },
+        }
+
+    def margin(self, rows: list[dict], key: str) -> dict[str, Any] | None:
+        """How far the runner-up is behind the best, with a paired 95% interval: is the best really best?"""
+        from llmbench.compare import change_interval
+
+        ranked = sorted((r for r in rows if r[key] is not None), key=lambda r: r[key])
+        if len(ranked) < 2:
+            return None
+        metric = key.removesuffix("_mean")
+        by_label = {e.setup.label(): e.run for e in self.entries}
+        a = {(r.prompt_index, r.repeat): getattr(r, metric) for r in by_label[ranked[0]["label"]].requests}
+        b = {(r.prompt_index, r.repeat): getattr(r, metric) for r in by_label[ranked[1]["label"]].requests}
+        keys = [k for k in a if k in b and a[k] is not None and b[k] is not None]
+        if len(keys) < 2:
+            return None
+        change, low, high = change_interval(
+            np.array([a[k] for k in keys]), np.array([b[k] for k in keys]), "mean", paired=True
+        )
+        return {
+            "runner_up": ranked[1]["label"],
+            "runner_up_slower_pct": round(change, 2),
+            "ci95_low_pct": round(low, 2),
+            "ci95_high_pct": round(high, 2),
+            "significant": bool(low > 0),
+        }
+
+
+SETUP_KEYS = tuple(f.name for f in dataclasses.fields(Setup))
+
+
+def best_of(rows: list[dict], key: str) -> dict | None:
+    """The row with the lowest ``key`` (ignoring rows without it)."""
+    have = [r for r in rows if r.get(key) is not None]
+    return min(have, key=lambda r: r[key]) if have else None
+
+
+def pareto(rows: list[dict]) -> list[dict]:
+    """Rows no other row beats on both TTFT and TPOT (lower or equal on both, lower on one)."""
+    have = [r for r in rows if r.get("ttft_ms_mean") is not None and r.get("tpot_ms_mean") is not None]
+
+    def beats(a: dict, b: dict) -> bool:
+        return (
+            a["ttft_ms_mean"] <= b["ttft_ms_mean"]
+            and a["tpot_ms_mean"] <= b["tpot_ms_mean"]
+            and (a["ttft_ms_mean"] < b["ttft_ms_mean"] or a["tpot_ms_mean"] < b["tpot_ms_mean"])
+        )
+
+    return sorted((r for r in have if not any(beats(o, r) for o in have)), key=lambda r: r["tpot_ms_mean"])
+
+
+def prepare_dir(out: Path | None) -> Path:
+    """The sweep's folder: ``results/sweep-<UTC time>`` by default; an existing sweep is never overwritten."""
+    if out is None:
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        out = Path("results") / f"sweep-{stamp}"
+    out = out.expanduser()
+    if out.exists() and not out.is_dir():
+        raise UserError(f"-o {out} is a file; give a folder for the sweep's runs")
+    if (out / "sweep.json").exists():
+        raise UserError(f"{out} already holds a sweep (sweep.json); choose another -o folder")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"cannot make the sweep folder {out}: {e.strerror}") from None
+    return out

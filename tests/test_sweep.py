@@ -1,0 +1,145 @@
+"""llmbench sweep and the knobs it turns (attention, static cache, torch.compile, int8), on a tiny real Qwen2."""
+
+import json
+
+import pytest
+
+from llmbench.errors import UserError
+from llmbench.models import ModelSpec, load_model
+from llmbench.prompts import load_prompts
+from llmbench.results import load_run
+from llmbench.runner import Benchmark, RunOptions
+from llmbench.sweep import Setup, best_of, expand, pareto, split_list
+
+
+def test_expand_makes_every_valid_combination_and_says_what_it_left_out():
+    setups, skipped = expand(["float32", "bfloat16"], [1, 2], [None], ["dynamic", "static"], [False, True], [None])
+    # compiled implies static: (dynamic, compiled) and (static, compiled) are one setup
+    assert len(setups) == 2 * 2 * 3 and len(set(setups)) == len(setups)
+    assert all(s.cache == "static" for s in setups if s.compile)
+    setups, skipped = expand(["float32", "bfloat16"], [2], [None], ["dynamic"], [False, True], [None, "int8"])
+    assert Setup("float32", 2, quantize="int8") in setups
+    assert not any(s.quantize and (s.dtype != "float32" or s.compile) for s in setups)
+    assert any("int8 with bfloat16" in w for w in skipped) and any("compile" in w for w in skipped)
+
+
+def test_lists_are_checked():
+    assert split_list("a, b", "--x") == ["a", "b"]
+    for bad in ("a,,b", "a,a", ","):
+        with pytest.raises(UserError):
+            split_list(bad, "--x")
+
+
+def test_pareto_keeps_the_setups_nothing_beats_on_both():
+    rows = [
+        {"label": "fast-first", "ttft_ms_mean": 10.0, "tpot_ms_mean": 9.0},
+        {"label": "fast-decode", "ttft_ms_mean": 30.0, "tpot_ms_mean": 5.0},
+        {"label": "dominated", "ttft_ms_mean": 31.0, "tpot_ms_mean": 9.5},
+        {"label": "tie-on-ttft", "ttft_ms_mean": 10.0, "tpot_ms_mean": 9.1},
+        {"label": "no-tpot", "ttft_ms_mean": 1.0, "tpot_ms_mean": None},
+    ]
+    assert [r["label"] for r in pareto(rows)] == ["fast-decode", "fast-first"]
+    assert best_of(rows, "tpot_ms_mean")["label"] == "fast-decode"
+    assert best_of(rows, "ttft_ms_mean")["label"] == "no-tpot"
+
+
+def test_sweep_writes_a_run_per_setup_and_ranks_them(cli, tiny_model_dir, prompt_file, tmp_path):
+    out = tmp_path / "sweep"
+    r = cli(
+        "sweep", prompt_file, "-m", tiny_model_dir, "--dtype", "float32,bfloat16", "--threads", "1,2",
+        "--max-new-tokens", "4", "--ignore-eos", "--rounds", "2", "-o", out, "-q",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    record = json.loads((out / "sweep.json").read_text(encoding="utf-8"))
+    assert record["complete"] is True and record["rounds"] == 2
+    rows = record["results"]
+    assert {(x["dtype"], x["threads"]) for x in rows} == {(d, t) for d in ("float32", "bfloat16") for t in (1, 2)}
+    runs = {}
+    for row in rows:
+        run = load_run(out / row["run_file"])
+        runs[row["label"]] = run
+        assert run.complete and len(run.requests) == 2 * 3
+        assert (run.config.dtype, run.config.threads) == (row["dtype"], row["threads"])
+        assert row["tpot_ms_mean"] == pytest.approx(run.summary.tpot_ms.mean)
+        assert row["ttft_ms_mean"] == pytest.approx(run.summary.ttft_ms.mean)
+        assert row["tpot_efficiency"] is not None and run.machine.probe_before.threads == row["threads"]
+    for metric in ("tpot_ms", "ttft_ms"):
+        best = min(rows, key=lambda x: x[f"{metric}_mean"])
+        assert record["best"][metric]["label"] == best["label"]
+        assert record["best_margin"][metric]["runner_up"] != best["label"]
+    assert record["pareto"] and record["best"]["tpot_ms"]["label"] in record["pareto"]
+    # interleaved: every setup finished round 0 before any started round 1
+    first_round_end = max(q.started_s for run in runs.values() for q in run.requests if q.repeat == 0)
+    second_round_start = min(q.started_s for run in runs.values() for q in run.requests if q.repeat == 1)
+    assert first_round_end < second_round_start
+    assert "best TPOT:" in r.stdout and "sweep by TTFT" in r.stdout
+    # the runs are ordinary runs: compare tells which setting differs
+    a, b = (out / rows[0]["run_file"]), (out / rows[-1]["run_file"])
+    c = cli("compare", a, b)
+    assert c.returncode in (0, 1) and "dtype" in c.stdout and "threads" in c.stdout
+    # a finished sweep is never overwritten
+    again = cli("sweep", prompt_file, "-m", tiny_model_dir, "--dtype", "float32", "-o", out, "-q")
+    assert again.returncode == 2 and "already holds a sweep" in again.stderr
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("--dtype", "float32,auto"), "--dtype auto"),
+        (("--dtype", "float32,float32"), "twice"),
+        (("--threads", "1,x"), "not a whole number"),
+        (("--threads", "0"), "--threads must be at least 1"),
+        (("--attn", "magic"), "unknown --attn"),
+        (("--cache", "paged"), "unknown --cache"),
+        (("--quantize", "int4"), "unknown --quantize"),
+        (("--dtype", "bfloat16", "--quantize", "int8"), "no setup to sweep"),
+        (("--rounds", "0"), "--rounds"),
+    ],
+)
+def test_bad_sweep_options_are_one_line(cli, tiny_model_dir, prompt_file, tmp_path, args, message):
+    r = cli("sweep", prompt_file, "-m", tiny_model_dir, *args, "-o", tmp_path / "s", "-q")
+    assert r.returncode == 2 and message in r.stderr and len(r.stderr.strip().splitlines()) <= 2, r.stderr
+    assert not (tmp_path / "s" / "sweep.json").exists()
+
+
+def test_static_cache_and_eager_attention_give_the_same_tokens(tiny_model_dir, prompt_file, tmp_path):
+    prompts = load_prompts(prompt_file)
+    runs = {}
+    for attn, cache in ((None, "dynamic"), ("eager", "static"), ("sdpa", "dynamic")):
+        lm = load_model(ModelSpec(model=str(tiny_model_dir), device="cpu", dtype="float32", threads=1, attn=attn))
+        opts = RunOptions(max_new_tokens=6, ignore_eos=True, warmup=0, cache=cache)
+        runs[(attn, cache)] = run = Benchmark(lm, opts).run(prompts, tmp_path / f"{attn}-{cache}.json")
+        assert run.config.cache_implementation == cache
+        assert run.config.attn_implementation == (attn or lm.model.config._attn_implementation)
+    hashes = {k: [r.output_token_ids_sha256 for r in v.requests] for k, v in runs.items()}
+    assert len({tuple(h) for h in hashes.values()}) == 1  # same greedy tokens whatever the kernel and cache
+
+
+def test_int8_quantization_reads_fewer_bytes_and_still_generates(tiny_model_dir, prompt_file, tmp_path):
+    full = load_model(ModelSpec(model=str(tiny_model_dir), device="cpu", dtype="float32", threads=1))
+    q = load_model(ModelSpec(model=str(tiny_model_dir), device="cpu", dtype="float32", threads=1, quantize="int8"))
+    assert q.quantization == "int8" and q.load.quantize_s is not None
+    # the tied 151936x64 head dominates: int8 stores it in a quarter of float32's bytes
+    assert q.load.decode_weight_bytes < 0.4 * full.load.decode_weight_bytes
+    run = Benchmark(q, RunOptions(max_new_tokens=5, ignore_eos=True, warmup=0)).run(
+        load_prompts(prompt_file), tmp_path / "q.json"
+    )
+    assert run.config.quantization == "int8" and all(r.output_tokens == 5 for r in run.requests)
+    with pytest.raises(UserError, match="float32"):
+        ModelSpec(model=str(tiny_model_dir), device="cpu", dtype="bfloat16", quantize="int8").validate()
+
+
+def test_compile_time_is_reported_apart_from_the_requests(cli, tiny_model_dir, prompt_file, tmp_path):
+    out = tmp_path / "c.json"
+    r = cli(
+        "run", prompt_file, "-m", tiny_model_dir, "--device", "cpu", "--dtype", "float32", "--threads", "1",
+        "--compile", "--max-new-tokens", "6", "--ignore-eos", "--warmup", "0", "-o", out, "-q",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    run = load_run(out)
+    assert run.config.compile is True and run.config.cache_implementation == "static"
+    assert run.load.compile_s > 0.5  # tracing and code generation: seconds, even for a tiny model
+    # no request paid for it: not even the first, with no warm-up at all
+    assert max(q.e2e_ms for q in run.requests) < 0.25 * run.load.compile_s * 1000
+    assert not any("compiled" in w for w in run.warnings)
+    assert "compiled in" in r.stderr
