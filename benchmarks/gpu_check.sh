@@ -3,7 +3,8 @@
 #   1. the tests, with CUDA present (the `--device cuda` refusal test skips itself there);
 #   2. benchmarks/overhead.py on CUDA: llmbench vs bare generate() vs the seed's path, random Qwen2.5-0.5B, bf16
 #      (stamps come after generate()'s tokens.cpu(), i.e. after the device synchronised);
-#   3. `llmbench run` on CUDA: TTFT/TPOT, the roofline with the GPU's measured bandwidth, the offload check.
+#   3. `llmbench run` on CUDA: TTFT/TPOT, the roofline with the GPU's measured bandwidth, the offload check;
+#   4. `llmbench sweep --compile` on CUDA: eager vs torch.compile'd decoding (static cache), bf16.
 # Usage (repo root, on the GPU machine): bash benchmarks/gpu_check.sh   -> results under ${OUT:-gpu-out}/
 set -euo pipefail
 OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
@@ -20,3 +21,5 @@ python3 -c "
 import json; s = json.load(open('$OUT/run-cuda.json'))['summary']
 print('TTFT', round(s['ttft_ms']['mean'], 2), 'ms; TPOT', round(s['tpot_ms']['mean'], 3), 'ms; bound',
       s['tpot_bound_ms'], 'ms; efficiency', s['tpot_efficiency'])" | tee -a "$OUT/run.txt"
+timeout 240 llmbench sweep prompts/env_violations.txt --weights random --device cuda --dtype bfloat16 \
+    --cache dynamic,static --compile --max-new-tokens 64 --rounds 2 -o "$OUT/sweep-cuda" -q | tee "$OUT/sweep.txt"

@@ -251,6 +251,7 @@ def sweep(
     ] = None,
     warmup: Annotated[int, typer.Option(help="Unmeasured requests per setup before the rounds.")] = 1,
     rounds: Annotated[int, typer.Option(help="Rounds; each runs every setup once over all prompts.")] = 3,
+    rank_by: Annotated[str, typer.Option(help="Statistic that picks the best: mean, or p50 (robust).")] = "mean",
     system_prompt: Annotated[Optional[str], typer.Option(help="System message for every prompt.")] = None,
     no_chat_template: Annotated[bool, typer.Option("--no-chat-template", help="Send the raw prompt text.")] = False,
     trust_remote_code: Annotated[bool, typer.Option("--trust-remote-code", help="Run the repo's own code.")] = False,
@@ -296,8 +297,10 @@ def sweep(
             ).validate()
         for why in skipped:
             display.warn(f"left out {why}")
+        if rank_by not in ("mean", "p50"):
+            raise UserError(f"unknown --rank-by '{rank_by}'; expected mean or p50")
         out_dir = sw.prepare_dir(output)
-        sweep_ = sw.Sweep(setups, spec, options, out_dir, on_status=display.info)
+        sweep_ = sw.Sweep(setups, spec, options, out_dir, on_status=display.info, rank_by=rank_by)
         display.info(f"{len(setups)} setups x {rounds} rounds x {len(prompt_set.prompts)} prompts -> {out_dir}")
         sweep_.load(prompt_set)
         total = len(setups) * rounds * len(prompt_set.prompts)

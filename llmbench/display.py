@@ -213,9 +213,10 @@ def sweep_tables(record: dict) -> list[Table]:
     tables = []
     compiled = any(r.get("compile") for r in rows)
     for metric, title in (("tpot_ms", "by TPOT (decoding)"), ("ttft_ms", "by TTFT (first token)")):
-        key = f"{metric}_mean"
+        key = f"{metric}_{record.get('rank_by', 'mean')}"
         ordered = sorted(rows, key=lambda r: (r[key] is None, r[key] or 0.0))
-        t = Table(title=f"sweep {title}", title_justify="left", box=box.SIMPLE_HEAD)
+        stat = record.get("rank_by", "mean")
+        t = Table(title=f"sweep {title}, {stat}s", title_justify="left", box=box.SIMPLE_HEAD)
         t.add_column("setup", no_wrap=True)
         for col in ("TPOT ms", "TTFT ms", "efficiency") + (("compile s",) if compiled else ()):
             t.add_column(col, justify="right")
@@ -228,8 +229,8 @@ def sweep_tables(record: dict) -> list[Table]:
                 marks.append("pareto")
             t.add_row(
                 r["label"],
-                _num(r["tpot_ms_mean"]),
-                _num(r["ttft_ms_mean"], 1),
+                _num(r[f"tpot_ms_{stat}"]),
+                _num(r[f"ttft_ms_{stat}"], 1),
                 _num(r["tpot_efficiency"]),
                 *((_num(r["compile_s"], 1),) if compiled else ()),
                 ", ".join(marks),

@@ -132,7 +132,10 @@ class Sweep:
         out_dir: Path,
         *,
         on_status: Callable[[str], None] | None = None,
+        rank_by: str = "mean",
     ) -> None:
+        if rank_by not in ("mean", "p50"):
+            raise UserError(f"unknown --rank-by '{rank_by}'; expected mean or p50")
         if not setups:
             raise UserError("no setup to sweep: every combination was left out")
         self.setups = setups
@@ -140,6 +143,7 @@ class Sweep:
         self.options = options
         self.out_dir = out_dir
         self.on_status = on_status or (lambda _m: None)
+        self.rank_by = rank_by  # the statistic that picks the best: mean (default) or p50 (robust to outliers)
         self.entries: list[SweepEntry] = []
         self.started_at = _now()
 
@@ -294,7 +298,7 @@ class Sweep:
                     "run_file": e.path.name,
                 }
             )
-        best = {m: best_of(rows, f"{m}_mean") for m in ("ttft_ms", "tpot_ms")}
+        best = {m: best_of(rows, f"{m}_{self.rank_by}") for m in ("ttft_ms", "tpot_ms")}
         return {
             "sweep_version": SWEEP_VERSION,
             "created_at": self.started_at,
@@ -306,30 +310,32 @@ class Sweep:
             "prompt_file": prompts.path,
             "prompt_sha256": prompts.sha256,
             "rounds": self.options.repeats,
+            "rank_by": self.rank_by,
             "max_new_tokens": self.options.max_new_tokens,
             "results": rows,
             "best": {m: ({k: b[k] for k in (*SETUP_KEYS, "label")} if b else None) for m, b in best.items()},
-            "best_margin": {m: self.margin(rows, f"{m}_mean") for m in ("ttft_ms", "tpot_ms")},
-            "pareto": [r["label"] for r in pareto(rows)],
+            "best_margin": {m: self.margin(rows, m) for m in ("ttft_ms", "tpot_ms")},
+            "pareto": [r["label"] for r in pareto(rows, self.rank_by)],
             "metrics": {
                 "ttft_ms_mean": "mean over the setup's requests of first_token_stamp - request_start",
                 "tpot_ms_mean": "mean over requests of (last - first token stamp) / (output_tokens - 1)",
                 "tpot_efficiency": "tpot_bound_ms / tpot_ms_mean, tpot_bound_ms = decode_weight_bytes / "
                 "mem_read_gbps of the probe on the setup's threads",
-                "pareto": "setups no other setup beats on both ttft_ms_mean and tpot_ms_mean",
-                "best_margin": "best vs runner-up: change of the runner-up's mean over the best's, with a paired "
-                "bootstrap 95% interval over the same (prompt, round) requests",
+                "best": "the setup with the lowest ttft_ms_<rank_by> / tpot_ms_<rank_by>",
+                "pareto": "setups no other setup beats on both ttft_ms_<rank_by> and tpot_ms_<rank_by>",
+                "best_margin": "best vs runner-up: change of the runner-up's <rank_by> over the best's, with a "
+                "paired bootstrap 95% interval over the same (prompt, round) requests",
             },
         }
 
-    def margin(self, rows: list[dict], key: str) -> dict[str, Any] | None:
+    def margin(self, rows: list[dict], metric: str) -> dict[str, Any] | None:
         """How far the runner-up is behind the best, with a paired 95% interval: is the best really best?"""
         from llmbench.compare import change_interval
 
+        key = f"{metric}_{self.rank_by}"
         ranked = sorted((r for r in rows if r[key] is not None), key=lambda r: r[key])
         if len(ranked) < 2:
             return None
-        metric = key.removesuffix("_mean")
         by_label = {e.setup.label(): e.run for e in self.entries}
         a = {(r.prompt_index, r.repeat): getattr(r, metric) for r in by_label[ranked[0]["label"]].requests}
         b = {(r.prompt_index, r.repeat): getattr(r, metric) for r in by_label[ranked[1]["label"]].requests}
@@ -337,7 +343,7 @@ class Sweep:
         if len(keys) < 2:
             return None
         change, low, high = change_interval(
-            np.array([a[k] for k in keys]), np.array([b[k] for k in keys]), "mean", paired=True
+            np.array([a[k] for k in keys]), np.array([b[k] for k in keys]), self.rank_by, paired=True
         )
         return {
             "runner_up": ranked[1]["label"],
@@ -357,18 +363,15 @@ def best_of(rows: list[dict], key: str) -> dict | None:
     return min(have, key=lambda r: r[key]) if have else None
 
 
-def pareto(rows: list[dict]) -> list[dict]:
+def pareto(rows: list[dict], stat: str = "mean") -> list[dict]:
     """Rows no other row beats on both TTFT and TPOT (lower or equal on both, lower on one)."""
-    have = [r for r in rows if r.get("ttft_ms_mean") is not None and r.get("tpot_ms_mean") is not None]
+    f, p = f"ttft_ms_{stat}", f"tpot_ms_{stat}"
+    have = [r for r in rows if r.get(f) is not None and r.get(p) is not None]
 
     def beats(a: dict, b: dict) -> bool:
-        return (
-            a["ttft_ms_mean"] <= b["ttft_ms_mean"]
-            and a["tpot_ms_mean"] <= b["tpot_ms_mean"]
-            and (a["ttft_ms_mean"] < b["ttft_ms_mean"] or a["tpot_ms_mean"] < b["tpot_ms_mean"])
-        )
+        return a[f] <= b[f] and a[p] <= b[p] and (a[f] < b[f] or a[p] < b[p])
 
-    return sorted((r for r in have if not any(beats(o, r) for o in have)), key=lambda r: r["tpot_ms_mean"])
+    return sorted((r for r in have if not any(beats(o, r) for o in have)), key=lambda r: r[p])
 
 
 def prepare_dir(out: Path | None) -> Path:

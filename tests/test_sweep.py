@@ -39,6 +39,8 @@ def test_pareto_keeps_the_setups_nothing_beats_on_both():
         {"label": "no-tpot", "ttft_ms_mean": 1.0, "tpot_ms_mean": None},
     ]
     assert [r["label"] for r in pareto(rows)] == ["fast-decode", "fast-first"]
+    medians = [{"label": r["label"], "ttft_ms_p50": r["tpot_ms_mean"], "tpot_ms_p50": r["ttft_ms_mean"]} for r in rows]
+    assert [r["label"] for r in pareto(medians, "p50")] == ["fast-first", "fast-decode"]
     assert best_of(rows, "tpot_ms_mean")["label"] == "fast-decode"
     assert best_of(rows, "ttft_ms_mean")["label"] == "no-tpot"
 
@@ -94,6 +96,7 @@ def test_sweep_writes_a_run_per_setup_and_ranks_them(cli, tiny_model_dir, prompt
         (("--quantize", "int4"), "unknown --quantize"),
         (("--dtype", "bfloat16", "--quantize", "int8"), "no setup to sweep"),
         (("--rounds", "0"), "--rounds"),
+        (("--rank-by", "p99"), "unknown --rank-by"),
     ],
 )
 def test_bad_sweep_options_are_one_line(cli, tiny_model_dir, prompt_file, tmp_path, args, message):
