@@ -12,6 +12,8 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never reach a hub
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
+N_PROMPTS = 60  # many_prompts: enough that an interrupt lands mid-run
+
 TINY = {
     "hidden_size": 64,
     "intermediate_size": 128,
@@ -91,3 +93,10 @@ def cli(capsys, monkeypatch):
         return Result(code, out, err)
 
     return invoke
+
+
+@pytest.fixture
+def many_prompts(tmp_path):
+    p = tmp_path / "many.txt"
+    p.write_text("".join(f"第{i}号工厂夜间偷排废水 number {i}\n" for i in range(N_PROMPTS)), encoding="utf-8")
+    return p

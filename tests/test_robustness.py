@@ -14,16 +14,8 @@ from hypothesis import strategies as st
 from llmbench.errors import UserError
 from llmbench.prompts import load_prompts
 from llmbench.results import RunWriter, journal_path, load_run
+from tests.conftest import N_PROMPTS
 from tests.helpers import synthetic_run
-
-N_PROMPTS = 60
-
-
-@pytest.fixture
-def many_prompts(tmp_path):
-    p = tmp_path / "many.txt"
-    p.write_text("".join(f"第{i}号工厂夜间偷排废水 number {i}\n" for i in range(N_PROMPTS)), encoding="utf-8")
-    return p
 
 
 def _start(tiny_model_dir, prompts, out, *extra, env_extra=None):

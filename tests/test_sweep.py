@@ -10,6 +10,7 @@ from llmbench.prompts import load_prompts
 from llmbench.results import load_run
 from llmbench.runner import Benchmark, RunOptions
 from llmbench.sweep import Setup, best_of, expand, pareto, split_list
+from tests.test_robustness import _wait_for
 
 
 def test_expand_makes_every_valid_combination_and_says_what_it_left_out():
@@ -146,3 +147,28 @@ def test_compile_time_is_reported_apart_from_the_requests(cli, tiny_model_dir, p
     assert max(q.e2e_ms for q in run.requests) < 0.25 * run.load.compile_s * 1000
     assert not any("compiled" in w for w in run.warnings)
     assert "compiled in" in r.stderr
+
+
+def test_an_interrupted_sweep_keeps_what_it_finished(tiny_model_dir, many_prompts, tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    out = tmp_path / "sw"
+    args = [sys.executable, "-m", "llmbench", "sweep", str(many_prompts), "-m", str(tiny_model_dir), "--device", "cpu",
+            "--dtype", "float32", "--threads", "1,2", "--max-new-tokens", "24", "--ignore-eos", "--warmup", "0",
+            "-o", str(out), "-q"]  # fmt: skip
+    proc = subprocess.Popen(
+        args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}
+    )
+    _wait_for(out / "float32-1t.json", 3, proc)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted by SIGINT" in err and "Traceback" not in err
+    record = json.loads((out / "sweep.json").read_text(encoding="utf-8"))
+    assert record["complete"] is False
+    first = load_run(out / "float32-1t.json")
+    assert not first.complete and len(first.requests) >= 3 and first.sessions[-1].interrupted_by == "SIGINT"
+    assert sum(r["requests"] for r in record["results"]) >= 3
