@@ -62,8 +62,14 @@ def run(
         ),
     ],
     model: Annotated[
-        str, typer.Option("--model", "-m", help="Hub id, local folder or .gguf file.")
-    ] = "Qwen/Qwen2.5-0.5B-Instruct",
+        Optional[str],
+        typer.Option(
+            "--model",
+            "-m",
+            help="Hub id, local folder or .gguf file [default: Qwen/Qwen2.5-0.5B-Instruct]. With --endpoint: the "
+            "model name to send (default: the server's first in GET /v1/models).",
+        ),
+    ] = None,
     weights: Annotated[
         str,
         typer.Option(
@@ -71,6 +77,23 @@ def run(
             "(no download; outputs meaningless, timings real)."
         ),
     ] = "pretrained",
+    endpoint: Annotated[
+        Optional[str],
+        typer.Option(
+            help="Measure an OpenAI-compatible server instead (vLLM, llama.cpp, Ollama, llmbench serve): its "
+            "base URL, e.g. http://127.0.0.1:8000/v1. Streams over SSE, stamps each event on arrival."
+        ),
+    ] = None,
+    api_key_env: Annotated[
+        Optional[str], typer.Option(help="With --endpoint: the environment variable holding the API key.")
+    ] = None,
+    concurrency: Annotated[int, typer.Option(help="With --endpoint: requests in flight at once.")] = 1,
+    tokenizer: Annotated[
+        Optional[str],
+        typer.Option(
+            help="With --endpoint: tokenizer (hub id or folder) to count tokens if the server sends no usage."
+        ),
+    ] = None,
     device: Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:N or mps.")] = "auto",
     dtype: Annotated[
         str, typer.Option(help="auto, float32, bfloat16 or float16. auto = fastest on the device.")
@@ -162,6 +185,27 @@ def run(
             compile=compile_,
         )
         options.validate()
+        if endpoint is not None:
+            in_process_only = {
+                "--weights": weights != "pretrained",
+                "--device": device != "auto",
+                "--dtype": dtype != "auto",
+                "--threads": threads is not None,
+                "--resume": resume is not None,
+                "--device-map": device_map is not None,
+                "--compile": compile_,
+                "--quantize": quantize is not None,
+                "--attn": attn is not None,
+                "--cache": cache != "dynamic",
+                "--truncate": truncate,
+                "--no-chat-template": no_chat_template,
+            }
+            _run_endpoint(
+                prompt_set, options, endpoint, model, api_key_env, concurrency, tokenizer, output, overwrite, quiet,
+                refused=in_process_only,
+            )  # fmt: skip
+            return
+        model = model or models.DEFAULT_MODEL
         spec = models.ModelSpec(
             model=model,
             weights=weights,
@@ -223,6 +267,50 @@ def run(
     for w in result.warnings[len(loaded.warnings) :]:
         display.warn(w)
     display.out.print(display.summary_table(result))
+    display.out.print(f"wrote {path}")
+
+
+def _run_endpoint(
+    prompt_set, options, url, model, api_key_env, concurrency, tokenizer, output, overwrite, quiet, refused
+):
+    """``run --endpoint``: the same run JSON, measured over HTTP."""
+    from llmbench import display, endpoint, results, runner
+
+    given = [name for name, on in refused.items() if on]
+    if given:
+        raise UserError(f"{', '.join(given)} set(s) up an in-process model; with --endpoint the server decides that")
+    bench = endpoint.EndpointBenchmark(
+        endpoint.EndpointOptions(url=url, model=model, api_key_env=api_key_env, concurrency=concurrency,
+                                 tokenizer=tokenizer),
+        options,
+    )  # fmt: skip
+    path = results.prepare_output(
+        output or results.default_output_path(bench.model or "endpoint", "endpoint"), overwrite
+    )
+    if not quiet:
+        display.info(
+            f"streaming to {endpoint.redact(bench.url)} (model {bench.model or 'not named'}), {concurrency} at a time"
+        )
+    total = len(prompt_set.prompts) * options.repeats
+    try:
+        with display.run_progress(total, options.warmup, quiet) as (on_warmup, on_request):
+            result = bench.run(prompt_set, path, on_request=on_request, on_warmup=on_warmup)
+    except runner.RunInterrupted as e:
+        display.err.print(
+            f"interrupted by {e.signal_name}: {len(e.run.requests)} of {total} requests saved in {e.path} "
+            "(complete: false)",
+            soft_wrap=True,
+        )
+        raise typer.Exit(e.exit_code) from None
+    for w in result.warnings:
+        display.warn(w)
+    display.out.print(display.summary_table(result))
+    if result.client:
+        c = result.client
+        display.info(
+            f"client: {c.cpu_s:.2f} s CPU in {c.wall_s:.1f} s ({c.cpu_pct_of_one_core:.1f}% of one core"
+            + (f", {c.cpu_ms_per_event:.3f} ms per event)" if c.cpu_ms_per_event is not None else ")")
+        )
     display.out.print(f"wrote {path}")
 
 
@@ -326,6 +414,53 @@ def _int_list_item(text: str, option: str) -> int:
         return int(text)
     except ValueError:
         raise UserError(f"{option}: '{text}' is not a whole number") from None
+
+
+@app.command()
+def serve(
+    model: Annotated[
+        str, typer.Option("--model", "-m", help="Hub id, local folder or .gguf file.")
+    ] = "Qwen/Qwen2.5-0.5B-Instruct",
+    weights: Annotated[str, typer.Option(help="pretrained or random.")] = "pretrained",
+    device: Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:N or mps.")] = "auto",
+    dtype: Annotated[str, typer.Option(help="auto, float32, bfloat16 or float16.")] = "auto",
+    threads: Annotated[Optional[int], typer.Option(help="torch intra-op threads.")] = None,
+    attn: Annotated[Optional[str], typer.Option(help="Attention kernel: eager, sdpa, ...")] = None,
+    quantize: Annotated[Optional[str], typer.Option(help="int8: dynamic int8 linear weights (CPU).")] = None,
+    host: Annotated[
+        str, typer.Option(help="Address to listen on (loopback by default: no one else can reach it).")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    max_queue: Annotated[int, typer.Option(help="Requests that may wait while one generates; more get 429.")] = 4,
+    max_tokens: Annotated[int, typer.Option(help="max_tokens when a request gives none.")] = 256,
+    trust_remote_code: Annotated[bool, typer.Option("--trust-remote-code", help="Run the repo's own code.")] = False,
+) -> None:
+    """Serve a model over an OpenAI-compatible SSE endpoint, with a page at / that shows tokens, TTFT and TPOT live."""
+    from llmbench import display, models
+    from llmbench import serve as sv
+
+    with _user_errors():
+        if max_queue < 0:
+            raise UserError(f"--max-queue must be 0 or more, not {max_queue}")
+        if max_tokens < 1:
+            raise UserError(f"--max-tokens must be at least 1, not {max_tokens}")
+        spec = models.ModelSpec(model=model, weights=weights, device=device, dtype=dtype, threads=threads, attn=attn,
+                                quantize=quantize, trust_remote_code=trust_remote_code)  # fmt: skip
+        spec.validate()
+        sv.check_port(host, port)
+        with display.err.status(f"loading {model} ({weights} weights) ..."):
+            loaded = models.load_model(spec)
+        for w in loaded.warnings:
+            display.warn(w)
+        app_ = sv.create_app(loaded, max_queue=max_queue, max_tokens=max_tokens)
+    url_host = f"[{host}]" if ":" in host else host
+    display.err.print(
+        f"serving {model} on {loaded.device} ({loaded.dtype}, {loaded.threads} threads) at http://{url_host}:{port}\n"
+        f"  page: http://{url_host}:{port}/   API: POST /v1/chat/completions (stream: true for SSE)   GET /health\n"
+        f"  one request generates at a time, {max_queue} may wait, more get 429. Ctrl-C stops.",
+        soft_wrap=True,
+    )
+    sv.run_server(app_, host, port)
 
 
 @app.command()

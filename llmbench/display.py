@@ -78,6 +78,8 @@ def summary_table(run: Run) -> Table:
     s = run.summary
     c = run.config
     title = f"{c.model} · {c.weights} weights · {c.device} · {c.dtype} · {c.threads} threads"
+    if c.mode == "endpoint" and c.endpoint is not None:
+        title = f"{c.model} via {c.endpoint.url} · concurrency {c.endpoint.concurrency}"
     table = Table(title=title, title_justify="left")
     table.add_column("metric")
     for col in ("mean", "p50", "p90", "min", "max"):
@@ -93,6 +95,14 @@ def summary_table(run: Run) -> Table:
             f"; roofline: TPOT >= {s.tpot_bound_ms:.1f} ms (weights / {s.roofline_mem_read_gbps:.1f} GB/s), "
             f"efficiency {s.tpot_efficiency:.2f}"
         )
+    if s.stream_buffered is not None:
+        share = 100 * (s.stream_gaps_under_1ms_share or 0)
+        caption += (
+            f"; stream: {share:.0f}% of gaps < 1 ms, largest burst: {s.stream_largest_burst} event(s) "
+            f"({'buffered' if s.stream_buffered else 'not buffered'})"
+        )
+    if s.failed_requests:
+        caption += f"; {s.failed_requests} failed"
     table.caption = caption
     return table
 

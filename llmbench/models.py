@@ -36,6 +36,7 @@ QUANTIZATIONS = ("int8",)
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 _DTYPE_ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "half": "float16", "float": "float32"}
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*(/[\w.\-]+)?$")
+DEFAULT_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
 RANDOM_SEED = 0  # random weights are the same on every run, so greedy outputs can be compared
 _WEIGHT_PATTERNS = ["*.json", "*.safetensors", "*.txt", "*.model", "*.tiktoken", "*.jinja", "*.py"]
 _ALTERNATIVES = (
@@ -48,7 +49,7 @@ _ALTERNATIVES = (
 class ModelSpec:
     """What the user asked for."""
 
-    model: str = "Qwen/Qwen2.5-0.5B-Instruct"
+    model: str = DEFAULT_MODEL
     weights: str = "pretrained"  # "pretrained" | "random"
     device: str = "auto"
     dtype: str = "auto"

@@ -7,7 +7,9 @@ Schema history (bump ``SCHEMA_VERSION`` on any change a reader of the old versio
     load.decode_weight_bytes, summary.prefill_tokens_per_s/tpot_bound_ms/tpot_efficiency/
     roofline_mem_read_gbps (0.1.0, roofline);
     config.attn_implementation/cache_implementation/compile/quantization, load.quantize_s/compile_s
-    (0.1.0, sweep).
+    (0.1.0, sweep);
+    config.weights "unknown", config.endpoint, requests[].chunks/tokens_from/server_ttft_ms/server_queue_ms/
+    stream_end_ms, summary.stream_*, client, failed_requests (0.1.0, endpoint runs).
 """
 
 from __future__ import annotations
@@ -45,6 +47,26 @@ METRIC_FORMULAS: dict[str, str] = {
     "stamp": "time.perf_counter_ns() in the streamer's put(), when generate() hands over the token on the host",
 }
 
+# The same names measured over HTTP (config.mode "endpoint"): the client's clock, events instead of tokens.
+ENDPOINT_METRIC_FORMULAS: dict[str, str] = {
+    **METRIC_FORMULAS,
+    "ttft_ms": "arrival of the first SSE event that carries content - request_start; request_start is taken "
+    "before the HTTP request is built and sent (a role-only first event does not count)",
+    "tpot_ms": "(last_content_event - first_content_event) / (output_tokens - 1), output_tokens from the "
+    "server's usage, else from tokenizing the received text (requests[].tokens_from says which); as vLLM's TPOT",
+    "itl_ms": "token_times_ms[i] - token_times_ms[i-1]: gaps between content events (an event may carry several "
+    "tokens)",
+    "e2e_ms": "last content event - request_start (stream_end_ms: when [DONE] or the end of the body arrived)",
+    "tokenize_ms": "0: templating and tokenizing happen on the server, inside ttft_ms",
+    "prefill_tokens_per_s": "prompt_tokens / ttft_ms * 1000: as the client sees it, transport and queue included",
+    "token_times_ms": "arrival of each content event, in ms since request_start; token_times_ms[0] == ttft_ms",
+    "stamp": "time.perf_counter_ns() when the SSE parser hands over the event (httpx + httpx-sse, one process)",
+    "stream_gaps_under_1ms_share": "share of gaps between consecutive content events under 1 ms, all requests",
+    "stream_largest_burst": "most content events of one request that arrived with under 1 ms between each",
+    "stream_buffered": "true when at least half of the requests with >= 3 events had at least half of their "
+    "gaps under 1 ms: the events were held and released together between server and client",
+}
+
 
 class _Model(BaseModel):
     # Unknown fields are kept, so a newer minor writer's extras survive a read-modify-write.
@@ -58,11 +80,19 @@ class Sampling(_Model):
     seed: int | None = None
 
 
+class EndpointConfig(_Model):
+    url: str  # the chat completions URL, without credentials or query
+    api_key_env: str | None = None  # the variable the key came from (the key itself is never written)
+    concurrency: int = 1
+    server: dict | None = None  # what GET /health said (llmbench serve), if anything
+    request_extra: dict = {}  # fields sent besides messages/model/stream (max_tokens, temperature, ...)
+
+
 class RunConfig(_Model):
     mode: Literal["in-process", "endpoint"] = "in-process"
     model: str
     model_source: str  # "hub" | "folder" | "gguf" | "builtin"
-    weights: Literal["pretrained", "random"]
+    weights: Literal["pretrained", "random", "unknown"]  # unknown: an endpoint that doesn't say
     device: str
     dtype: str
     dtype_reason: str = ""
@@ -83,6 +113,7 @@ class RunConfig(_Model):
     cache_implementation: Literal["dynamic", "static"] = "dynamic"  # KV cache (--cache)
     compile: bool = False  # decode steps run through torch.compile (static cache)
     quantization: str | None = None  # "int8": dynamic int8 linear weights
+    endpoint: EndpointConfig | None = None  # mode "endpoint": where and how the requests went
 
 
 class GPUInfo(_Model):
@@ -139,11 +170,18 @@ class RequestResult(_Model):
     started_s: float = 0.0  # seconds since the first measured request started: shows drift over a run
     truncated_tokens: int = 0  # prompt tokens cut to fit the context (--truncate)
     session: int = 0  # index into Run.sessions: which invocation measured it (--resume adds sessions)
+    # endpoint runs only: stamps are per content event, not per token
+    chunks: int | None = None  # content events received (== len(token_times_ms))
+    tokens_from: Literal["usage", "tokenizer", "chunks"] | None = None  # where output_tokens came from
+    stream_end_ms: float | None = None  # [DONE] (or the body's end) arrived, ms since request_start
+    server_ttft_ms: float | None = None  # llmbench serve's own stamp of the first token (from arrival)
+    server_queue_ms: float | None = None  # llmbench serve: time the request waited for the model
 
     @model_validator(mode="after")
     def _invariants(self) -> RequestResult:
-        if len(self.token_times_ms) != self.output_tokens:
-            raise ValueError("len(token_times_ms) != output_tokens")
+        stamps = self.output_tokens if self.chunks is None else self.chunks
+        if len(self.token_times_ms) != stamps:
+            raise ValueError("len(token_times_ms) != output_tokens (chunks, for endpoint runs)")
         if self.output_tokens and self.token_times_ms[0] != self.ttft_ms:
             raise ValueError("token_times_ms[0] != ttft_ms")
         return self
@@ -172,6 +210,11 @@ class Summary(_Model):
     tpot_bound_ms: float | None = None  # roofline: decode_weight_bytes / mem_read_gbps
     tpot_efficiency: float | None = None  # tpot_bound_ms / mean TPOT (1.0 = at the memory limit)
     roofline_mem_read_gbps: float | None = None  # the bandwidth the bound used
+    stream_buffered: bool | None = None  # endpoint runs: the events arrived in bursts (see metrics)
+    stream_gaps_under_1ms_share: float | None = None
+    stream_largest_burst: int | None = None
+    stream_buffered_requests: int | None = None
+    failed_requests: int = 0
 
 
 class Probe(_Model):
@@ -217,6 +260,23 @@ class MachineState(_Model):
     samples: list[MachineSample] = []
 
 
+class ClientStats(_Model):
+    """What the endpoint client itself cost: it shares the machine with a co-located server."""
+
+    cpu_s: float  # this process's CPU time (user + system) during the measured requests
+    wall_s: float
+    cpu_pct_of_one_core: float  # 100 * cpu_s / wall_s
+    cpu_ms_per_event: float | None = None  # cpu_s / content events received
+
+
+class FailedRequest(_Model):
+    prompt_index: int
+    repeat: int
+    error: str
+    status: int | None = None  # HTTP status, when there was one
+    started_s: float = 0.0
+
+
 class Session(_Model):
     """One invocation that contributed requests (a resumed run has several)."""
 
@@ -242,6 +302,8 @@ class Run(_Model):
     summary: Summary | None = None
     machine: MachineState | None = None
     sessions: list[Session] = []
+    client: ClientStats | None = None  # endpoint runs
+    failed_requests: list[FailedRequest] = []  # endpoint runs: requests the server failed, the rest went on
 
 
 class _Lean(BaseModel):

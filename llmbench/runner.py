@@ -185,6 +185,15 @@ def load_resumable(path: Path, new_config: dict) -> Run:
     return run
 
 
+def encode_messages(tokenizer, messages: list[dict], use_template: bool):
+    """Chat messages -> ``{"input_ids", "attention_mask"}`` tensors: through the chat template (with the
+    assistant's turn opened) when ``use_template``, else the contents joined by blank lines."""
+    if use_template:
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return tokenizer(text, return_tensors="pt", add_special_tokens=False)
+    return tokenizer("\n\n".join(str(m.get("content", "")) for m in messages), return_tensors="pt")
+
+
 class Benchmark:
     """Sends prompts to a loaded model and records one :class:`RequestResult` per (prompt, repeat)."""
 
@@ -204,18 +213,11 @@ class Benchmark:
     # -- one request --------------------------------------------------------------------------------------
 
     def _encode(self, prompt: str):
-        tok = self.loaded.tokenizer
-        if self.uses_template:
-            messages = []
-            if self.options.system_prompt:
-                messages.append({"role": "system", "content": self.options.system_prompt})
-            messages.append({"role": "user", "content": prompt})
-            text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-            enc = tok(text, return_tensors="pt", add_special_tokens=False)
-        else:
-            text = f"{self.options.system_prompt}\n\n{prompt}" if self.options.system_prompt else prompt
-            enc = tok(text, return_tensors="pt")
-        return enc
+        messages = []
+        if self.options.system_prompt:
+            messages.append({"role": "system", "content": self.options.system_prompt})
+        messages.append({"role": "user", "content": prompt})
+        return encode_messages(self.loaded.tokenizer, messages, self.uses_template)
 
     def _generate_kwargs(self) -> dict:
         o = self.options

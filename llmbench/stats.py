@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from itertools import pairwise
 
 import numpy as np
 
@@ -49,6 +50,45 @@ def roofline(decode_weight_bytes: int | None, mem_read_gbps: float | None, tpot_
     return round(bound, 3), (round(bound / tpot_mean_ms, 4) if tpot_mean_ms else None)
 
 
+BURST_GAP_MS = 1.0  # events closer than this arrived together: a few ms of network/scheduling jitter is not it
+
+
+def stream_shape(times_ms: Sequence[float]) -> tuple[int, int, int]:
+    """(gaps, gaps under BURST_GAP_MS, largest burst) of one request's event arrival times."""
+    gaps = [b - a for a, b in pairwise(times_ms)]
+    under = largest = run = 0
+    for g in gaps:
+        if g < BURST_GAP_MS:
+            under += 1
+            run += 1
+            largest = max(largest, run)
+        else:
+            run = 0
+    return len(gaps), under, (largest + 1 if times_ms else 0)
+
+
+def stream_figures(requests: Sequence[RequestResult]) -> dict:
+    """The buffering detector over an endpoint run's requests (fields of :class:`Summary`).
+
+    A request is buffered when it has >= 3 events and at least half of its gaps are under 1 ms (they came
+    out of one read); the run is, when at least half of such requests are. A direct stream's gaps are one
+    decode step each (milliseconds); a relay that holds the body releases everything at once.
+    """
+    gaps = under = largest = buffered = eligible = 0
+    for r in requests:
+        g, u, big = stream_shape(r.token_times_ms)
+        gaps, under, largest = gaps + g, under + u, max(largest, big)
+        if len(r.token_times_ms) >= 3:
+            eligible += 1
+            buffered += 2 * u >= g
+    return {
+        "stream_buffered": (2 * buffered >= eligible) if eligible else None,
+        "stream_gaps_under_1ms_share": round(under / gaps, 4) if gaps else None,
+        "stream_largest_burst": largest,
+        "stream_buffered_requests": buffered,
+    }
+
+
 def summarize(
     requests: Sequence[RequestResult], decode_weight_bytes: int | None = None, mem_read_gbps: float | None = None
 ) -> Summary | None:
@@ -71,4 +111,5 @@ def summarize(
         tpot_bound_ms=bound,
         tpot_efficiency=efficiency,
         roofline_mem_read_gbps=mem_read_gbps if bound is not None else None,
+        **(stream_figures(requests) if any(r.chunks is not None for r in requests) else {}),
     )

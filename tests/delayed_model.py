@@ -70,15 +70,14 @@ class DelayedLM(PreTrainedModel, GenerationMixin):
         return {"input_ids": input_ids, "attention_mask": attention_mask}
 
 
-def delayed_benchmark(tokenizer, prefill_ms: float, decode_ms: float, tokens: int):
-    """(model, llmbench Benchmark) for a DelayedLM behind the real tokenizer, warmed up once."""
+def delayed_loaded(tokenizer, prefill_ms: float, decode_ms: float):
+    """A DelayedLM behind the real tokenizer, as llmbench's loader would hand it over."""
     from llmbench.models import LoadedModel, _prepare_generation
     from llmbench.results import LoadInfo
-    from llmbench.runner import Benchmark, RunOptions
 
     model = DelayedLM(DelayedConfig(vocab_size=4096, prefill_ms=prefill_ms, decode_ms=decode_ms)).eval()
     _prepare_generation(model, tokenizer)
-    lm = LoadedModel(
+    return LoadedModel(
         model=model,
         tokenizer=tokenizer,
         name="delayed",
@@ -91,6 +90,14 @@ def delayed_benchmark(tokenizer, prefill_ms: float, decode_ms: float, tokens: in
         load=LoadInfo(seconds=0),
         max_positions=None,
     )
+
+
+def delayed_benchmark(tokenizer, prefill_ms: float, decode_ms: float, tokens: int):
+    """(model, llmbench Benchmark) for a DelayedLM behind the real tokenizer, warmed up once."""
+    from llmbench.runner import Benchmark, RunOptions
+
+    lm = delayed_loaded(tokenizer, prefill_ms, decode_ms)
+    model = lm.model
     bench = Benchmark(lm, RunOptions(max_new_tokens=tokens, ignore_eos=True, warmup=0))
     bench.measure("warm up", 0, 0)
     return model, bench

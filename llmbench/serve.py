@@ -1,0 +1,432 @@
+"""``llmbench serve``: one model behind an OpenAI-compatible streaming endpoint (SSE), and a page that watches it.
+
+The chain of the seed: the browser POSTs, FastAPI answers with ``text/event-stream``, ``generate()`` runs in a
+worker thread and hands each token to the event loop, which sends it as one ``data:`` event at once.
+
+Concurrency rule: one request generates at a time (a single model without batching: two ``generate()`` calls
+at once would only share the same cores and both slow down). Up to ``max_queue`` more wait in arrival order,
+their streams open (their TTFT includes the wait, as a user's would); beyond that a request gets 429 with
+``Retry-After`` at once. A client that disconnects, waiting or generating, stops its generation after the
+token in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import torch
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+from transformers.generation.stopping_criteria import StoppingCriteria, StoppingCriteriaList
+from transformers.generation.streamers import BaseStreamer
+
+from llmbench.models import LoadedModel
+from llmbench.runner import encode_messages
+
+SSE_HEADERS = {
+    "Cache-Control": "no-cache",
+    "X-Accel-Buffering": "no",  # tells nginx-style proxies not to buffer this response
+}
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    role: str
+    content: str | None = ""
+
+
+class ChatRequest(BaseModel):
+    """The part of OpenAI's chat completions request that llmbench serve honours (other fields are ignored)."""
+
+    model_config = ConfigDict(extra="allow")
+    model: str | None = None
+    messages: list[Message] = Field(min_length=1)
+    stream: bool = False
+    max_tokens: int | None = Field(default=None, ge=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    temperature: float | None = Field(default=None, ge=0)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    seed: int | None = None
+    ignore_eos: bool = False  # vLLM's and llama.cpp's extension: generate exactly max_tokens
+    stream_options: dict[str, Any] | None = None
+
+
+class _Cancel(StoppingCriteria):
+    """Stops generate() after the current token once ``event`` is set (client gone)."""
+
+    def __init__(self, event: threading.Event) -> None:
+        self.event = event
+
+    def __call__(self, input_ids, scores, **kwargs) -> torch.BoolTensor:
+        return torch.full((input_ids.shape[0],), self.event.is_set(), dtype=torch.bool, device=input_ids.device)
+
+
+class _LoopStreamer(BaseStreamer):
+    """Runs on the generation thread: stamps each new token and hands (stamp, ids) to the event loop."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, queue: asyncio.Queue) -> None:
+        self.loop, self.queue = loop, queue
+        self._prompt_seen = False
+
+    def put(self, value) -> None:
+        if not self._prompt_seen:
+            self._prompt_seen = True
+            return
+        self.loop.call_soon_threadsafe(self.queue.put_nowait, (time.perf_counter_ns(), value.reshape(-1).tolist()))
+
+    def end(self) -> None:
+        pass  # the worker posts the end marker itself, also when generate() raises
+
+
+class IncrementalText:
+    """Token ids -> new text, one piece per call; holds back bytes of a character not yet complete."""
+
+    def __init__(self, tokenizer) -> None:
+        self.tok = tokenizer
+        self.ids: list[int] = []
+        self.prefix = 0  # decoding restarts here, so a piece depends on a few tokens of context, not all
+        self.read = 0
+
+    def _decode(self, ids: list[int]) -> str:
+        return self.tok.decode(ids, skip_special_tokens=True)
+
+    def add(self, ids: list[int]) -> str:
+        self.ids.extend(ids)
+        before = self._decode(self.ids[self.prefix : self.read])
+        now = self._decode(self.ids[self.prefix :])
+        if len(now) > len(before) and not now.endswith("\ufffd"):
+            self.prefix, self.read = self.read, len(self.ids)
+            return now[len(before) :]
+        return ""
+
+    def flush(self) -> str:
+        before = self._decode(self.ids[self.prefix : self.read])
+        now = self._decode(self.ids[self.prefix :])
+        self.prefix = self.read = len(self.ids)
+        return now[len(before) :]
+
+
+@dataclass
+class _Counters:
+    served: int = 0
+    cancelled: int = 0
+    rejected: int = 0
+    last_tokens: int = 0
+    last_cancelled: bool = False
+
+
+class ModelServer:
+    """The model, its single generation thread and the queue in front of it."""
+
+    def __init__(self, loaded: LoadedModel, *, max_queue: int = 4, max_tokens: int = 256) -> None:
+        self.loaded = loaded
+        self.max_queue = max_queue
+        self.default_max_tokens = max_tokens
+        self.executor = ThreadPoolExecutor(1, thread_name_prefix="llmbench-generate")
+        self.slot = asyncio.Semaphore(1)
+        self.admitted = 0  # requests let in and not finished: 1 generating + the queue
+        self.generating = False
+        self.counters = _Counters()
+        self.uses_template = bool(getattr(loaded.tokenizer, "chat_template", None))
+
+    # -- admission ------------------------------------------------------------------------------------------
+
+    def admit(self) -> bool:
+        """Take a place (generating or queued) or refuse: the 429 rule of the module docstring."""
+        if self.admitted >= 1 + self.max_queue:
+            self.counters.rejected += 1
+            return False
+        self.admitted += 1
+        return True
+
+    def health(self) -> dict[str, Any]:
+        lm = self.loaded
+        c = self.counters
+        return {
+            "status": "ok",
+            "model": lm.name,
+            "weights": lm.weights,
+            "device": lm.device,
+            "dtype": lm.dtype,
+            "threads": lm.threads,
+            "generating": self.generating,
+            "queued": max(0, self.admitted - (1 if self.generating else 0)),
+            "max_queue": self.max_queue,
+            "served": c.served,
+            "cancelled": c.cancelled,
+            "rejected": c.rejected,
+            "last": {"tokens": c.last_tokens, "cancelled": c.last_cancelled},
+        }
+
+    # -- one request ----------------------------------------------------------------------------------------
+
+    def _prepare(self, req: ChatRequest) -> tuple[Any, dict[str, Any], int]:
+        messages = [{"role": m.role, "content": m.content or ""} for m in req.messages]
+        enc = encode_messages(self.loaded.tokenizer, messages, self.uses_template)
+        input_ids = enc["input_ids"]
+        max_new = req.max_completion_tokens or req.max_tokens or self.default_max_tokens
+        limit = self.loaded.max_positions
+        if limit and input_ids.shape[-1] + max_new > limit:
+            raise ValueError(
+                f"the prompt has {input_ids.shape[-1]} tokens; with max_tokens {max_new} that exceeds the "
+                f"model's context of {limit}"
+            )
+        kw: dict[str, Any] = {"max_new_tokens": max_new, "attention_mask": enc.get("attention_mask")}
+        if req.ignore_eos:
+            kw["min_new_tokens"] = max_new
+        if req.temperature:  # greedy unless a temperature above 0 is asked for (deterministic by default)
+            kw.update(do_sample=True, temperature=req.temperature, top_p=req.top_p or 1.0, top_k=None)
+        else:
+            kw.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+        return input_ids, kw, int(input_ids.shape[-1])
+
+    def _generate(self, input_ids, kw: dict, streamer: _LoopStreamer, cancel: threading.Event, seed) -> int:
+        """On the generation thread. Returns the number of new tokens; always posts the end marker."""
+        try:
+            dev = self.loaded.device
+            if seed is not None:
+                torch.manual_seed(seed)
+            mask = kw.pop("attention_mask")
+            with torch.inference_mode():
+                out = self.loaded.model.generate(
+                    input_ids=input_ids.to(dev),
+                    attention_mask=mask.to(dev) if mask is not None else None,
+                    streamer=streamer,
+                    stopping_criteria=StoppingCriteriaList([_Cancel(cancel)]),
+                    **kw,
+                )
+            return int(out.shape[-1] - input_ids.shape[-1])
+        finally:
+            streamer.loop.call_soon_threadsafe(streamer.queue.put_nowait, None)
+
+    async def completion_events(self, req: ChatRequest, arrived_ns: int):
+        """Yield the SSE lines of one streamed completion: a role chunk, one chunk per piece of text, the
+        finishing chunk, a usage chunk (with the server's own stamps under ``llmbench``), ``[DONE]``."""
+        rid = f"chatcmpl-{uuid.uuid4().hex[:24]}"
+        created = int(time.time())
+        cancel = threading.Event()
+        finished = False
+        tokens = 0
+        stamps: list[float] = []  # the server's own stamp of each token, ms since the request arrived
+        try:
+            input_ids, kw, prompt_tokens = self._prepare(req)
+            async with self._turn():
+                started_ns = time.perf_counter_ns()
+                loop = asyncio.get_running_loop()
+                queue: asyncio.Queue = asyncio.Queue()
+                streamer = _LoopStreamer(loop, queue)
+                fut = loop.run_in_executor(self.executor, self._generate, input_ids, kw, streamer, cancel, req.seed)
+                yield _sse(self._chunk(rid, created, {"role": "assistant", "content": ""}))
+                text = IncrementalText(self.loaded.tokenizer)
+                while (item := await queue.get()) is not None:
+                    stamp, ids = item
+                    stamps.append(round((stamp - arrived_ns) / 1e6, 3))
+                    piece = text.add(ids)
+                    if piece:
+                        yield _sse(self._chunk(rid, created, {"content": piece}))
+                tokens = await fut
+                rest = text.flush()
+                if rest:
+                    yield _sse(self._chunk(rid, created, {"content": rest}))
+                finish = "length" if tokens >= kw["max_new_tokens"] else "stop"
+                yield _sse(self._chunk(rid, created, {}, finish))
+                usage = _usage(prompt_tokens, tokens)
+                timing = {
+                    "queue_ms": round((started_ns - arrived_ns) / 1e6, 3),
+                    "ttft_ms": stamps[0] if stamps else None,
+                    "token_times_ms": stamps,
+                }
+                yield _sse(
+                    {
+                        "id": rid,
+                        "object": "chat.completion.chunk",
+                        "created": created,
+                        "model": self.loaded.name,
+                        "choices": [],
+                        "usage": usage,
+                        "llmbench": timing,
+                    }
+                )
+                yield "data: [DONE]\n\n"
+                finished = True
+        except ValueError as e:  # a prompt too long for the context: the stream says why, then ends
+            yield _sse({"error": {"message": str(e), "type": "invalid_request_error"}})
+            yield "data: [DONE]\n\n"
+            finished = True
+        finally:
+            cancel.set()  # a disconnect lands here (GeneratorExit/CancelledError): generate() stops
+            self._done(finished, tokens or len(stamps))
+
+    @asynccontextmanager
+    async def _turn(self):
+        """Wait for the model (FIFO: asyncio's semaphore wakes waiters in order), then hold it."""
+        async with self.slot:
+            self.generating = True
+            try:
+                yield
+            finally:
+                self.generating = False
+
+    def _done(self, finished: bool, tokens: int) -> None:
+        self.admitted -= 1
+        c = self.counters
+        c.served += 1
+        c.last_cancelled = not finished
+        c.last_tokens = tokens
+        if not finished:
+            c.cancelled += 1
+
+    async def completion(self, req: ChatRequest) -> dict[str, Any]:
+        """The whole completion as one response (``stream: false``)."""
+        cancel = threading.Event()
+        finished = False
+        tokens = 0
+        try:
+            input_ids, kw, prompt_tokens = self._prepare(req)
+            async with self._turn():
+                loop = asyncio.get_running_loop()
+                queue: asyncio.Queue = asyncio.Queue()
+                streamer = _LoopStreamer(loop, queue)
+                fut = loop.run_in_executor(self.executor, self._generate, input_ids, kw, streamer, cancel, req.seed)
+                ids: list[int] = []
+                while (item := await queue.get()) is not None:
+                    ids.extend(item[1])
+                tokens = await fut
+                finished = True
+        finally:
+            cancel.set()
+            self._done(finished, tokens)
+        return {
+            "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": self.loaded.name,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {
+                        "role": "assistant",
+                        "content": self.loaded.tokenizer.decode(ids, skip_special_tokens=True),
+                    },
+                    "finish_reason": "length" if tokens >= kw["max_new_tokens"] else "stop",
+                }
+            ],
+            "usage": _usage(prompt_tokens, tokens),
+        }
+
+    def _chunk(self, rid: str, created: int, delta: dict, finish: str | None = None) -> dict[str, Any]:
+        return {
+            "id": rid,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": self.loaded.name,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        }
+
+
+def _sse(obj: dict) -> str:
+    return f"data: {json.dumps(obj, ensure_ascii=False, separators=(',', ':'))}\n\n"
+
+
+def _usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
+
+
+def _error(status: int, message: str, kind: str = "invalid_request_error", headers=None) -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "type": kind}}, status_code=status, headers=headers)
+
+
+def page_html() -> str:
+    """The page served at ``/``: fetch + ReadableStream, live TTFT and TPOT."""
+    return resources.files("llmbench").joinpath("page.html").read_text(encoding="utf-8")
+
+
+def create_app(loaded: LoadedModel, *, max_queue: int = 4, max_tokens: int = 256) -> FastAPI:
+    """The FastAPI app around ``loaded``: ``POST /v1/chat/completions``, ``GET /v1/models``, ``GET /health``,
+    ``GET /`` (the page)."""
+    server = ModelServer(loaded, max_queue=max_queue, max_tokens=max_tokens)
+    app = FastAPI(title="llmbench serve", docs_url=None, redoc_url=None)
+    app.state.server = server
+    html = page_html()
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {}
+        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
+        return _error(400, f"{where}: {first.get('msg', 'invalid request')}" if where else "invalid request")
+
+    @app.get("/", response_class=HTMLResponse)
+    async def page() -> str:
+        return html
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        return server.health()
+
+    @app.get("/v1/models")
+    async def list_models() -> dict[str, Any]:
+        return {"object": "list", "data": [{"id": loaded.name, "object": "model", "owned_by": "llmbench"}]}
+
+    @app.post("/v1/chat/completions")
+    async def chat(req: ChatRequest):
+        arrived = time.perf_counter_ns()
+        if not server.admit():
+            return _error(
+                429,
+                f"busy: one request generating and {server.max_queue} waiting; retry later",
+                "rate_limit_error",
+                {"Retry-After": "1"},
+            )
+        if req.stream:
+            return StreamingResponse(
+                server.completion_events(req, arrived), media_type="text/event-stream", headers=SSE_HEADERS
+            )
+        try:
+            return await server.completion(req)
+        except ValueError as e:
+            return _error(400, str(e))
+
+    return app
+
+
+def check_port(host: str, port: int) -> None:
+    """UserError when ``host:port`` can't be bound (in use, or not an address of this machine)."""
+    import socket
+
+    from llmbench.errors import UserError
+
+    if not 0 <= port <= 65535:
+        raise UserError(f"--port must be 0-65535, not {port}")
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as e:
+        raise UserError(f"--host {host}: {e.strerror}") from None
+    family, _, _, _, addr = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(addr)
+        except OSError as e:
+            raise UserError(f"cannot listen on {host}:{port}: {e.strerror}") from None
+
+
+def run_server(app: FastAPI, host: str, port: int) -> None:
+    """Serve ``app`` with uvicorn until Ctrl-C (access log off: a line per request would cost the stream)."""
+    import uvicorn
+
+    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, timeout_graceful_shutdown=3)
