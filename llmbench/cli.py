@@ -91,7 +91,7 @@ def run(
     tokenizer: Annotated[
         Optional[str],
         typer.Option(
-            help="With --endpoint: tokenizer (hub id or folder) to count tokens if the server sends no usage."
+            help="With --endpoint: tokenizer (hub id, folder or .gguf) to count tokens if the server sends no usage."
         ),
     ] = None,
     device: Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:N or mps.")] = "auto",
@@ -163,13 +163,16 @@ def run(
     ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
 ) -> None:
-    """Stream every prompt through a model in this process, stamp every token, write a run JSON."""
-    from llmbench import display, models, results, runner
+    """Stream every prompt through a model in this process (or a server: --endpoint), stamp every token, write a
+    run JSON."""
+    from llmbench import display, results
+    from llmbench.errors import RunInterrupted
+    from llmbench.options import RunOptions
     from llmbench.prompts import load_prompts
 
     with _user_errors():
         prompt_set = load_prompts(prompts)
-        options = runner.RunOptions(
+        options = RunOptions(
             max_new_tokens=max_new_tokens,
             ignore_eos=(weights == "random") if ignore_eos is None else ignore_eos,
             warmup=warmup,
@@ -205,6 +208,8 @@ def run(
                 refused=in_process_only,
             )  # fmt: skip
             return
+        from llmbench import models, runner  # torch and transformers: the in-process path only
+
         model = model or models.DEFAULT_MODEL
         spec = models.ModelSpec(
             model=model,
@@ -255,7 +260,7 @@ def run(
         try:
             with display.run_progress(total, options.warmup, quiet) as (on_warmup, on_request):
                 result = bench.run(prompt_set, path, resume=previous, on_request=on_request, on_warmup=on_warmup)
-        except runner.RunInterrupted as e:
+        except RunInterrupted as e:
             display.err.print(
                 f"interrupted by {e.signal_name}: {len(e.run.requests)} of {total} requests saved in {e.path} "
                 f"(complete: false). Resume with:\n  {_resume_command(e.path)}",
@@ -273,8 +278,9 @@ def run(
 def _run_endpoint(
     prompt_set, options, url, model, api_key_env, concurrency, tokenizer, output, overwrite, quiet, refused
 ):
-    """``run --endpoint``: the same run JSON, measured over HTTP."""
-    from llmbench import display, endpoint, results, runner
+    """``run --endpoint``: the same run JSON, measured over HTTP (no torch imported)."""
+    from llmbench import display, endpoint, results
+    from llmbench.errors import RunInterrupted
 
     given = [name for name, on in refused.items() if on]
     if given:
@@ -295,7 +301,7 @@ def _run_endpoint(
     try:
         with display.run_progress(total, options.warmup, quiet) as (on_warmup, on_request):
             result = bench.run(prompt_set, path, on_request=on_request, on_warmup=on_warmup)
-    except runner.RunInterrupted as e:
+    except RunInterrupted as e:
         display.err.print(
             f"interrupted by {e.signal_name}: {len(e.run.requests)} of {total} requests saved in {e.path} "
             "(complete: false)",

@@ -25,7 +25,7 @@ import httpx
 from httpx_sse import SSEError, aconnect_sse
 
 from llmbench import __version__, envinfo, machine
-from llmbench.errors import UserError
+from llmbench.errors import RunInterrupted, UserError
 from llmbench.prompts import PromptSet
 from llmbench.results import (
     ENDPOINT_METRIC_FORMULAS,
@@ -141,7 +141,7 @@ async def stream_one(client: httpx.AsyncClient, url: str, body: dict, headers: d
     """Send one streamed request; the raw facts: start, content-event stamps, text, usage, server timing."""
     stamps: list[int] = []
     pieces: list[str] = []
-    usage = timing = None
+    usage = timing = odd_type = None
     start = time.perf_counter_ns()
     try:
         async with aconnect_sse(client, "POST", url, json=body, headers=headers) as es:
@@ -150,7 +150,11 @@ async def stream_one(client: httpx.AsyncClient, url: str, body: dict, headers: d
                 raise RequestFailed(f"HTTP {r.status_code}: {_error_text(await r.aread())}", r.status_code)
             ctype = r.headers.get("content-type", "")
             if "text/event-stream" not in ctype:
-                raise RequestFailed(f"the server answered {ctype or 'without a content-type'}, not an event stream")
+                if "json" in ctype or "html" in ctype:
+                    raise RequestFailed(f"the server answered {ctype}, not an event stream")
+                # a relay that drops or rewrites the type (text/plain, none): read the body as SSE anyway
+                r.headers["content-type"] = "text/event-stream"
+                odd_type = ctype or "no content-type"
             async for ev in es.aiter_sse():
                 t = time.perf_counter_ns()
                 data = ev.data
@@ -183,7 +187,7 @@ async def stream_one(client: httpx.AsyncClient, url: str, body: dict, headers: d
     except SSEError as e:
         raise RequestFailed(f"malformed stream: {e}") from None
     return {"start": start, "end": time.perf_counter_ns(), "stamps": stamps, "text": "".join(pieces),
-            "usage": usage, "timing": timing}  # fmt: skip
+            "usage": usage, "timing": timing, "content_type": odd_type}  # fmt: skip
 
 
 def _reason(e: Exception) -> str:
@@ -202,31 +206,30 @@ def _error_text(body: bytes | dict) -> str:
 
 
 class TokenCounter:
-    """Counts output tokens: the server's usage when it sent one, else a tokenizer, else content events."""
+    """Counts output tokens: the server's usage when it sent one, else ``--tokenizer``, else content events.
+
+    The tokenizer is loaded before the first request (never inside the measured loop), and only when named:
+    without it the client never imports transformers and stays light.
+    """
 
     def __init__(self, tokenizer_name: str | None) -> None:
-        self.name = tokenizer_name
-        self._tok = None
-        self._tried = False
+        self.tok = None
+        if tokenizer_name:
+            from transformers import AutoTokenizer
 
-    def _tokenizer(self):
-        if not self._tried:
-            self._tried = True
-            if self.name:
-                from transformers import AutoTokenizer  # only when a server sends no usage
-
-                try:
-                    self._tok = AutoTokenizer.from_pretrained(self.name)
-                except Exception:  # offline and not cached, or not a tokenizer: fall back to counting events
-                    self._tok = None
-        return self._tok
+            path = Path(tokenizer_name).expanduser()
+            where, kw = (path.parent, {"gguf_file": path.name}) if path.suffix == ".gguf" else (tokenizer_name, {})
+            try:
+                self.tok = AutoTokenizer.from_pretrained(where, **kw)
+            except Exception as e:  # transformers raises many types for a missing or broken tokenizer
+                raise UserError(f"--tokenizer {tokenizer_name}: {_reason(e)}") from None
 
     def count(self, raw: dict, prompt: str) -> tuple[int, int, str]:
         """(prompt_tokens, output_tokens, where output_tokens came from)."""
         usage = raw["usage"] or {}
         if isinstance(usage.get("completion_tokens"), int):
             return int(usage.get("prompt_tokens") or 0), usage["completion_tokens"], "usage"
-        tok = self._tokenizer()
+        tok = self.tok
         if tok is not None:
             n_prompt = len(tok(prompt, add_special_tokens=False)["input_ids"])
             return n_prompt, len(tok(raw["text"], add_special_tokens=False)["input_ids"]), "tokenizer"
@@ -310,7 +313,8 @@ class EndpointBenchmark:
         self.headers = api_headers(endpoint.api_key_env)
         self.health, listed = probe_server(self.url, self.headers)
         self.model = endpoint.model or listed or (self.health or {}).get("model")
-        self.counter = TokenCounter(endpoint.tokenizer or (self.health or {}).get("model") or self.model)
+        self.counter = TokenCounter(endpoint.tokenizer)
+        self.odd_content_types: set[str] = set()  # streams that came without text/event-stream
 
     def new_run(self, prompts: PromptSet) -> Run:
         o, h = self.options, self.health or {}
@@ -363,6 +367,8 @@ class EndpointBenchmark:
         prompt = prompts.prompts[i]
         raw = await stream_one(client, self.url, _body(self.model, prompt, self.options, self.options.max_new_tokens),
                                self.headers)  # fmt: skip
+        if raw["content_type"]:
+            self.odd_content_types.add(raw["content_type"])
         return to_result(raw, i, rep, started, self.counter.count(raw, prompt))
 
     def run(
@@ -378,10 +384,8 @@ class EndpointBenchmark:
         A request that fails before any has succeeded ends the run with a UserError (the setup is wrong, not
         one request); after that, failures are recorded in ``failed_requests`` and the rest go on. Losing the
         connection ends the run, keeping what finished. SIGINT/SIGTERM: in-flight requests are dropped, the
-        finished ones saved, :class:`~llmbench.runner.RunInterrupted` raised.
+        finished ones saved, :class:`~llmbench.errors.RunInterrupted` raised.
         """
-        from llmbench.runner import RunInterrupted
-
         run = self.new_run(prompts)
         run.sessions.append(Session(started_at=run.created_at, environment=run.environment))
         state = {"signal": None, "error": None}
@@ -406,10 +410,15 @@ class EndpointBenchmark:
             run.warnings.append(f"{n_failed} of {total} requests failed (failed_requests): the summary omits them")
         if run.summary and run.summary.stream_buffered:
             run.warnings.append(buffered_warning(run))
+        if self.odd_content_types:
+            run.warnings.append(
+                f"the stream came as {', '.join(sorted(self.odd_content_types))}, not text/event-stream; it was "
+                "read as SSE (a proxy in between rewrote it?)"
+            )
         if any(r.tokens_from == "chunks" for r in run.requests):
             run.warnings.append(
-                "the server sent no usage and no tokenizer was found: output_tokens counts content events, so "
-                "TPOT is per event (pass --tokenizer NAME to count tokens)"
+                "the server sent no usage: output_tokens counts content events, so TPOT is per event (pass "
+                "--tokenizer NAME, a hub id or folder, to count tokens)"
             )
         self._finish(run, output)
         return run
@@ -449,7 +458,10 @@ class EndpointBenchmark:
                 if state["signal"]:
                     return
                 try:
-                    task = asyncio.ensure_future(self._one(client, prompts, w % n, -1 - w // n, time.perf_counter()))
+                    # from the list's end: a server's prefix cache (llama.cpp, vLLM) must not hand the first
+                    # measured request a prefill it already did
+                    i = n - 1 - w % n
+                    task = asyncio.ensure_future(self._one(client, prompts, i, -1 - w // n, time.perf_counter()))
                     tasks.add(task)
                     run.warmup_requests.append(await task)
                 except asyncio.CancelledError:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 
 class UserError(Exception):
@@ -24,3 +25,18 @@ def read_user_file(path: str | Path, what: str) -> bytes:
         return p.read_bytes()
     except OSError as e:
         raise UserError(f"cannot read {what} {p}: {e.strerror or e}") from None
+
+
+class RunInterrupted(Exception):
+    """Ctrl-C/SIGTERM stopped the run; the JSON at ``path`` holds every finished request."""
+
+    def __init__(self, run: Any, path: Path, signal_name: str = "SIGINT") -> None:
+        super().__init__(f"interrupted by {signal_name} after {len(run.requests)} requests")
+        self.run = run
+        self.path = path
+        self.signal_name = signal_name
+
+    @property
+    def exit_code(self) -> int:
+        """130 for SIGINT, 143 for SIGTERM: 128 + the signal's number, as shells report it."""
+        return 143 if self.signal_name == "SIGTERM" else 130

@@ -9,7 +9,6 @@ import time
 import uuid
 from collections.abc import Callable
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -18,8 +17,9 @@ import torch
 from transformers.generation.stopping_criteria import StoppingCriteria, StoppingCriteriaList
 
 from llmbench import __version__, envinfo, machine
-from llmbench.errors import UserError
+from llmbench.errors import RunInterrupted, UserError
 from llmbench.models import LoadedModel
+from llmbench.options import RunOptions
 from llmbench.prompts import PromptSet
 from llmbench.results import (
     SCHEMA_VERSION,
@@ -33,57 +33,6 @@ from llmbench.results import (
 )
 from llmbench.stats import summarize
 from llmbench.timing import TokenStamper, request_result
-
-
-@dataclass
-class RunOptions:
-    """How each prompt is sent. Defaults follow the README."""
-
-    max_new_tokens: int = 256
-    ignore_eos: bool = False
-    warmup: int = 1
-    repeats: int = 1
-    sample: bool = False
-    seed: int = 0
-    temperature: float = 1.0
-    top_p: float = 1.0
-    system_prompt: str | None = None
-    chat_template: bool = True
-    truncate: bool = False  # cut prompts longer than the context (keeping their end) instead of refusing
-    cache: str = "dynamic"  # KV cache: dynamic (grows per token) or static (preallocated, compilable)
-    compile: bool = False  # decode steps through torch.compile; needs the static cache
-
-    def validate(self) -> None:
-        """UserError for options no run can honour."""
-        if self.cache not in ("dynamic", "static"):
-            raise UserError(f"unknown --cache '{self.cache}'; expected dynamic or static")
-        if self.compile and self.cache != "static":
-            raise UserError("--compile needs --cache static: torch.compile can't trace a growing cache")
-        if self.max_new_tokens < 1:
-            raise UserError(f"--max-new-tokens must be at least 1, not {self.max_new_tokens}")
-        if self.warmup < 0:
-            raise UserError(f"--warmup must be 0 or more, not {self.warmup}")
-        if self.repeats < 1:
-            raise UserError(f"--repeats must be at least 1, not {self.repeats}")
-        if self.sample and not (self.temperature > 0):
-            raise UserError(f"--temperature must be above 0 when sampling, not {self.temperature}")
-        if self.sample and not (0 < self.top_p <= 1):
-            raise UserError(f"--top-p must be in (0, 1], not {self.top_p}")
-
-
-class RunInterrupted(Exception):
-    """Ctrl-C/SIGTERM stopped the run; the JSON at ``path`` holds every finished request."""
-
-    def __init__(self, run: Run, path: Path, signal_name: str = "SIGINT") -> None:
-        super().__init__(f"interrupted by {signal_name} after {len(run.requests)} requests")
-        self.run = run
-        self.path = path
-        self.signal_name = signal_name
-
-    @property
-    def exit_code(self) -> int:
-        """130 for SIGINT, 143 for SIGTERM: 128 + the signal's number, as shells report it."""
-        return 143 if self.signal_name == "SIGTERM" else 130
 
 
 class _StopFlag(StoppingCriteria):

@@ -44,15 +44,17 @@ class BackgroundServer:
         self.thread.join(10)
 
 
-def buffering_relay(upstream: str) -> Starlette:
-    """A reverse proxy with buffering on: it reads the whole upstream body, then sends it in one piece."""
+def buffering_relay(upstream: str, media_type: str | None = "keep") -> Starlette:
+    """A reverse proxy with buffering on: it reads the whole upstream body, then sends it in one piece.
+    ``media_type`` other than "keep" replaces the upstream's content type (None: send none)."""
 
     async def relay(request: Request) -> Response:
         async with httpx.AsyncClient(timeout=60) as client:
             r = await client.post(f"{upstream}{request.url.path}", content=await request.body(),
                                   headers={"content-type": "application/json"})  # fmt: skip
             body = await r.aread()
-        return Response(body, status_code=r.status_code, media_type=r.headers.get("content-type"))
+        kind = r.headers.get("content-type") if media_type == "keep" else media_type
+        return Response(body, status_code=r.status_code, media_type=kind)
 
     async def passthrough(request: Request) -> Response:
         async with httpx.AsyncClient(timeout=10) as client:

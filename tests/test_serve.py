@@ -108,12 +108,15 @@ def test_endpoint_run_measures_what_the_client_sees(cli, delayed_server, qwen_to
     )
     assert run.summary.ttft_ms.mean >= local.summary.ttft_ms.mean
     c = cli("compare", tmp_path / "local.json", out)
-    assert c.returncode in (0, 1) and "mode" in c.stdout
+    assert (
+        c.returncode in (0, 1) and "mode" in c.stdout and "in-process vs endpoint run: outputs not compared" in c.stdout
+    )
 
 
-def test_buffering_relay_is_detected(cli, delayed_server, prompt_file, tmp_path):
+@pytest.mark.parametrize("media_type", ["keep", "application/octet-stream"])
+def test_buffering_relay_is_detected(cli, delayed_server, prompt_file, tmp_path, media_type):
     url, _ = delayed_server
-    with BackgroundServer(buffering_relay(url)) as relay:
+    with BackgroundServer(buffering_relay(url, media_type)) as relay:
         out = tmp_path / "relayed.json"
         r = cli("run", prompt_file, "--endpoint", relay, "--max-new-tokens", "8", "--ignore-eos", "-o", out, "-q")
     assert r.returncode == 0, r.stderr
@@ -121,6 +124,7 @@ def test_buffering_relay_is_detected(cli, delayed_server, prompt_file, tmp_path)
     assert run.summary.stream_buffered is True and run.summary.stream_largest_burst == 8
     assert run.summary.stream_gaps_under_1ms_share > 0.9
     assert "the stream is buffered between server and client" in r.stderr
+    assert ("not text/event-stream" in r.stderr) == (media_type != "keep")
     # behind the relay TTFT is the whole answer's time: the first token waited for the last
     assert all(q.ttft_ms >= PREFILL_MS + 7 * DECODE_MS for q in run.requests)
 
@@ -302,3 +306,19 @@ def test_serve_command_end_to_end(tiny_model_dir, tmp_path):
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_the_endpoint_client_never_imports_torch(tiny_server, prompt_file, tmp_path):
+    out = tmp_path / "light.json"
+    code = (
+        "import sys; from llmbench.cli import main\n"
+        f"sys.argv = ['llmbench', 'run', {str(prompt_file)!r}, '--endpoint', {tiny_server!r}, "
+        f"'-o', {str(out)!r}, '-q']\n"
+        "try:\n    main()\nexcept SystemExit as e:\n    assert e.code in (0, None), e.code\n"
+        "assert 'torch' not in sys.modules and 'transformers' not in sys.modules, 'the client imported torch'"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}
+    )
+    assert r.returncode == 0, r.stderr
+    assert load_run(out).config.mode == "endpoint"
