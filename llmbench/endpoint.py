@@ -403,6 +403,11 @@ class EndpointBenchmark:
                 raise UserError(f"{state['error']}; the {len(run.requests)} finished requests are in {output}")
             raise UserError(str(state["error"]))
         total = len(prompts.prompts) * self.options.repeats
+        if run.failed_requests and not run.requests:
+            self._finish(run, output)
+            raise UserError(
+                f"every request failed (first: {run.failed_requests[0].error}); they are listed in {output}"
+            )
         run.complete = len(run.requests) + len(run.failed_requests) == total
         self._summarize(run)
         n_failed = len(run.failed_requests)
@@ -494,7 +499,9 @@ class EndpointBenchmark:
                         state["error"] = str(e)
                         return
                     except RequestFailed as e:
-                        if not run.requests and not run.failed_requests:
+                        # before any success a failure means a wrong setup, except 429: a busy server
+                        # (--concurrency above its queue) is a finding, recorded like any later failure
+                        if e.status != 429 and not run.requests and not run.failed_requests:
                             state["error"] = f"the first request failed: {e}"
                             return
                         run.failed_requests.append(

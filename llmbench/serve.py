@@ -117,6 +117,23 @@ class IncrementalText:
         return now[len(before) :]
 
 
+class _Ticket:
+    """A request's place in the server. Released by the request's own ``finally``; if the stream is never
+    started (the client left before the headers went out), the generator is dropped unstarted, its
+    ``finally`` never runs, and the ticket's finaliser gives the place back instead."""
+
+    def __init__(self, server: ModelServer) -> None:
+        self.server: ModelServer | None = server
+
+    def release(self) -> None:
+        if self.server is not None:
+            self.server.admitted -= 1
+            self.server = None
+
+    def __del__(self) -> None:
+        self.release()
+
+
 @dataclass
 class _Counters:
     served: int = 0
@@ -142,13 +159,13 @@ class ModelServer:
 
     # -- admission ------------------------------------------------------------------------------------------
 
-    def admit(self) -> bool:
-        """Take a place (generating or queued) or refuse: the 429 rule of the module docstring."""
+    def admit(self) -> _Ticket | None:
+        """Take a place (generating or queued), or None: the 429 rule of the module docstring."""
         if self.admitted >= 1 + self.max_queue:
             self.counters.rejected += 1
-            return False
+            return None
         self.admitted += 1
-        return True
+        return _Ticket(self)
 
     def health(self) -> dict[str, Any]:
         lm = self.loaded
@@ -210,7 +227,7 @@ class ModelServer:
         finally:
             streamer.loop.call_soon_threadsafe(streamer.queue.put_nowait, None)
 
-    async def completion_events(self, req: ChatRequest, arrived_ns: int):
+    async def completion_events(self, req: ChatRequest, arrived_ns: int, ticket: _Ticket):
         """Yield the SSE lines of one streamed completion: a role chunk, one chunk per piece of text, the
         finishing chunk, a usage chunk (with the server's own stamps under ``llmbench``), ``[DONE]``."""
         rid = f"chatcmpl-{uuid.uuid4().hex[:24]}"
@@ -266,7 +283,7 @@ class ModelServer:
             finished = True
         finally:
             cancel.set()  # a disconnect lands here (GeneratorExit/CancelledError): generate() stops
-            self._done(finished, tokens or len(stamps))
+            self._done(ticket, finished, tokens or len(stamps))
 
     @asynccontextmanager
     async def _turn(self):
@@ -278,8 +295,8 @@ class ModelServer:
             finally:
                 self.generating = False
 
-    def _done(self, finished: bool, tokens: int) -> None:
-        self.admitted -= 1
+    def _done(self, ticket: _Ticket, finished: bool, tokens: int) -> None:
+        ticket.release()
         c = self.counters
         c.served += 1
         c.last_cancelled = not finished
@@ -287,7 +304,7 @@ class ModelServer:
         if not finished:
             c.cancelled += 1
 
-    async def completion(self, req: ChatRequest) -> dict[str, Any]:
+    async def completion(self, req: ChatRequest, ticket: _Ticket) -> dict[str, Any]:
         """The whole completion as one response (``stream: false``)."""
         cancel = threading.Event()
         finished = False
@@ -306,7 +323,7 @@ class ModelServer:
                 finished = True
         finally:
             cancel.set()
-            self._done(finished, tokens)
+            self._done(ticket, finished, tokens)
         return {
             "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
             "object": "chat.completion",
@@ -385,7 +402,8 @@ def create_app(loaded: LoadedModel, *, max_queue: int = 4, max_tokens: int = 256
     @app.post("/v1/chat/completions")
     async def chat(req: ChatRequest):
         arrived = time.perf_counter_ns()
-        if not server.admit():
+        ticket = server.admit()
+        if ticket is None:
             return _error(
                 429,
                 f"busy: one request generating and {server.max_queue} waiting; retry later",
@@ -394,10 +412,10 @@ def create_app(loaded: LoadedModel, *, max_queue: int = 4, max_tokens: int = 256
             )
         if req.stream:
             return StreamingResponse(
-                server.completion_events(req, arrived), media_type="text/event-stream", headers=SSE_HEADERS
+                server.completion_events(req, arrived, ticket), media_type="text/event-stream", headers=SSE_HEADERS
             )
         try:
-            return await server.completion(req)
+            return await server.completion(req, ticket)
         except ValueError as e:
             return _error(400, str(e))
 

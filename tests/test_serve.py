@@ -322,3 +322,61 @@ def test_the_endpoint_client_never_imports_torch(tiny_server, prompt_file, tmp_p
     )
     assert r.returncode == 0, r.stderr
     assert load_run(out).config.mode == "endpoint"
+
+
+def test_concurrency_queues_then_refuses_and_says_so(cli, qwen_tokenizer, prompt_file, tmp_path):
+    lm = delayed_loaded(qwen_tokenizer, PREFILL_MS, DECODE_MS)
+    with BackgroundServer(create_app(lm, max_queue=2)) as url:
+        out = tmp_path / "queued.json"
+        r = cli("run", prompt_file, "--endpoint", url, "--concurrency", "3", "--max-new-tokens", "6", "--ignore-eos",
+                "--repeats", "2", "-o", out, "-q")  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        run = load_run(out)
+        assert run.complete and len(run.requests) == 6 and run.config.endpoint.concurrency == 3
+        # one generates, the others wait for it: the wait shows on both sides of the clock
+        waited = [q for q in run.requests if q.server_queue_ms > PREFILL_MS]
+        assert waited and all(q.ttft_ms >= q.server_queue_ms for q in waited)
+    lm = delayed_loaded(qwen_tokenizer, PREFILL_MS, DECODE_MS)
+    with BackgroundServer(create_app(lm, max_queue=0)) as url:
+        out = tmp_path / "refused.json"
+        r = cli("run", prompt_file, "--endpoint", url, "--concurrency", "3", "--max-new-tokens", "6", "--ignore-eos",
+                "-o", out, "-q")  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        run = load_run(out)
+        assert run.requests and run.failed_requests and {f.status for f in run.failed_requests} == {429}
+        assert len(run.requests) + len(run.failed_requests) == 3 and "requests failed" in r.stderr
+
+
+def test_an_interrupted_endpoint_run_keeps_what_it_finished(delayed_server, many_prompts, tmp_path):
+    import signal
+
+    from tests.test_robustness import _wait_for
+
+    url, _ = delayed_server
+    out = tmp_path / "int.json"
+    args = [sys.executable, "-m", "llmbench", "run", str(many_prompts), "--endpoint", url, "--max-new-tokens", "5",
+            "--ignore-eos", "-o", str(out), "-q"]  # fmt: skip
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "HF_HUB_OFFLINE": "1"})  # fmt: skip
+    _wait_for(out, 3, proc)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130 and "interrupted by SIGINT" in err and "Traceback" not in err, err
+    data = json.loads(out.read_text(encoding="utf-8"))
+    assert data["complete"] is False and 3 <= len(data["requests"]) < 60
+    assert data["sessions"][0]["interrupted_by"] == "SIGINT"
+
+
+def test_a_stream_never_started_gives_its_place_back(qwen_tokenizer):
+    import gc
+
+    from llmbench.serve import ChatRequest, ModelServer
+
+    server = ModelServer(delayed_loaded(qwen_tokenizer, PREFILL_MS, DECODE_MS), max_queue=0)
+    ticket = server.admit()
+    assert ticket is not None and server.admit() is None  # the one place is taken
+    req = ChatRequest(messages=[{"role": "user", "content": "hi"}], stream=True)
+    stream = server.completion_events(req, 0, ticket)  # the client leaves before the headers go out
+    del ticket, stream
+    gc.collect()
+    assert server.admit() is not None and server.counters.rejected == 1
