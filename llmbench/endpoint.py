@@ -16,6 +16,7 @@ import signal
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -479,6 +480,7 @@ class EndpointBenchmark:
                 if on_warmup:
                     on_warmup(w + 1, self.options.warmup)
             writer: list[RunWriter] = []  # made at the first success: a run that fails at once writes nothing
+            disk = ThreadPoolExecutor(1, thread_name_prefix="llmbench-write")  # one writer: saves stay in order
             sampler = machine.Sampler()
             sampler.start()
             todo = [(i, rep) for rep in range(self.options.repeats) for i in range(n)]
@@ -513,9 +515,9 @@ class EndpointBenchmark:
                     run.requests.append(result)
                     # the write (an fsync) runs off the event loop: other streams' events are stamped meanwhile
                     if writer:
-                        await asyncio.to_thread(writer[0].add, run, result)
+                        await loop.run_in_executor(disk, writer[0].add, run, result)
                     else:
-                        writer.append(await asyncio.to_thread(RunWriter, output, run))
+                        writer.append(await loop.run_in_executor(disk, RunWriter, output, run))
                     if on_request:
                         on_request(result, len(run.requests), total)
 
@@ -525,6 +527,7 @@ class EndpointBenchmark:
                     tasks.add(t)
                 await asyncio.gather(*tasks, return_exceptions=True)
             finally:
+                disk.shutdown(wait=True)
                 wall = time.perf_counter() - t0
                 cpu = time.process_time() - cpu0
                 sampler.stop()
