@@ -454,11 +454,13 @@ def serve(
                                 quantize=quantize, trust_remote_code=trust_remote_code)  # fmt: skip
         spec.validate()
         sv.check_port(host, port)
+        executor = sv.generation_executor()
         with display.err.status(f"loading {model} ({weights} weights) ..."):
-            loaded = models.load_model(spec)
+            # on the thread that will generate: one OpenMP thread team, not two fighting for the cores
+            loaded = executor.submit(models.load_model, spec).result()
         for w in loaded.warnings:
             display.warn(w)
-        app_ = sv.create_app(loaded, max_queue=max_queue, max_tokens=max_tokens)
+        app_ = sv.create_app(loaded, max_queue=max_queue, max_tokens=max_tokens, executor=executor)
     url_host = f"[{host}]" if ":" in host else host
     display.err.print(
         f"serving {model} on {loaded.device} ({loaded.dtype}, {loaded.threads} threads) at http://{url_host}:{port}\n"

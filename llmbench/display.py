@@ -128,7 +128,7 @@ def compare_lines(comp) -> tuple[list[str], list[str]]:
     head = [f"{comp.n_base} -> {comp.n_new} requests, {pairing}"]
     head += [f"setup differs: {k}: {b} -> {n}" for k, b, n in comp.config_diffs]
     head += [f"environment differs: {k}: {b} -> {n}" for k, b, n in comp.env_diffs]
-    if comp.paired:
+    if comp.paired and comp.outputs_compared:
         head.append(f"outputs: {comp.outputs_changed} of {comp.outputs_compared} changed ({comp.outputs_note})")
     else:
         head.append(f"outputs: {comp.outputs_note}")
