@@ -284,7 +284,7 @@ def _run_endpoint(
 
     given = [name for name, on in refused.items() if on]
     if given:
-        raise UserError(f"{', '.join(given)} set(s) up an in-process model; with --endpoint the server decides that")
+        raise UserError(f"{', '.join(given)}: in-process run options only; with --endpoint the server decides them")
     bench = endpoint.EndpointBenchmark(
         endpoint.EndpointOptions(url=url, model=model, api_key_env=api_key_env, concurrency=concurrency,
                                  tokenizer=tokenizer),

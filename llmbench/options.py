@@ -41,3 +41,24 @@ class RunOptions:
             raise UserError(f"--temperature must be above 0 when sampling, not {self.temperature}")
         if self.sample and not (0 < self.top_p <= 1):
             raise UserError(f"--top-p must be in (0, 1], not {self.top_p}")
+
+    def config_fields(self, prompts) -> dict:
+        """The run config's fields that come from these options and the prompt set (both run modes)."""
+        from llmbench.results import Sampling
+
+        return {
+            "max_new_tokens": self.max_new_tokens,
+            "ignore_eos": self.ignore_eos,
+            "warmup": self.warmup,
+            "repeats": self.repeats,
+            "prompt_file": prompts.path,
+            "prompt_sha256": prompts.sha256,
+            "prompt_count": len(prompts.prompts),
+            "sampling": Sampling(
+                do_sample=self.sample,
+                temperature=self.temperature if self.sample else None,
+                top_p=self.top_p if self.sample else None,
+                seed=self.seed if self.sample else None,
+            ),
+            "system_prompt": self.system_prompt,
+        }
