@@ -363,15 +363,6 @@ def sweep(
 
     with _user_errors():
         prompt_set = load_prompts(prompts)
-        if "auto" in sw.split_list(dtype, "--dtype"):
-            raise UserError("--dtype auto has no place in a sweep: list the dtypes to compare")
-        dtypes = [models.resolve_dtype(d, "cpu", probe=False)[0] for d in sw.split_list(dtype, "--dtype")]
-        thread_list = [_int_list_item(t, "--threads") for t in sw.split_list(threads, "--threads")] or [
-            models.configure_threads(None)
-        ]
-        attns = sw.split_list(attn, "--attn") or [None]
-        caches = sw.split_list(cache, "--cache")
-        quants = [None if q == "none" else q for q in sw.split_list(quantize, "--quantize")]
         options = runner.RunOptions(
             max_new_tokens=max_new_tokens,
             ignore_eos=(weights == "random") if ignore_eos is None else ignore_eos,
@@ -380,15 +371,9 @@ def sweep(
             system_prompt=system_prompt,
             chat_template=not no_chat_template,
         )
-        if rounds < 1:
-            raise UserError(f"--rounds must be at least 1, not {rounds}")
-        setups, skipped = sw.expand(dtypes, thread_list, attns, caches, [False, True] if compile_ else [False], quants)
         spec = models.ModelSpec(model=model, weights=weights, device=device, trust_remote_code=trust_remote_code)
-        for s in setups:  # every knob checked before any model loads
-            runner.RunOptions(**{**options.__dict__, "cache": s.cache, "compile": s.compile}).validate()
-            models.ModelSpec(
-                **{**spec.__dict__, "dtype": s.dtype, "threads": s.threads, "attn": s.attn, "quantize": s.quantize}
-            ).validate()
+        setups, skipped = sw.plan(spec, options, dtype=dtype, threads=threads, attn=attn, cache=cache,
+                                  compile_=compile_, quantize=quantize)  # fmt: skip
         for why in skipped:
             display.warn(f"left out {why}")
         if rank_by not in ("mean", "p50"):
@@ -413,13 +398,6 @@ def sweep(
     for line in display.sweep_verdicts(record):
         display.out.print(line, soft_wrap=True)
     display.out.print(f"wrote {out_dir / 'sweep.json'} and {len(setups)} run files")
-
-
-def _int_list_item(text: str, option: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise UserError(f"{option}: '{text}' is not a whole number") from None
 
 
 @app.command()

@@ -85,6 +85,46 @@ def split_list(text: str | None, option: str) -> list[str]:
     return items
 
 
+def plan(
+    spec: models.ModelSpec,
+    options: RunOptions,
+    *,
+    dtype: str,
+    threads: str | None,
+    attn: str | None,
+    cache: str,
+    compile_: bool,
+    quantize: str,
+) -> tuple[list[Setup], list[str]]:
+    """The CLI's comma lists -> the setups to run and why others were left out. Every knob of every setup is
+    checked here, before any model loads (UserError)."""
+    if options.repeats < 1:
+        raise UserError(f"--rounds must be at least 1, not {options.repeats}")
+    if "auto" in split_list(dtype, "--dtype"):
+        raise UserError("--dtype auto has no place in a sweep: list the dtypes to compare")
+    dtypes = [models.resolve_dtype(d, "cpu", probe=False)[0] for d in split_list(dtype, "--dtype")]
+    thread_list = [_whole(t, "--threads") for t in split_list(threads, "--threads")] or [torch.get_num_threads()]
+    setups, skipped = expand(
+        dtypes,
+        thread_list,
+        split_list(attn, "--attn") or [None],
+        split_list(cache, "--cache"),
+        [False, True] if compile_ else [False],
+        [None if q == "none" else q for q in split_list(quantize, "--quantize")],
+    )
+    for s in setups:
+        dataclasses.replace(options, cache=s.cache, compile=s.compile).validate()
+        dataclasses.replace(spec, dtype=s.dtype, threads=s.threads, attn=s.attn, quantize=s.quantize).validate()
+    return setups, skipped
+
+
+def _whole(text: str, option: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise UserError(f"{option}: '{text}' is not a whole number") from None
+
+
 def expand(
     dtypes: list[str],
     threads: list[int],
