@@ -175,7 +175,7 @@ class RequestResult(_Model):
     tokens_from: Literal["usage", "tokenizer", "chunks"] | None = None  # where output_tokens came from
     stream_end_ms: float | None = None  # [DONE] (or the body's end) arrived, ms since request_start
     server_ttft_ms: float | None = None  # llmbench serve's own stamp of the first token (from arrival)
-    server_queue_ms: float | None = None  # llmbench serve: time the request waited for the model
+    server_queue_ms: float | None = None  # llmbench serve: arrival until the model started on it (templating + wait)
 
     @model_validator(mode="after")
     def _invariants(self) -> RequestResult:
