@@ -8,13 +8,12 @@ machine with almost nothing (its own CPU time is recorded in ``client``). No tor
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import json
 import os
 import signal
+import threading
 import time
-import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -25,12 +24,11 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 from httpx_sse import SSEError, aconnect_sse
 
-from llmbench import __version__, envinfo, machine
+from llmbench import envinfo, machine
 from llmbench.errors import RunInterrupted, UserError
 from llmbench.prompts import PromptSet
 from llmbench.results import (
     ENDPOINT_METRIC_FORMULAS,
-    SCHEMA_VERSION,
     ClientStats,
     EndpointConfig,
     FailedRequest,
@@ -41,6 +39,7 @@ from llmbench.results import (
     RunWriter,
     Session,
     journal_path,
+    new_run_record,
     save_run,
 )
 from llmbench.stats import summarize
@@ -294,12 +293,6 @@ def probe_server(url: str, headers: dict, timeout: float = 5.0) -> tuple[dict | 
     return health, model
 
 
-def _now() -> str:
-    from datetime import datetime, timezone
-
-    return datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
-
-
 class EndpointBenchmark:
     """Sends the prompts to an endpoint, ``concurrency`` at a time, and records one request per (prompt, repeat)."""
 
@@ -338,16 +331,7 @@ class EndpointBenchmark:
                 request_extra=request_extra(o, o.max_new_tokens),
             ),
         )
-        return Run(
-            schema_version=SCHEMA_VERSION,
-            llmbench_version=__version__,
-            run_id=uuid.uuid4().hex,
-            created_at=_now(),
-            complete=False,
-            config=config,
-            environment=envinfo.collect("cpu"),
-            metrics=ENDPOINT_METRIC_FORMULAS,
-        )
+        return new_run_record(config, envinfo.collect("cpu"), metrics=ENDPOINT_METRIC_FORMULAS)
 
     async def _one(self, client, prompts: PromptSet, i: int, rep: int, t0: float) -> RequestResult:
         started = time.perf_counter() - t0
@@ -380,6 +364,9 @@ class EndpointBenchmark:
             asyncio.run(self._main(prompts, output, run, state, on_request, on_warmup))
         except KeyboardInterrupt:
             state["signal"] = state["signal"] or "SIGINT"
+        run.summary = summarize(run.requests)  # once: every path below saves the run with it
+        if run.summary is not None:
+            run.summary.failed_requests = len(run.failed_requests)
         if state["signal"]:
             run.sessions[0].interrupted_by = state["signal"]
             self._finish(run, output)
@@ -396,7 +383,6 @@ class EndpointBenchmark:
                 f"every request failed (first: {run.failed_requests[0].error}); they are listed in {output}"
             )
         run.complete = len(run.requests) + len(run.failed_requests) == total
-        self._summarize(run)
         n_failed = len(run.failed_requests)
         if n_failed:
             run.warnings.append(f"{n_failed} of {total} requests failed (failed_requests): the summary omits them")
@@ -416,13 +402,8 @@ class EndpointBenchmark:
         return run
 
     @staticmethod
-    def _summarize(run: Run) -> None:
-        run.summary = summarize(run.requests)
-        if run.summary is not None:
-            run.summary.failed_requests = len(run.failed_requests)
-
-    def _finish(self, run: Run, output: Path) -> None:
-        self._summarize(run)
+    def _finish(run: Run, output: Path) -> None:
+        """The final JSON; the journal goes."""
         save_run(run, output)
         journal_path(output).unlink(missing_ok=True)
 
@@ -437,9 +418,18 @@ class EndpointBenchmark:
             for t in tasks:
                 t.cancel()
 
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):  # not the main thread
-                loop.add_signal_handler(sig, stop, sig.name)
+        # signal handlers belong to the main thread (elsewhere, e.g. a library caller's thread, none are set)
+        handled = (signal.SIGINT, signal.SIGTERM) if threading.current_thread() is threading.main_thread() else ()
+        for sig in handled:
+            loop.add_signal_handler(sig, stop, sig.name)
+        try:
+            await self._measure(prompts, output, run, state, on_request, on_warmup, tasks)
+        finally:
+            for sig in handled:
+                loop.remove_signal_handler(sig)
+
+    async def _measure(self, prompts, output, run, state, on_request, on_warmup, tasks: set) -> None:
+        loop = asyncio.get_running_loop()
         limits = httpx.Limits(
             max_connections=self.endpoint.concurrency, max_keepalive_connections=self.endpoint.concurrency
         )
@@ -525,9 +515,6 @@ class EndpointBenchmark:
                     cpu_ms_per_event=round(1000 * cpu / events, 4) if events else None,
                 )
                 run.machine = MachineState(summary=sampler.summary(), samples=list(sampler.samples))
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                loop.remove_signal_handler(sig)
 
 
 def buffered_warning(run: Run) -> str:

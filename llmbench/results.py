@@ -513,6 +513,29 @@ def _version() -> str:
     return __version__
 
 
+def utc_now() -> str:
+    """ISO 8601 UTC to the second, as every timestamp in a run is written."""
+    from datetime import datetime, timezone
+
+    return datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def new_run_record(config: RunConfig, environment: Environment, **fields) -> Run:
+    """A run before its first request (both run modes): version stamps, a fresh id, ``complete: false``."""
+    import uuid
+
+    return Run(
+        schema_version=SCHEMA_VERSION,
+        llmbench_version=_version(),
+        run_id=uuid.uuid4().hex,
+        created_at=utc_now(),
+        complete=False,
+        config=config,
+        environment=environment,
+        **fields,
+    )
+
+
 def default_output_path(model: str, device: str, folder: str | Path = "results") -> Path:
     """``results/<UTC time>-<model>-<device>.json``; a suffix keeps two runs in the same second apart."""
     from datetime import datetime, timezone

@@ -6,29 +6,28 @@ import gc
 import signal
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from contextlib import contextmanager
-from datetime import datetime, timezone
 from pathlib import Path
 
 import psutil
 import torch
 from transformers.generation.stopping_criteria import StoppingCriteria, StoppingCriteriaList
 
-from llmbench import __version__, envinfo, machine
+from llmbench import envinfo, machine
 from llmbench.errors import RunInterrupted, UserError
 from llmbench.models import LoadedModel
 from llmbench.options import RunOptions
 from llmbench.prompts import PromptSet
 from llmbench.results import (
-    SCHEMA_VERSION,
     MachineState,
     RequestResult,
     Run,
     RunConfig,
     RunWriter,
     Session,
+    new_run_record,
+    utc_now,
 )
 from llmbench.stats import summarize
 from llmbench.timing import TokenStamper, request_result
@@ -75,10 +74,6 @@ def compiled_graphs() -> int:
 def recompile_warning(graphs: int) -> str:
     """The warning for a run whose timed requests triggered compilation."""
     return f"torch.compile compiled {graphs} graph(s) during timed requests: those requests include compile time"
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 ProgressFn = Callable[[RequestResult, int, int], None]
@@ -310,14 +305,9 @@ class Benchmark:
             compile=o.compile,
             quantization=lm.quantization,
         )
-        return Run(
-            schema_version=SCHEMA_VERSION,
-            llmbench_version=__version__,
-            run_id=uuid.uuid4().hex,
-            created_at=_now(),
-            complete=False,
-            config=config,
-            environment=envinfo.collect(lm.device),
+        return new_run_record(
+            config,
+            envinfo.collect(lm.device),
             load=lm.load,
             warnings=list(lm.warnings),
         )
@@ -344,7 +334,7 @@ class Benchmark:
             check_resumable(resume, output, fresh.config.model_dump())
         run = resume if resume is not None else fresh
         session = len(run.sessions)
-        run.sessions.append(Session(started_at=_now(), environment=fresh.environment, load=self.loaded.load))
+        run.sessions.append(Session(started_at=utc_now(), environment=fresh.environment, load=self.loaded.load))
         done = {(r.prompt_index, r.repeat) for r in run.requests}
         todo = [
             (i, rep) for rep in range(self.options.repeats) for i in range(len(prompts.prompts)) if (i, rep) not in done

@@ -235,6 +235,15 @@ class ModelServer:
         finally:
             streamer.loop.call_soon_threadsafe(streamer.queue.put_nowait, None)
 
+    def _start(self, input_ids, kw: dict, cancel: threading.Event, seed) -> tuple[asyncio.Queue, asyncio.Future]:
+        """Start generate() on the model's thread; (queue of (stamp_ns, ids) ending with None, its future)."""
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue = asyncio.Queue()
+        fut = loop.run_in_executor(
+            self.executor, self._generate, input_ids, kw, _LoopStreamer(loop, queue), cancel, seed
+        )
+        return queue, fut
+
     async def completion_events(self, req: ChatRequest, arrived_ns: int, ticket: _Ticket):
         """Yield the SSE lines of one streamed completion: a role chunk, one chunk per piece of text, the
         finishing chunk, a usage chunk (with the server's own stamps under ``llmbench``), ``[DONE]``."""
@@ -248,10 +257,7 @@ class ModelServer:
             input_ids, kw, prompt_tokens = self._prepare(req)
             async with self._turn():
                 started_ns = time.perf_counter_ns()
-                loop = asyncio.get_running_loop()
-                queue: asyncio.Queue = asyncio.Queue()
-                streamer = _LoopStreamer(loop, queue)
-                fut = loop.run_in_executor(self.executor, self._generate, input_ids, kw, streamer, cancel, req.seed)
+                queue, fut = self._start(input_ids, kw, cancel, req.seed)
                 yield _sse(self._chunk(rid, created, {"role": "assistant", "content": ""}))
                 text = IncrementalText(self.loaded.tokenizer)
                 while (item := await queue.get()) is not None:
@@ -320,10 +326,7 @@ class ModelServer:
         try:
             input_ids, kw, prompt_tokens = self._prepare(req)
             async with self._turn():
-                loop = asyncio.get_running_loop()
-                queue: asyncio.Queue = asyncio.Queue()
-                streamer = _LoopStreamer(loop, queue)
-                fut = loop.run_in_executor(self.executor, self._generate, input_ids, kw, streamer, cancel, req.seed)
+                queue, fut = self._start(input_ids, kw, cancel, req.seed)
                 ids: list[int] = []
                 while (item := await queue.get()) is not None:
                     ids.extend(item[1])

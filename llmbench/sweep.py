@@ -26,13 +26,12 @@ import torch
 from llmbench import machine, models
 from llmbench.errors import UserError
 from llmbench.prompts import PromptSet
-from llmbench.results import Run, RunWriter, Session, prepare_output, write_atomic
+from llmbench.results import Run, RunWriter, Session, prepare_output, utc_now, write_atomic
 from llmbench.runner import (
     Benchmark,
     RunInterrupted,
     RunOptions,
     _machine_state,
-    _now,
     _StopFlag,
     compiled_graphs,
     recompile_warning,
@@ -185,7 +184,7 @@ class Sweep:
         self.on_status = on_status or (lambda _m: None)
         self.rank_by = rank_by  # the statistic that picks the best: mean (default) or p50 (robust to outliers)
         self.entries: list[SweepEntry] = []
-        self.started_at = _now()
+        self.started_at = utc_now()
 
     # -- loading ------------------------------------------------------------------------------------------
 
@@ -342,7 +341,7 @@ class Sweep:
         return {
             "sweep_version": SWEEP_VERSION,
             "created_at": self.started_at,
-            "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z"),
+            "finished_at": utc_now(),
             "complete": complete,
             "model": self.spec.model,
             "weights": self.spec.weights,
