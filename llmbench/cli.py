@@ -23,6 +23,15 @@ app = typer.Typer(
 )
 
 
+# Options that several commands share, declared once.
+Device = Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:N or mps.")]
+Weights = Annotated[str, typer.Option(help="pretrained or random.")]
+TrustRemoteCode = Annotated[bool, typer.Option("--trust-remote-code", help="Run the repo's own code.")]
+SystemPrompt = Annotated[Optional[str], typer.Option(help="System message for every prompt.")]
+Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")]
+NoChatTemplate = Annotated[bool, typer.Option("--no-chat-template", help="Send the raw prompt text.")]
+
+
 def _version(value: bool) -> None:
     if value:
         typer.echo(f"llmbench {__version__}")
@@ -94,7 +103,7 @@ def run(
             help="With --endpoint: tokenizer (hub id, folder or .gguf) to count tokens if the server sends no usage."
         ),
     ] = None,
-    device: Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:N or mps.")] = "auto",
+    device: Device = "auto",
     dtype: Annotated[
         str, typer.Option(help="auto, float32, bfloat16 or float16. auto = fastest on the device.")
     ] = "auto",
@@ -112,8 +121,8 @@ def run(
     seed: Annotated[int, typer.Option(help="Seed for --sample.")] = 0,
     temperature: Annotated[float, typer.Option(help="Temperature for --sample.")] = 1.0,
     top_p: Annotated[float, typer.Option(help="Top-p for --sample.")] = 1.0,
-    system_prompt: Annotated[Optional[str], typer.Option(help="System message for every prompt.")] = None,
-    no_chat_template: Annotated[bool, typer.Option("--no-chat-template", help="Send the raw prompt text.")] = False,
+    system_prompt: SystemPrompt = None,
+    no_chat_template: NoChatTemplate = False,
     device_map: Annotated[
         Optional[str],
         typer.Option(
@@ -161,7 +170,7 @@ def run(
     quantize: Annotated[
         Optional[str], typer.Option(help="int8: dynamic int8 weights for every linear layer (CPU, float32).")
     ] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+    quiet: Quiet = False,
 ) -> None:
     """Stream every prompt through a model in this process (or a server: --endpoint), stamp every token, write a
     run JSON."""
@@ -336,8 +345,8 @@ def sweep(
     model: Annotated[
         str, typer.Option("--model", "-m", help="Hub id, local folder or .gguf file.")
     ] = "Qwen/Qwen2.5-0.5B-Instruct",
-    weights: Annotated[str, typer.Option(help="pretrained or random.")] = "pretrained",
-    device: Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:N or mps.")] = "auto",
+    weights: Weights = "pretrained",
+    device: Device = "auto",
     max_new_tokens: Annotated[int, typer.Option(help="Tokens to generate per request at most.")] = 64,
     ignore_eos: Annotated[
         Optional[bool],
@@ -346,14 +355,14 @@ def sweep(
     warmup: Annotated[int, typer.Option(help="Unmeasured requests per setup before the rounds.")] = 1,
     rounds: Annotated[int, typer.Option(help="Rounds; each runs every setup once over all prompts.")] = 3,
     rank_by: Annotated[str, typer.Option(help="Statistic that picks the best: mean, or p50 (robust).")] = "mean",
-    system_prompt: Annotated[Optional[str], typer.Option(help="System message for every prompt.")] = None,
-    no_chat_template: Annotated[bool, typer.Option("--no-chat-template", help="Send the raw prompt text.")] = False,
-    trust_remote_code: Annotated[bool, typer.Option("--trust-remote-code", help="Run the repo's own code.")] = False,
+    system_prompt: SystemPrompt = None,
+    no_chat_template: NoChatTemplate = False,
+    trust_remote_code: TrustRemoteCode = False,
     output: Annotated[
         Optional[Path],
         typer.Option("--output", "-o", help="Folder for the runs and sweep.json (default: results/sweep-<time>)."),
     ] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+    quiet: Quiet = False,
 ) -> None:
     """Find the fastest setup: every combination of dtype, threads, attention, cache, compile and quantization,
     measured in interleaved rounds; TTFT and TPOT ranked apart."""
@@ -405,8 +414,8 @@ def serve(
     model: Annotated[
         str, typer.Option("--model", "-m", help="Hub id, local folder or .gguf file.")
     ] = "Qwen/Qwen2.5-0.5B-Instruct",
-    weights: Annotated[str, typer.Option(help="pretrained or random.")] = "pretrained",
-    device: Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:N or mps.")] = "auto",
+    weights: Weights = "pretrained",
+    device: Device = "auto",
     dtype: Annotated[str, typer.Option(help="auto, float32, bfloat16 or float16.")] = "auto",
     threads: Annotated[Optional[int], typer.Option(help="torch intra-op threads.")] = None,
     attn: Annotated[Optional[str], typer.Option(help="Attention kernel: eager, sdpa, ...")] = None,
@@ -417,7 +426,7 @@ def serve(
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
     max_queue: Annotated[int, typer.Option(help="Requests that may wait while one generates; more get 429.")] = 4,
     max_tokens: Annotated[int, typer.Option(help="max_tokens when a request gives none.")] = 256,
-    trust_remote_code: Annotated[bool, typer.Option("--trust-remote-code", help="Run the repo's own code.")] = False,
+    trust_remote_code: TrustRemoteCode = False,
 ) -> None:
     """Serve a model over an OpenAI-compatible SSE endpoint, with a page at / that shows tokens, TTFT and TPOT live."""
     from llmbench import display, models
