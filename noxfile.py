@@ -1,4 +1,5 @@
-"""Developer sessions: `nox -s tests`, `nox -s lint`. CI runs .ci/run, which runs the same test command."""
+"""Developer sessions: `nox -s quick` (under a minute), `nox -s tests`, `nox -s lint`. CI runs .ci/run, which runs
+the same test command and the same checks."""
 
 import nox
 
@@ -14,12 +15,24 @@ def tests(session: nox.Session) -> None:
     session.run("python", "-m", "pytest", *session.posargs, env={"HF_HUB_OFFLINE": "1"})
 
 
+# the tiers a developer skips for a quick run; .ci/run and `nox -s tests` run them all
+QUICK = "not slow and not browser and not subprocess and not compile"
+
+
+@nox.session
+def quick(session: nox.Session) -> None:
+    """The tests that need no real-size model, browser, child process or torch.compile: under a minute."""
+    session.install("-e", ".[dev,cpu]")
+    session.run("python", "-m", "pytest", "-m", QUICK, *session.posargs, env={"HF_HUB_OFFLINE": "1"})
+
+
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff: lint and formatting."""
-    session.install("ruff")
+    """ruff (lint and formatting) and mypy (types; configured in pyproject.toml)."""
+    session.install("-e", ".[dev,cpu]")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
+    session.run("mypy")
 
 
 # The fixed benchmark of the regression job. Change it only together with the baseline (see README).

@@ -26,7 +26,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=256)
     args = ap.parse_args()
 
-    from llmbench.results import save_run
+    from llmbench import save_run
     from tests.helpers import synthetic_run
 
     with tempfile.TemporaryDirectory() as d:

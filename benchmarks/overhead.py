@@ -1,14 +1,17 @@
 """What llmbench's stopwatch costs and what the seed's stopwatch distorts, in one process.
 
 Same model, same prompt, interleaved rounds (so machine drift hits every path alike) of:
-  bare     model.generate() with no streamer, timed from outside:
+  bare     model.generate() with no streamer, timed from outside, on the model's own thread:
            TTFT = time of generate(max_new_tokens=1); TPOT = (T(N) - T(1)) / (N - 1)
-  llmbench llmbench's timing path (runner.Benchmark.measure: TokenStamper stamps in put())
+  llmbench llmbench.measure(): the whole run path (the loop, the generation thread, the stop check in every
+           step, TokenStamper stamps in put()), one request a round
   seed     the seed article's TextIteratorStreamer + Thread, timed on the text chunks it yields
 
-Prints the median of each over the rounds, and as its last line `llmbench/bare TPOT ratio: X.XXX`.
+Each round gives a paired ratio llmbench TPOT / bare TPOT; the 95% interval of their mean (bootstrap over
+rounds) says whether the stopwatch costs anything measurable. The last line is
+`llmbench/bare TPOT ratio: X.XXX` (the median of the rounds' ratios).
 
-    python benchmarks/overhead.py [--rounds 7] [--tokens 32] [--dtype bfloat16] [--threads N]
+    python benchmarks/overhead.py [--rounds 15] [--tokens 32] [--dtype bfloat16] [--threads N]
 """
 
 from __future__ import annotations
@@ -20,58 +23,58 @@ import time
 from pathlib import Path
 from threading import Thread
 
+import llmbench
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="Qwen/Qwen2.5-0.5B-Instruct")
     ap.add_argument("--weights", default="random")
-    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--tokens", type=int, default=32)
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=None)
     args = ap.parse_args()
 
+    import numpy as np
     import torch
+    from scipy import stats
     from transformers import TextIteratorStreamer
 
-    from llmbench.models import ModelSpec, load_model
-    from llmbench.prompts import load_prompts
-    from llmbench.runner import Benchmark, RunOptions, _StopFlag
-
-    lm = load_model(
-        ModelSpec(model=args.model, weights=args.weights, device=args.device, dtype=args.dtype, threads=args.threads)
-    )
-    prompt = load_prompts(ROOT / "prompts" / "env_violations.txt").prompts[0]
+    lm = llmbench.load_model(args.model, weights=args.weights, device=args.device, dtype=args.dtype,
+                             threads=args.threads)  # fmt: skip
+    prompt = llmbench.load_prompts(ROOT / "prompts" / "env_violations.txt").prompts[0]
     n = args.tokens
-    bench = Benchmark(lm, RunOptions(max_new_tokens=n, ignore_eos=True, warmup=0))
-    enc = bench._encode(prompt)
-    ids, mask = enc["input_ids"].to(lm.device), enc["attention_mask"].to(lm.device)
-    gen = bench._generate_kwargs()
+    text = lm.tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
+                                            add_generation_prompt=True)  # fmt: skip
+    enc = lm.tokenizer(text, return_tensors="pt", add_special_tokens=False).to(lm.device)
+    greedy = {"do_sample": False, "temperature": None, "top_p": None, "top_k": None}
 
     def sync() -> None:
         if lm.device.startswith("cuda"):
             torch.cuda.synchronize()
 
     def bare(max_new: int) -> float:
-        kw = {**gen, "max_new_tokens": max_new, "min_new_tokens": max_new}
         sync()
         t = time.perf_counter_ns()
-        lm.model.generate(input_ids=ids, attention_mask=mask, **kw)
+        with torch.inference_mode():
+            lm.model.generate(**enc, max_new_tokens=max_new, min_new_tokens=max_new, **greedy)
         sync()
         return (time.perf_counter_ns() - t) / 1e6
+
+    def llmbench_path() -> llmbench.RequestResult:
+        run = llmbench.measure([prompt], model=lm, max_new_tokens=n, ignore_eos=True, warmup=0)
+        return run.requests[0]
 
     def seed_path() -> tuple[float, float, int]:
         streamer = TextIteratorStreamer(lm.tokenizer, skip_prompt=True)
         t0 = time.perf_counter_ns()
-        text = lm.tokenizer.apply_chat_template(
-            [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
-        )
         inputs = lm.tokenizer(text, return_tensors="pt", add_special_tokens=False).to(lm.device)
-        th = Thread(target=lm.model.generate, kwargs={**inputs, **gen, "streamer": streamer})
+        th = Thread(target=lm.model.generate, kwargs={**inputs, **greedy, "max_new_tokens": n,
+                                                     "min_new_tokens": n, "streamer": streamer})  # fmt: skip
         th.start()
         stamps = [time.perf_counter_ns() for chunk in streamer if chunk]
         th.join()
@@ -82,36 +85,39 @@ def main() -> None:
     rows: dict[str, list[float]] = {
         k: [] for k in ("bare_ttft", "bare_tpot", "lb_ttft", "lb_tpot", "seed_ttft", "seed_tpot", "seed_chunks")
     }
-    bare(n)  # warm every path once, unmeasured
-    stop = _StopFlag()  # the interrupt check `llmbench run` adds to every step: part of the timed path
-    bench.measure(prompt, 0, 0, stop=stop)
-    seed_path()
-    for r in range(args.rounds):
-        order = [0, 1, 2][r % 3 :] + [0, 1, 2][: r % 3]  # rotate which path goes first
-        for which in order:
-            if which == 0:
-                t1, tn = bare(1), bare(n)
-                rows["bare_ttft"].append(t1)
-                rows["bare_tpot"].append((tn - t1) / (n - 1))
-            elif which == 1:
-                res = bench.measure(prompt, 0, 0, stop=stop)
-                rows["lb_ttft"].append(res.ttft_ms)
-                rows["lb_tpot"].append(res.tpot_ms)
-            else:
-                ttft, tpot, chunks = seed_path()
-                rows["seed_ttft"].append(ttft)
-                rows["seed_tpot"].append(tpot)
-                rows["seed_chunks"].append(chunks)
-        print(
-            f"round {r + 1}/{args.rounds}: bare TPOT {rows['bare_tpot'][-1]:.2f} ms, llmbench "
-            f"{rows['lb_tpot'][-1]:.2f} ms, seed {rows['seed_tpot'][-1]:.2f} ms",
-            file=sys.stderr,
-        )
+    with llmbench.frozen_gc():  # as `llmbench run` measures
+        lm.call(bare, n)  # warm every path once, unmeasured
+        llmbench_path()
+        seed_path()
+        for r in range(args.rounds):
+            order = [0, 1, 2][r % 3 :] + [0, 1, 2][: r % 3]  # rotate which path goes first
+            for which in order:
+                if which == 0:
+                    t1, tn = lm.call(bare, 1), lm.call(bare, n)
+                    rows["bare_ttft"].append(t1)
+                    rows["bare_tpot"].append((tn - t1) / (n - 1))
+                elif which == 1:
+                    res = llmbench_path()
+                    rows["lb_ttft"].append(res.ttft_ms)
+                    rows["lb_tpot"].append(res.tpot_ms)
+                else:
+                    ttft, tpot, chunks = seed_path()
+                    rows["seed_ttft"].append(ttft)
+                    rows["seed_tpot"].append(tpot)
+                    rows["seed_chunks"].append(chunks)
+            print(
+                f"round {r + 1}/{args.rounds}: bare TPOT {rows['bare_tpot'][-1]:.2f} ms, llmbench "
+                f"{rows['lb_tpot'][-1]:.2f} ms, seed {rows['seed_tpot'][-1]:.2f} ms",
+                file=sys.stderr,
+            )
 
     med = {k: statistics.median(v) for k, v in rows.items()}
+    ratios = np.array(rows["lb_tpot"]) / np.array(rows["bare_tpot"])
+    ci = stats.bootstrap((ratios,), np.mean, confidence_level=0.95, method="percentile",
+                         rng=np.random.default_rng(0)).confidence_interval  # fmt: skip
     print(
         f"model {args.model} ({args.weights} weights), {lm.device}, {lm.dtype}, {lm.threads} threads, "
-        f"{ids.shape[-1]}-token prompt, {n} new tokens, {args.rounds} rounds (medians)"
+        f"{enc['input_ids'].shape[-1]}-token prompt, {n} new tokens, {args.rounds} rounds (medians)"
     )
     print(f"{'path':<10}{'TTFT ms':>10}{'TPOT ms':>10}")
     print(f"{'bare':<10}{med['bare_ttft']:>10.2f}{med['bare_tpot']:>10.2f}")
@@ -124,7 +130,9 @@ def main() -> None:
         f"seed vs llmbench: TTFT {med['seed_ttft'] - med['lb_ttft']:+.1f} ms, "
         f"TPOT {100 * (med['seed_tpot'] / med['lb_tpot'] - 1):+.1f}%"
     )
-    print(f"llmbench/bare TPOT ratio: {med['lb_tpot'] / med['bare_tpot']:.3f}")
+    print(f"llmbench/bare TPOT, mean of {len(ratios)} paired rounds: {ratios.mean():.4f}, 95% CI "
+          f"[{ci.low:.4f}, {ci.high:.4f}]")  # fmt: skip
+    print(f"llmbench/bare TPOT ratio: {statistics.median(ratios):.3f}")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """The strict ground-truth check of llmbench's stopwatch: every token, several known delays.
 
 A model whose forward passes take known times (tests/delayed_model.py: prefill P ms, each decode step D ms;
-the real generate(), llmbench's timing path) records when each pass ended. For every token of every request:
+the real generate(), llmbench's in-process backend with its stop check, as the run loop calls it) records when
+each pass ended. For every token of every request:
   lag = stamp - end of the pass that produced it          must be in [0, 1 ms + 2%]
   ITL error = |ITL - D|                                   must be <= 1 ms + 2% of D
   TTFT error = |TTFT - (end of prefill - request start)|  must be <= 1 ms + 2% of it
@@ -26,8 +27,10 @@ def main() -> int:
     ap.add_argument("--tokens", type=int, default=32)
     args = ap.parse_args()
 
+    from llmbench.backends import Request
     from llmbench.builtin import qwen_tokenizer
-    from tests.delayed_model import delayed_benchmark
+    from llmbench.process import Stop
+    from tests.delayed_model import delayed_backend
 
     tok = qwen_tokenizer()
     failed = False
@@ -36,13 +39,14 @@ def main() -> int:
         f"{'max TTFT err':>14}{'misses':>8}"
     )
     for p_ms, d_ms in ((20.0, 5.0), (40.0, 15.0), (300.0, 80.0)):
-        model, bench = delayed_benchmark(tok, p_ms, d_ms, args.tokens)
+        model, backend = delayed_backend(tok, p_ms, d_ms, args.tokens)
         lags, itl_errs, ttft_errs, misses = [], [], [], 0
         for i in range(args.requests):
             model.starts_ns.clear(), model.ends_ns.clear(), model.kinds.clear()
-            r = bench.measure(f"prompt {i}: 某化工厂夜间偷排未经处理的工业废水", i, 0)
-            start, _tok, stamper = bench.last_raw
-            req_lags = [(s - e) / 1e6 for s, e in zip(stamper.times_ns, model.ends_ns, strict=True)]
+            r = backend.measure_now(Request(f"prompt {i}: 某化工厂夜间偷排未经处理的工业废水", i, 0), Stop())
+            raw = backend.raw[(i, 0)]
+            start = raw.start_ns
+            req_lags = [(s - e) / 1e6 for s, e in zip(raw.stamps_ns, model.ends_ns, strict=True)]
             errs = [abs(b - a - d_ms) for a, b in zip(r.token_times_ms, r.token_times_ms[1:], strict=False)]
             truth = (model.ends_ns[0] - start) / 1e6
             ttft_err = abs(r.ttft_ms - truth)

@@ -27,7 +27,8 @@ def main() -> None:
     ap.add_argument("--naive-sample", type=int, default=500, help="time every k-th naive rewrite, extrapolate")
     args = ap.parse_args()
 
-    from llmbench.results import RunWriter, load_run, save_run
+    from llmbench import load_run, save_run
+    from llmbench.storage import RunWriter
     from tests.helpers import synthetic_run
 
     full = synthetic_run(n=args.requests, tokens=args.tokens)

@@ -1,3 +1,94 @@
-"""llmbench: measure how long a language model makes a person wait (TTFT and TPOT)."""
+"""llmbench: measure how long a language model makes a person wait (TTFT and TPOT).
 
-__version__ = "0.1.0"
+The public, typed API (see README, "Python API"):
+
+    import llmbench
+    run = llmbench.measure(["Why is the sky blue?"], weights="random", max_new_tokens=16)
+    other = llmbench.load_run("results/base.json")
+    regressions = llmbench.compare_runs(other, run).gate(fail_on_regression=10)
+
+Names load on first use, so ``import llmbench`` (and ``llmbench --help``) never imports torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from llmbench.version import __version__
+
+# name -> module that defines it
+_EXPORTS = {
+    "measure": "llmbench.api",
+    "ameasure": "llmbench.api",
+    "load_model": "llmbench.api",
+    "LoadedModel": "llmbench.models",
+    "load_run": "llmbench.storage",
+    "save_run": "llmbench.storage",
+    "compare_runs": "llmbench.compare",
+    "Comparison": "llmbench.compare",
+    "GateCheck": "llmbench.compare",
+    "Run": "llmbench.schema",
+    "RequestResult": "llmbench.schema",
+    "Summary": "llmbench.schema",
+    "RunOptions": "llmbench.options",
+    "ModelOptions": "llmbench.options",
+    "EndpointOptions": "llmbench.options",
+    "PromptSet": "llmbench.prompts",
+    "load_prompts": "llmbench.prompts",
+    "Stop": "llmbench.process",
+    "stop_on_signals": "llmbench.process",
+    "frozen_gc": "llmbench.process",
+    "UserError": "llmbench.errors",
+    "RunInterrupted": "llmbench.errors",
+}
+
+__all__ = [
+    "Comparison",
+    "EndpointOptions",
+    "GateCheck",
+    "LoadedModel",
+    "ModelOptions",
+    "PromptSet",
+    "RequestResult",
+    "Run",
+    "RunInterrupted",
+    "RunOptions",
+    "Stop",
+    "Summary",
+    "UserError",
+    "__version__",
+    "ameasure",
+    "compare_runs",
+    "frozen_gc",
+    "load_model",
+    "load_prompts",
+    "load_run",
+    "measure",
+    "save_run",
+    "stop_on_signals",
+]
+assert set(__all__) == {"__version__", *_EXPORTS}
+
+if TYPE_CHECKING:
+    from llmbench.api import ameasure, load_model, measure
+    from llmbench.compare import Comparison, GateCheck, compare_runs
+    from llmbench.errors import RunInterrupted, UserError
+    from llmbench.models import LoadedModel
+    from llmbench.options import EndpointOptions, ModelOptions, RunOptions
+    from llmbench.process import Stop, frozen_gc, stop_on_signals
+    from llmbench.prompts import PromptSet, load_prompts
+    from llmbench.schema import RequestResult, Run, Summary
+    from llmbench.storage import load_run, save_run
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'llmbench' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

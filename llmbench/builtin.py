@@ -95,7 +95,7 @@ def qwen_tokenizer():
         pad_token="<|endoftext|>",
     )
     tok.chat_template = QWEN_CHAT_TEMPLATE
-    ids = dict(zip(QWEN_SPECIAL_TOKENS, tok.convert_tokens_to_ids(list(QWEN_SPECIAL_TOKENS)), strict=True))
+    ids = {t: tok.convert_tokens_to_ids(t) for t in QWEN_SPECIAL_TOKENS}
     if ids != QWEN_SPECIAL_TOKENS:
         # A different vocabulary file would shift every id: refuse rather than measure another tokenizer.
         raise UserError(f"dashscope's qwen.tiktoken gives special-token ids {ids}, expected {QWEN_SPECIAL_TOKENS}")

@@ -1,17 +1,25 @@
-"""The command line: parse options, call the core, render. Heavy modules are imported inside commands."""
+"""The command line: parse options, call the core, render. Heavy modules are imported inside commands.
+
+Every command translates flags into llmbench's option types (the public API's), calls a driver or an API
+function, and renders the result; nothing is measured here.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
 from contextlib import contextmanager
+from dataclasses import fields
+from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
-from llmbench import __version__
 from llmbench.errors import UserError
+from llmbench.options import DEFAULT_MODEL
+from llmbench.version import __version__
 
 app = typer.Typer(
     help="Measure how long a language model makes a person wait: time to first token (TTFT) and time per "
@@ -23,13 +31,111 @@ app = typer.Typer(
 )
 
 
+class DType(str, Enum):
+    auto = "auto"
+    float32 = "float32"
+    bfloat16 = "bfloat16"
+    float16 = "float16"
+
+
+class Weights(str, Enum):
+    pretrained = "pretrained"
+    random = "random"
+
+
+class Cache(str, Enum):
+    dynamic = "dynamic"
+    static = "static"
+
+
+class Attn(str, Enum):
+    eager = "eager"
+    sdpa = "sdpa"
+    flash_attention_2 = "flash_attention_2"
+    flex_attention = "flex_attention"
+
+
+class Quantize(str, Enum):
+    none = "none"
+    int8 = "int8"
+
+
+class CompareFormat(str, Enum):
+    table = "table"
+    markdown = "markdown"
+    json = "json"
+
+
+class ExportFormat(str, Enum):
+    csv = "csv"
+    parquet = "parquet"
+
+
+class Stat(str, Enum):
+    mean = "mean"
+    p50 = "p50"
+    p90 = "p90"
+
+
+class RankBy(str, Enum):
+    mean = "mean"
+    p50 = "p50"
+
+
 # Options that several commands share, declared once.
-Device = Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:N or mps.")]
-Weights = Annotated[str, typer.Option(help="pretrained or random.")]
-TrustRemoteCode = Annotated[bool, typer.Option("--trust-remote-code", help="Run the repo's own code.")]
-SystemPrompt = Annotated[Optional[str], typer.Option(help="System message for every prompt.")]
-Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")]
-NoChatTemplate = Annotated[bool, typer.Option("--no-chat-template", help="Send the raw prompt text.")]
+PromptsArg = Annotated[
+    Path,
+    typer.Argument(
+        help='Prompt file: one prompt a line (.txt) or {"prompt": ...} a line (.jsonl). Blank lines and # comments '
+        "are skipped."
+    ),
+]
+ModelOpt = Annotated[
+    Optional[str],
+    typer.Option("--model", "-m", help=f"Hub id, local folder or .gguf file (default: {DEFAULT_MODEL})."),
+]
+WeightsOpt = Annotated[
+    Weights, typer.Option(help="random: the real architecture with random weights (no download; timings real).")
+]
+DeviceOpt = Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:N or mps.")]
+DTypeOpt = Annotated[DType, typer.Option(help="auto = fastest on the device.")]
+ThreadsOpt = Annotated[Optional[int], typer.Option(help="torch intra-op threads (default: torch's choice).")]
+MaxNewTokensOpt = Annotated[int, typer.Option(help="Tokens to generate per request at most.")]
+IgnoreEosOpt = Annotated[
+    Optional[bool],
+    typer.Option("--ignore-eos/--stop-at-eos", help="Generate exactly --max-new-tokens. Default: on with random."),
+]
+WarmupOpt = Annotated[int, typer.Option(help="Unmeasured requests (per setup) before the measured ones.")]
+SystemPromptOpt = Annotated[Optional[str], typer.Option(help="System message for every prompt.")]
+NoChatTemplateOpt = Annotated[bool, typer.Option("--no-chat-template", help="Send the raw prompt text.")]
+TrustRemoteCodeOpt = Annotated[bool, typer.Option("--trust-remote-code", help="Run the model repo's own code.")]
+AllowPickleOpt = Annotated[bool, typer.Option("--allow-pickle", help="Allow pickle (.bin) weights in a folder.")]
+AllowOffloadOpt = Annotated[
+    bool, typer.Option("--allow-offload", help="Run even when weights are offloaded to disk/CPU (recorded).")
+]
+DeviceMapOpt = Annotated[
+    Optional[str],
+    typer.Option(help="Let accelerate place the weights: auto, balanced, sequential or a JSON object (offloading "
+                 "is still refused)."),
+]  # fmt: skip
+AttnOpt = Annotated[Optional[Attn], typer.Option(help="Attention kernel (default: the model's).")]
+QuantizeOpt = Annotated[Quantize, typer.Option(help="int8: dynamic int8 weights for every linear layer (CPU).")]
+EndpointOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        help="Measure an OpenAI-compatible server instead (vLLM, llama.cpp, Ollama, llmbench serve): its base URL, "
+        "e.g. http://127.0.0.1:8000/v1. --model then names the model to send."
+    ),
+]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")]
+OverwriteOpt = Annotated[bool, typer.Option("--overwrite", help="Replace an existing output file.")]
+
+# run's flags that belong to one mode only: refused in the other, in one line
+IN_PROCESS_ONLY = (
+    *("weights", "device", "dtype", "threads", "device_map", "allow_offload", "allow_pickle", "trust_remote_code"),
+    *("compile_", "quantize", "attn", "cache", "truncate", "no_chat_template"),
+)
+ENDPOINT_ONLY = ("concurrency", "api_key_env", "tokenizer")
 
 
 def _version(value: bool) -> None:
@@ -57,467 +163,297 @@ def _user_errors():
 
 
 def _die(message: str, code: int) -> None:
-    typer.echo(f"llmbench: error: {message}", err=True)
+    typer.echo(f"llmbench: error: {' '.join(message.split())}", err=True)
     raise typer.Exit(code)
+
+
+def _flag(name: str) -> str:
+    return "--" + name.rstrip("_").replace("_", "-")
+
+
+def _refuse_given(ctx: typer.Context, names: tuple[str, ...], why: str) -> None:
+    """UserError naming every flag of ``names`` the user gave (on the command line or in the environment)."""
+    given = [
+        _flag(n) for n in names if getattr(ctx.get_parameter_source(n), "name", None) in ("COMMANDLINE", "ENVIRONMENT")
+    ]
+    if given:
+        raise UserError(f"{', '.join(given)}: {why}")
+
+
+def _pick(cls: Any, args: dict[str, Any], **overrides: Any) -> Any:
+    """An options dataclass from the command's arguments of the same names (enums as their values)."""
+    values = {f.name: args[f.name] for f in fields(cls) if f.name in args}
+    values.update(overrides)
+    return cls(**{k: v.value if isinstance(v, Enum) else v for k, v in values.items()})
+
+
+def _interrupted(e: Any, resumable: bool) -> None:
+    from llmbench import display
+
+    done = sum(len(r.requests) for r in e.runs)
+    where = f" saved in {e.path}" if e.path else ""
+    resume = f" Resume with:\n  {_resume_command(e.path)}" if e.path and resumable else ""
+    display.err.print(f"interrupted by {e.signal_name}: {done} requests{where} (complete: false).{resume}",
+                      markup=False, soft_wrap=True)  # fmt: skip
+    raise typer.Exit(e.exit_code)
 
 
 @app.command()
 def run(
-    prompts: Annotated[
-        Path,
-        typer.Argument(
-            help='Prompt file: one prompt a line (.txt) or {"prompt": ...} a line '
-            "(.jsonl). Blank lines and # comments are skipped."
-        ),
-    ],
-    model: Annotated[
-        Optional[str],
-        typer.Option(
-            "--model",
-            "-m",
-            help="Hub id, local folder or .gguf file [default: Qwen/Qwen2.5-0.5B-Instruct]. With --endpoint: the "
-            "model name to send (default: the server's first in GET /v1/models).",
-        ),
-    ] = None,
-    weights: Annotated[
-        str,
-        typer.Option(
-            help="pretrained, or random: the real architecture with random weights "
-            "(no download; outputs meaningless, timings real)."
-        ),
-    ] = "pretrained",
-    endpoint: Annotated[
-        Optional[str],
-        typer.Option(
-            help="Measure an OpenAI-compatible server instead (vLLM, llama.cpp, Ollama, llmbench serve): its "
-            "base URL, e.g. http://127.0.0.1:8000/v1. Streams over SSE, stamps each event on arrival."
-        ),
-    ] = None,
+    ctx: typer.Context,
+    prompts: PromptsArg,
+    model: ModelOpt = None,
+    weights: WeightsOpt = Weights.pretrained,
+    endpoint: EndpointOpt = None,
     api_key_env: Annotated[
-        Optional[str], typer.Option(help="With --endpoint: the environment variable holding the API key.")
+        Optional[str], typer.Option(help="With --endpoint: the variable holding the API key.")
     ] = None,
     concurrency: Annotated[int, typer.Option(help="With --endpoint: requests in flight at once.")] = 1,
     tokenizer: Annotated[
-        Optional[str],
-        typer.Option(
-            help="With --endpoint: tokenizer (hub id, folder or .gguf) to count tokens if the server sends no usage."
-        ),
+        Optional[str], typer.Option(help="With --endpoint: hub id, folder or .gguf to count tokens without usage.")
     ] = None,
-    device: Device = "auto",
-    dtype: Annotated[
-        str, typer.Option(help="auto, float32, bfloat16 or float16. auto = fastest on the device.")
-    ] = "auto",
-    threads: Annotated[Optional[int], typer.Option(help="torch intra-op threads (default: torch's choice).")] = None,
-    max_new_tokens: Annotated[int, typer.Option(help="Tokens to generate per request at most.")] = 256,
-    ignore_eos: Annotated[
-        Optional[bool],
-        typer.Option(
-            "--ignore-eos/--stop-at-eos", help="Generate exactly --max-new-tokens. Default: on with random weights."
-        ),
-    ] = None,
-    warmup: Annotated[int, typer.Option(help="Unmeasured requests before the measured ones.")] = 1,
+    device: DeviceOpt = "auto",
+    dtype: DTypeOpt = DType.auto,
+    threads: ThreadsOpt = None,
+    max_new_tokens: MaxNewTokensOpt = 256,
+    ignore_eos: IgnoreEosOpt = None,
+    warmup: WarmupOpt = 1,
     repeats: Annotated[int, typer.Option(help="Times to go round the whole prompt list.")] = 1,
     sample: Annotated[bool, typer.Option("--sample", help="Sample instead of greedy decoding.")] = False,
-    seed: Annotated[int, typer.Option(help="Seed for --sample.")] = 0,
+    seed: Annotated[int, typer.Option(help="Seed for --sample (each request derives its own).")] = 0,
     temperature: Annotated[float, typer.Option(help="Temperature for --sample.")] = 1.0,
     top_p: Annotated[float, typer.Option(help="Top-p for --sample.")] = 1.0,
-    system_prompt: SystemPrompt = None,
-    no_chat_template: NoChatTemplate = False,
-    device_map: Annotated[
-        Optional[str],
-        typer.Option(
-            help="Let accelerate place the weights: auto, balanced, "
-            "sequential or a JSON object. Offloading is still refused."
-        ),
-    ] = None,
-    allow_offload: Annotated[
-        bool,
-        typer.Option("--allow-offload", help="Run even when weights are offloaded to disk/CPU (recorded in the JSON)."),
-    ] = False,
-    allow_pickle: Annotated[bool, typer.Option("--allow-pickle", help="Allow pickle (.bin) weights.")] = False,
-    trust_remote_code: Annotated[
-        bool, typer.Option("--trust-remote-code", help="Run the model repo's own code.")
-    ] = False,
+    system_prompt: SystemPromptOpt = None,
+    no_chat_template: NoChatTemplateOpt = False,
+    device_map: DeviceMapOpt = None,
+    allow_offload: AllowOffloadOpt = False,
+    allow_pickle: AllowPickleOpt = False,
+    trust_remote_code: TrustRemoteCodeOpt = False,
     output: Annotated[
         Optional[Path],
-        typer.Option("--output", "-o", help="Run JSON path (default: results/<UTC time>-<model>-<device>.json)."),
+        typer.Option("--output", "-o", help="Run JSON (default: results/<UTC time>-<model>-<device>.json)."),
     ] = None,
-    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing output file.")] = False,
-    resume: Annotated[
-        Optional[Path],
-        typer.Option(
-            help="Continue this incomplete run JSON: only its missing "
-            "requests are run (same options and prompts required)."
-        ),
-    ] = None,
-    truncate: Annotated[
-        bool,
-        typer.Option(
-            "--truncate", help="Cut prompts longer than the context (keeping their end) instead of refusing them."
-        ),
-    ] = False,
-    attn: Annotated[
-        Optional[str], typer.Option(help="Attention kernel: eager, sdpa, ... (default: the model's).")
-    ] = None,
-    cache: Annotated[str, typer.Option(help="KV cache: dynamic or static (preallocated).")] = "dynamic",
-    compile_: Annotated[
-        bool,
-        typer.Option(
-            "--compile",
-            help="torch.compile the decode step (implies --cache static); compile time is reported on its own.",
-        ),
-    ] = False,
-    quantize: Annotated[
-        Optional[str], typer.Option(help="int8: dynamic int8 weights for every linear layer (CPU, float32).")
-    ] = None,
-    quiet: Quiet = False,
+    overwrite: OverwriteOpt = False,
+    resume: Annotated[Optional[Path], typer.Option(help="Continue this incomplete run JSON (same setup).")] = None,
+    truncate: Annotated[bool, typer.Option("--truncate", help="Cut prompts longer than the context.")] = False,
+    attn: AttnOpt = None,
+    cache: Annotated[Cache, typer.Option(help="KV cache: dynamic, or static (preallocated).")] = Cache.dynamic,
+    compile_: Annotated[bool, typer.Option("--compile", help="torch.compile the decode step (static cache).")] = False,
+    quantize: QuantizeOpt = Quantize.none,
+    quiet: QuietOpt = False,
 ) -> None:
     """Stream every prompt through a model in this process (or a server: --endpoint), stamp every token, write a
     run JSON."""
-    from llmbench import display, results
-    from llmbench.errors import RunInterrupted
-    from llmbench.options import RunOptions
+    from llmbench import display
+    from llmbench.drivers.run import run as run_driver
+    from llmbench.options import EndpointOptions, ModelOptions, RunOptions
     from llmbench.prompts import load_prompts
 
+    args = locals()
     with _user_errors():
-        prompt_set = load_prompts(prompts)
-        options = RunOptions(
-            max_new_tokens=max_new_tokens,
-            ignore_eos=(weights == "random") if ignore_eos is None else ignore_eos,
-            warmup=warmup,
-            repeats=repeats,
-            sample=sample,
-            seed=seed,
-            temperature=temperature,
-            top_p=top_p,
-            system_prompt=system_prompt,
-            chat_template=not no_chat_template,
-            truncate=truncate,
-            cache="static" if compile_ else cache,
-            compile=compile_,
-        )
-        options.validate()
         if endpoint is not None:
-            in_process_only = {
-                "--weights": weights != "pretrained",
-                "--device": device != "auto",
-                "--dtype": dtype != "auto",
-                "--threads": threads is not None,
-                "--resume": resume is not None,
-                "--device-map": device_map is not None,
-                "--compile": compile_,
-                "--quantize": quantize is not None,
-                "--attn": attn is not None,
-                "--cache": cache != "dynamic",
-                "--truncate": truncate,
-                "--no-chat-template": no_chat_template,
-            }
-            _run_endpoint(
-                prompt_set, options, endpoint, model, api_key_env, concurrency, tokenizer, output, overwrite, quiet,
-                refused=in_process_only,
-            )  # fmt: skip
-            return
-        from llmbench import models, runner  # torch and transformers: the in-process path only
-
-        model = model or models.DEFAULT_MODEL
-        spec = models.ModelSpec(
-            model=model,
-            weights=weights,
-            device=device,
-            dtype=dtype,
-            threads=threads,
-            device_map=device_map,
-            allow_offload=allow_offload,
-            allow_pickle=allow_pickle,
-            trust_remote_code=trust_remote_code,
-            attn=attn,
-            quantize=None if quantize in (None, "none") else quantize,
-        )
-        resolved = spec.validate()  # bad --device/--dtype/--threads/--weights fail now, not after loading
-        previous = None
-        if resume is not None:
-            if output is not None and output.resolve() != resume.resolve():
-                raise UserError("--resume writes into the run it continues: drop -o/--output")
-            # what can be compared before loading the model is compared now; the rest before any request
-            early = {
-                "model": model,
-                "weights": weights,
-                "device": resolved,
-                "max_new_tokens": max_new_tokens,
-                "ignore_eos": options.ignore_eos,
-                "repeats": repeats,
-                "prompt_sha256": prompt_set.sha256,
-                "system_prompt": system_prompt,
-                "truncate": truncate,
-            }
-            previous = runner.load_resumable(resume, early)
-            path = resume
+            _refuse_given(ctx, IN_PROCESS_ONLY, "in-process run options only; with --endpoint the server decides them")
+            target = _pick(EndpointOptions, args, url=endpoint)
         else:
-            path = results.prepare_output(output or results.default_output_path(model, resolved), overwrite)
-
-        # A spinner on a terminal only: a failed load then prints its one error line and nothing else.
-        with display.err.status(f"loading {model} ({weights} weights) on {resolved} ..."):
-            loaded = models.load_model(spec)
-        for w in loaded.warnings:
-            display.warn(w)
-        display.info(
-            f"loaded in {loaded.load.seconds:.1f} s: {loaded.dtype} ({loaded.dtype_reason}), "
-            f"{loaded.threads} threads, {(loaded.load.parameters or 0) / 1e6:.1f}M parameters"
-        )
-        bench = runner.Benchmark(loaded, options)
-        total = len(prompt_set.prompts) * options.repeats
-        try:
-            with display.run_progress(total, options.warmup, quiet) as (on_warmup, on_request):
-                result = bench.run(prompt_set, path, resume=previous, on_request=on_request, on_warmup=on_warmup)
-        except RunInterrupted as e:
-            display.err.print(
-                f"interrupted by {e.signal_name}: {len(e.run.requests)} of {total} requests saved in {e.path} "
-                f"(complete: false). Resume with:\n  {_resume_command(e.path)}",
-                soft_wrap=True,
-            )
-            raise typer.Exit(e.exit_code) from None
-    if result.load and result.load.compile_s is not None:
-        display.info(f"compiled in {result.load.compile_s:.1f} s, before the first request (load.compile_s)")
-    for w in result.warnings[len(loaded.warnings) :]:
-        display.warn(w)
-    display.out.print(display.summary_table(result))
-    display.out.print(f"wrote {path}")
-
-
-def _run_endpoint(
-    prompt_set, options, url, model, api_key_env, concurrency, tokenizer, output, overwrite, quiet, refused
-):
-    """``run --endpoint``: the same run JSON, measured over HTTP (no torch imported)."""
-    from llmbench import display, endpoint, results
-    from llmbench.errors import RunInterrupted
-
-    given = [name for name, on in refused.items() if on]
-    if given:
-        raise UserError(f"{', '.join(given)}: in-process run options only; with --endpoint the server decides them")
-    bench = endpoint.EndpointBenchmark(
-        endpoint.EndpointOptions(url=url, model=model, api_key_env=api_key_env, concurrency=concurrency,
-                                 tokenizer=tokenizer),
-        options,
-    )  # fmt: skip
-    path = results.prepare_output(
-        output or results.default_output_path(bench.model or "endpoint", "endpoint"), overwrite
-    )
-    if not quiet:
-        display.info(
-            f"streaming to {endpoint.redact(bench.url)} (model {bench.model or 'not named'}), {concurrency} at a time"
-        )
-    total = len(prompt_set.prompts) * options.repeats
-    try:
-        with display.run_progress(total, options.warmup, quiet) as (on_warmup, on_request):
-            result = bench.run(prompt_set, path, on_request=on_request, on_warmup=on_warmup)
-    except RunInterrupted as e:
-        display.err.print(
-            f"interrupted by {e.signal_name}: {len(e.run.requests)} of {total} requests saved in {e.path} "
-            "(complete: false)",
-            soft_wrap=True,
-        )
-        raise typer.Exit(e.exit_code) from None
-    for w in result.warnings:
-        display.warn(w)
+            _refuse_given(ctx, ENDPOINT_ONLY, "options of --endpoint runs only")
+            target = _pick(ModelOptions, args, model=model or DEFAULT_MODEL, quantize=_none(quantize))
+        ignore = (weights is Weights.random) if ignore_eos is None else ignore_eos
+        options = _pick(RunOptions, args, ignore_eos=ignore, chat_template=not no_chat_template,
+                        cache="static" if compile_ else cache.value, compile=compile_)  # fmt: skip
+        prompt_set = load_prompts(prompts)
+        with _measuring(quiet) as (stop, reporter):
+            coro = run_driver(prompt_set, target, options, output=output, overwrite=overwrite, default_dir="results",
+                              resume=resume, stop=stop, reporter=reporter)  # fmt: skip
+            result, path = _run_async(coro, resumable=True)
     display.out.print(display.summary_table(result))
     if result.client:
-        c = result.client
-        display.info(
-            f"client: {c.cpu_s:.2f} s CPU in {c.wall_s:.1f} s ({c.cpu_pct_of_one_core:.1f}% of one core"
-            + (f", {c.cpu_ms_per_event:.3f} ms per event)" if c.cpu_ms_per_event is not None else ")")
-        )
-    display.out.print(f"wrote {path}")
+        display.info(display.client_line(result.client))
+    display.out.print(f"wrote {path}", markup=False)
+
+
+def _none(q: Quantize) -> str | None:
+    return None if q is Quantize.none else q.value
+
+
+@contextmanager
+def _measuring(quiet: bool):
+    """The process-wide effects a measuring command opts into: signal handlers, a frozen gc, the progress bar."""
+    from llmbench import display
+    from llmbench.process import frozen_gc, stop_on_signals
+
+    with stop_on_signals() as stop, frozen_gc(), display.reporter(quiet) as reporter:
+        yield stop, reporter
+
+
+def _run_async(coro: Any, resumable: bool = False) -> Any:
+    from llmbench.errors import RunInterrupted
+
+    try:
+        return asyncio.run(coro)
+    except RunInterrupted as e:
+        _interrupted(e, resumable)
 
 
 @app.command()
 def sweep(
-    prompts: Annotated[Path, typer.Argument(help="Prompt file (as for run).")],
+    prompts: PromptsArg,
     dtype: Annotated[str, typer.Option(help="Comma-separated dtypes: float32,bfloat16,float16.")] = "float32,bfloat16",
-    threads: Annotated[
-        Optional[str], typer.Option(help="Comma-separated thread counts, e.g. 1,2 (default: torch's choice).")
-    ] = None,
+    threads: Annotated[Optional[str], typer.Option(help="Comma-separated thread counts, e.g. 1,2.")] = None,
     attn: Annotated[Optional[str], typer.Option(help="Comma-separated attention kernels, e.g. eager,sdpa.")] = None,
     cache: Annotated[str, typer.Option(help="Comma-separated KV caches: dynamic,static.")] = "dynamic",
-    compile_: Annotated[
-        bool, typer.Option("--compile", help="Also sweep torch.compile'd decoding (static cache) of each setup.")
-    ] = False,
+    compile_: Annotated[bool, typer.Option("--compile", help="Also sweep torch.compile'd decoding.")] = False,
     quantize: Annotated[str, typer.Option(help="Comma-separated: none,int8 (int8 with float32 only).")] = "none",
-    model: Annotated[
-        str, typer.Option("--model", "-m", help="Hub id, local folder or .gguf file.")
-    ] = "Qwen/Qwen2.5-0.5B-Instruct",
-    weights: Weights = "pretrained",
-    device: Device = "auto",
-    max_new_tokens: Annotated[int, typer.Option(help="Tokens to generate per request at most.")] = 64,
-    ignore_eos: Annotated[
-        Optional[bool],
-        typer.Option("--ignore-eos/--stop-at-eos", help="Generate exactly --max-new-tokens. Default: on with random."),
-    ] = None,
-    warmup: Annotated[int, typer.Option(help="Unmeasured requests per setup before the rounds.")] = 1,
+    model: ModelOpt = None,
+    weights: WeightsOpt = Weights.pretrained,
+    device: DeviceOpt = "auto",
+    max_new_tokens: MaxNewTokensOpt = 64,
+    ignore_eos: IgnoreEosOpt = None,
+    warmup: WarmupOpt = 1,
     rounds: Annotated[int, typer.Option(help="Rounds; each runs every setup once over all prompts.")] = 3,
-    rank_by: Annotated[str, typer.Option(help="Statistic that picks the best: mean, or p50 (robust).")] = "mean",
-    system_prompt: SystemPrompt = None,
-    no_chat_template: NoChatTemplate = False,
-    trust_remote_code: TrustRemoteCode = False,
+    rank_by: Annotated[RankBy, typer.Option(help="Statistic that picks the best (p50: robust).")] = RankBy.mean,
+    system_prompt: SystemPromptOpt = None,
+    no_chat_template: NoChatTemplateOpt = False,
+    device_map: DeviceMapOpt = None,
+    allow_offload: AllowOffloadOpt = False,
+    allow_pickle: AllowPickleOpt = False,
+    trust_remote_code: TrustRemoteCodeOpt = False,
     output: Annotated[
-        Optional[Path],
-        typer.Option("--output", "-o", help="Folder for the runs and sweep.json (default: results/sweep-<time>)."),
+        Optional[Path], typer.Option("--output", "-o", help="Folder (default: results/sweep-<time>).")
     ] = None,
-    quiet: Quiet = False,
+    quiet: QuietOpt = False,
 ) -> None:
     """Find the fastest setup: every combination of dtype, threads, attention, cache, compile and quantization,
     measured in interleaved rounds; TTFT and TPOT ranked apart."""
-    from llmbench import display, models, runner
-    from llmbench import sweep as sw
+    from llmbench import display
+    from llmbench.drivers import sweep as sw
+    from llmbench.options import ModelOptions, RunOptions
     from llmbench.prompts import load_prompts
 
+    args = locals()
     with _user_errors():
         prompt_set = load_prompts(prompts)
-        options = runner.RunOptions(
-            max_new_tokens=max_new_tokens,
-            ignore_eos=(weights == "random") if ignore_eos is None else ignore_eos,
-            warmup=warmup,
-            repeats=rounds,
-            system_prompt=system_prompt,
-            chat_template=not no_chat_template,
-        )
-        spec = models.ModelSpec(model=model, weights=weights, device=device, trust_remote_code=trust_remote_code)
+        ignore = (weights is Weights.random) if ignore_eos is None else ignore_eos
+        options = _pick(RunOptions, args, ignore_eos=ignore, repeats=rounds, chat_template=not no_chat_template)
+        spec = _pick(ModelOptions, args, model=model or DEFAULT_MODEL, dtype="auto", threads=None, attn=None,
+                     quantize=None)  # fmt: skip
         setups, skipped = sw.plan(spec, options, dtype=dtype, threads=threads, attn=attn, cache=cache,
                                   compile_=compile_, quantize=quantize)  # fmt: skip
         for why in skipped:
             display.warn(f"left out {why}")
-        if rank_by not in ("mean", "p50"):
-            raise UserError(f"unknown --rank-by '{rank_by}'; expected mean or p50")
-        out_dir = sw.prepare_dir(output)
-        sweep_ = sw.Sweep(setups, spec, options, out_dir, on_status=display.info, rank_by=rank_by)
-        display.info(f"{len(setups)} setups x {rounds} rounds x {len(prompt_set.prompts)} prompts -> {out_dir}")
-        sweep_.load(prompt_set)
-        total = len(setups) * rounds * len(prompt_set.prompts)
-        try:
-            with display.run_progress(total, 0, quiet) as (_, on_request):
-                record = sweep_.run(prompt_set, on_request=lambda e, done, n: on_request(e.run.requests[-1], done, n))
-        except runner.RunInterrupted as e:
-            display.err.print(f"interrupted by {e.signal_name}: finished requests saved in {out_dir}")
-            raise typer.Exit(e.exit_code) from None
-    for e in sweep_.entries:
-        for w in e.run.warnings:
-            if not w.startswith("RANDOM WEIGHTS"):
-                display.warn(f"{e.setup.label()}: {w}")
+        out_dir = sw.prepare_sweep_dir(output)
+        with _measuring(quiet) as (stop, reporter):
+            reporter.status(f"{len(setups)} setups x {rounds} rounds x {len(prompt_set.prompts)} prompts -> {out_dir}")
+            the_sweep = sw.Sweep(setups, spec, options, out_dir, reporter=reporter, rank_by=rank_by.value)
+            record = _run_async(_load_and_sweep(the_sweep, prompt_set, stop))
     for t in display.sweep_tables(record):
         display.out.print(t, width=max(display.out.width, 100))  # setups don't wrap, even in a CI log
     for line in display.sweep_verdicts(record):
-        display.out.print(line, soft_wrap=True)
-    display.out.print(f"wrote {out_dir / 'sweep.json'} and {len(setups)} run files")
+        display.out.print(line, soft_wrap=True, markup=False)
+    display.out.print(f"wrote {out_dir / 'sweep.json'} and {len(setups)} run files", markup=False)
+
+
+async def _load_and_sweep(the_sweep: Any, prompts: Any, stop: Any) -> dict:
+    await the_sweep.load(prompts)
+    return await the_sweep.run(prompts, stop)
 
 
 @app.command()
 def serve(
-    model: Annotated[
-        str, typer.Option("--model", "-m", help="Hub id, local folder or .gguf file.")
-    ] = "Qwen/Qwen2.5-0.5B-Instruct",
-    weights: Weights = "pretrained",
-    device: Device = "auto",
-    dtype: Annotated[str, typer.Option(help="auto, float32, bfloat16 or float16.")] = "auto",
-    threads: Annotated[Optional[int], typer.Option(help="torch intra-op threads.")] = None,
-    attn: Annotated[Optional[str], typer.Option(help="Attention kernel: eager, sdpa, ...")] = None,
-    quantize: Annotated[Optional[str], typer.Option(help="int8: dynamic int8 linear weights (CPU).")] = None,
-    host: Annotated[
-        str, typer.Option(help="Address to listen on (loopback by default: no one else can reach it).")
-    ] = "127.0.0.1",
+    model: ModelOpt = None,
+    weights: WeightsOpt = Weights.pretrained,
+    device: DeviceOpt = "auto",
+    dtype: DTypeOpt = DType.auto,
+    threads: ThreadsOpt = None,
+    attn: AttnOpt = None,
+    quantize: QuantizeOpt = Quantize.none,
+    device_map: DeviceMapOpt = None,
+    allow_offload: AllowOffloadOpt = False,
+    allow_pickle: AllowPickleOpt = False,
+    trust_remote_code: TrustRemoteCodeOpt = False,
+    host: Annotated[str, typer.Option(help="Address to listen on (loopback: no one else can reach it).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
     max_queue: Annotated[int, typer.Option(help="Requests that may wait while one generates; more get 429.")] = 4,
     max_tokens: Annotated[int, typer.Option(help="max_tokens when a request gives none.")] = 256,
-    trust_remote_code: TrustRemoteCode = False,
 ) -> None:
     """Serve a model over an OpenAI-compatible SSE endpoint, with a page at / that shows tokens, TTFT and TPOT live."""
     from llmbench import display, models
-    from llmbench import serve as sv
+    from llmbench.errors import require
+    from llmbench.generation import generation_thread
+    from llmbench.options import ModelOptions
+    from llmbench.process import frozen_gc
 
+    args = locals()
     with _user_errors():
+        require("llmbench serve", "serve", "fastapi", "uvicorn")
+        from llmbench import serve as sv
+
         if max_queue < 0:
             raise UserError(f"--max-queue must be 0 or more, not {max_queue}")
         if max_tokens < 1:
             raise UserError(f"--max-tokens must be at least 1, not {max_tokens}")
-        spec = models.ModelSpec(model=model, weights=weights, device=device, dtype=dtype, threads=threads, attn=attn,
-                                quantize=quantize, trust_remote_code=trust_remote_code)  # fmt: skip
-        spec.validate()
+        spec = _pick(ModelOptions, args, model=model or DEFAULT_MODEL, quantize=_none(quantize))
+        models.validate(spec)
         sv.check_port(host, port)
-        executor = sv.generation_executor()
-        with display.err.status(f"loading {model} ({weights} weights) ..."):
-            # on the thread that will generate: one OpenMP thread team, not two fighting for the cores
-            loaded = executor.submit(models.load_model, spec).result()
+        with display.err.status(f"loading {spec.model} ({spec.weights} weights) ..."):
+            loaded = generation_thread().run(models.load_model, spec)  # on the thread that will generate
         for w in loaded.warnings:
             display.warn(w)
-        app_ = sv.create_app(loaded, max_queue=max_queue, max_tokens=max_tokens, executor=executor)
-    url_host = f"[{host}]" if ":" in host else host
-    display.err.print(
-        f"serving {model} on {loaded.device} ({loaded.dtype}, {loaded.threads} threads) at http://{url_host}:{port}\n"
-        f"  page: http://{url_host}:{port}/   API: POST /v1/chat/completions (stream: true for SSE)   GET /health\n"
-        f"  one request generates at a time, {max_queue} may wait, more get 429. Ctrl-C stops.",
-        soft_wrap=True,
+        app_ = sv.create_app(loaded, max_queue=max_queue, max_tokens=max_tokens)
+    url = f"http://{f'[{host}]' if ':' in host else host}:{port}"
+    display.info(
+        f"serving {spec.model} on {loaded.device} ({loaded.dtype}, {loaded.threads} threads) at {url}\n"
+        f"  page: {url}/   API: POST /v1/chat/completions (stream: true for SSE)   GET /health\n"
+        f"  one request generates at a time, {max_queue} may wait, more get 429. Ctrl-C stops."
     )
-    sv.run_server(app_, host, port)
+    with frozen_gc():
+        sv.run_server(app_, host, port)
 
 
 @app.command()
 def compare(
-    runs: Annotated[
-        list[Path], typer.Argument(help="BASE.json NEW.json [MORE.json ...]: each NEW is compared with BASE.")
-    ],
+    runs: Annotated[list[Path], typer.Argument(help="BASE.json NEW.json [MORE.json ...]: each NEW against BASE.")],
     fail_on_regression: Annotated[
         Optional[float], typer.Option(help="Exit 1 when TTFT, TPOT or E2E regresses significantly by more than PCT %.")
     ] = None,
     fail_on: Annotated[Optional[list[str]], typer.Option(help="METRIC=PCT, e.g. tpot_ms=5 (repeatable).")] = None,
-    gate_stat: Annotated[str, typer.Option(help="Statistic the gates test: mean, p50 or p90.")] = "mean",
-    strict: Annotated[
-        bool, typer.Option("--strict", help="Exit 2 when the setups differ (model, dtype, threads, prompts...).")
-    ] = False,
-    fmt: Annotated[str, typer.Option("--format", help="table, markdown or json.")] = "table",
+    gate_stat: Annotated[Stat, typer.Option(help="Statistic the gates test.")] = Stat.mean,
+    strict: Annotated[bool, typer.Option("--strict", help="Exit 2 when the setups differ.")] = False,
+    fmt: Annotated[CompareFormat, typer.Option("--format", help="Output format.")] = CompareFormat.table,
 ) -> None:
     """Tell a real change from machine noise: change, 95% CI and verdict per metric; CI gates."""
     import json
 
     from llmbench import compare as cmp
     from llmbench import display
-    from llmbench.results import load_run
+    from llmbench.storage import load_run
 
-    code = 0
     with _user_errors():
         if len(runs) < 2:
             raise UserError("compare needs at least two run files: BASE.json NEW.json [MORE.json ...]")
-        if fmt not in ("table", "markdown", "json"):
-            raise UserError(f"unknown --format '{fmt}'; expected table, markdown or json")
-        if gate_stat not in cmp.STATS:
-            raise UserError(f"unknown --gate-stat '{gate_stat}'; expected mean, p50 or p90")
-        gates = cmp.parse_thresholds(fail_on_regression, fail_on)
+        thresholds = cmp.parse_fail_on(fail_on)
         loaded = [load_run(p, scalars_only=True) for p in runs]
-        comps = [
-            cmp.compare_runs(
-                loaded[0], new, base_name=str(runs[0]), new_name=str(path), gates=gates, gate_stat=gate_stat
-            )
-            for new, path in zip(loaded[1:], runs[1:], strict=True)
-        ]
-        if strict:
-            for c in comps:
-                if c.config_diffs:
-                    diffs = ", ".join(f"{k} {b} -> {n}" for k, b, n in c.config_diffs)
-                    raise UserError(f"--strict: {c.new} was run with a different setup than {c.base}: {diffs}")
-    if fmt == "json":
-        typer.echo(json.dumps([c.to_dict() for c in comps], indent=2, default=str))
-    for c in comps:
-        if fmt == "table":
-            display.print_comparison(c)
-        elif fmt == "markdown":
-            typer.echo(display.comparison_markdown(c))
-        if c.regressions:
-            code = 1
-    raise typer.Exit(code)
+        comps = [cmp.compare_runs(loaded[0], new, base_name=str(runs[0]), new_name=str(path))
+                 for new, path in zip(loaded[1:], runs[1:], strict=True)]  # fmt: skip
+        checks = [c.checks(fail_on_regression, thresholds, gate_stat.value) for c in comps]
+        for c in comps if strict else []:
+            if c.config_diffs:
+                diffs = ", ".join(f"{k} {b} -> {n}" for k, b, n in c.config_diffs)
+                raise UserError(f"--strict: {c.new} was run with a different setup than {c.base}: {diffs}")
+    if fmt is CompareFormat.json:
+        typer.echo(json.dumps([c.to_dict(k) for c, k in zip(comps, checks, strict=True)], indent=2, default=str))
+    for c, k in zip(comps, checks, strict=True):
+        if fmt is CompareFormat.table:
+            display.print_comparison(c, k)
+        elif fmt is CompareFormat.markdown:
+            typer.echo(display.comparison_markdown(c, k))
+    raise typer.Exit(1 if any(x.regression for k in checks for x in k) else 0)
 
 
 @app.command()
 def show(run_file: Annotated[Path, typer.Argument(help="A run JSON.")]) -> None:
     """The summary table of a saved run."""
     from llmbench import display
-    from llmbench.results import load_run
+    from llmbench.storage import load_run
 
     with _user_errors():
         run = load_run(run_file)
@@ -530,20 +466,22 @@ def show(run_file: Annotated[Path, typer.Argument(help="A run JSON.")]) -> None:
 def export(
     run_file: Annotated[Path, typer.Argument(help="A run JSON.")],
     output: Annotated[Path, typer.Option("--output", "-o", help="The file to write.")],
-    fmt: Annotated[str, typer.Option("--format", help="csv or parquet.")] = "csv",
+    fmt: Annotated[ExportFormat, typer.Option("--format", help="File format.")] = ExportFormat.csv,
     tokens: Annotated[bool, typer.Option("--tokens", help="One row per token instead of per request.")] = False,
-    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing file.")] = False,
+    overwrite: OverwriteOpt = False,
 ) -> None:
     """A tidy table of a run (pandas): one row per request, or per token with --tokens."""
-    from llmbench import export as ex
-    from llmbench.results import load_run, prepare_output
+    from llmbench.storage import load_run, prepare_output
 
     with _user_errors():
-        if fmt not in ("csv", "parquet"):
-            raise UserError(f"unknown --format '{fmt}'; expected csv or parquet")
+        from llmbench.errors import require
+
+        require("llmbench export", "export", "pandas")
+        from llmbench import export as ex
+
         run = load_run(run_file)
         path = prepare_output(output, overwrite)
-        rows = ex.export(run, path, fmt, tokens)
+        rows = ex.export(run, path, fmt.value, tokens)
     typer.echo(f"wrote {rows} rows to {path}")
 
 
@@ -551,13 +489,17 @@ def export(
 def report(
     runs: Annotated[list[Path], typer.Argument(help="RUN.json [MORE.json ...]; the first is the base.")],
     output: Annotated[Path, typer.Option("--output", "-o", help="The HTML file to write.")] = Path("report.html"),
-    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing file.")] = False,
+    overwrite: OverwriteOpt = False,
 ) -> None:
     """One self-contained HTML file: tables, token timelines, ITL histogram, TTFT vs prompt length, compare."""
-    from llmbench.report import build_report
-    from llmbench.results import load_run, prepare_output
+    from llmbench.storage import load_run, prepare_output
 
     with _user_errors():
+        from llmbench.errors import require
+
+        require("llmbench report", "report", "matplotlib")
+        from llmbench.report import build_report
+
         loaded = [(str(p), load_run(p)) for p in runs]
         for name, run in loaded:
             if not run.requests:

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from llmbench.errors import UserError
-from llmbench.results import Run, RunScalars
+from llmbench.schema import COMPARE, ENV, Environment, Run, RunScalars, differences, must_match
 
 # metric -> (label, direction): +1 when higher is better, -1 when lower is better, 0 when neither
 METRICS: dict[str, tuple[str, int]] = {
@@ -28,25 +28,6 @@ METRICS: dict[str, tuple[str, int]] = {
 }
 GATED_BY_DEFAULT = ("ttft_ms", "tpot_ms", "e2e_ms")
 STATS = ("mean", "p50", "p90")
-CONFIG_KEYS = (
-    "mode",
-    "model",
-    "weights",
-    "dtype",
-    "device",
-    "threads",
-    "max_new_tokens",
-    "ignore_eos",
-    "prompt_sha256",
-    "sampling",
-    "chat_template",
-    "system_prompt",
-    "attn_implementation",
-    "cache_implementation",
-    "compile",
-    "quantization",
-)
-ENV_KEYS = ("python", "torch", "transformers", "platform", "cpu_model", "cpu_count", "gpu")
 # which probe bounds which metric: decoding reads every weight per token, prefill is matmul-bound
 PROBE_FOR = {
     "ttft_ms": "matmul_gflops",
@@ -68,9 +49,20 @@ class Row:
     ci_high_pct: float
     significant: bool
     verdict: str  # "faster" | "slower" | "more" | "fewer" | "no significant change"
-    gated: bool = False
-    threshold_pct: float | None = None
-    regression: bool = False
+
+
+@dataclass
+class GateCheck:
+    """One gated (metric, stat): its change, interval and threshold; ``regression`` when it fails the gate."""
+
+    metric: str
+    stat: str
+    change_pct: float
+    ci_low_pct: float
+    ci_high_pct: float
+    threshold_pct: float
+    significant: bool
+    regression: bool  # significantly worse, by more than the threshold
 
 
 @dataclass
@@ -103,41 +95,69 @@ class Comparison:
     machine: list[MachineNote] = field(default_factory=list)
     probes: dict[str, dict[str, float | None]] = field(default_factory=dict)
 
-    @property
-    def regressions(self) -> list[Row]:
-        """Gated rows that regressed."""
-        return [r for r in self.rows if r.regression]
+    def checks(
+        self, fail_on_regression: float | None = None, fail_on: dict[str, float] | None = None, stat: str = "mean"
+    ) -> list[GateCheck]:
+        """Every gated (metric, ``stat``) with its verdict: ``fail_on_regression`` PCT applies to TTFT, TPOT and
+        E2E, ``fail_on`` sets {metric: PCT} one by one. A regression is significant (its 95% CI excludes 0)
+        *and* worse than its threshold."""
+        thresholds = thresholds_of(fail_on_regression, fail_on)
+        if stat not in STATS:
+            raise UserError(f"unknown gate statistic '{stat}'; expected mean, p50 or p90")
+        out = []
+        for r in self.rows:
+            if r.metric in thresholds and r.stat == stat:
+                worse = r.change_pct * -METRICS[r.metric][1]  # positive when worse
+                regression = r.significant and worse > thresholds[r.metric]
+                out.append(GateCheck(r.metric, stat, r.change_pct, r.ci_low_pct, r.ci_high_pct,
+                                     thresholds[r.metric], r.significant, regression))  # fmt: skip
+        return out
 
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict (``--format json``)."""
+    def gate(
+        self, fail_on_regression: float | None = None, fail_on: dict[str, float] | None = None, stat: str = "mean"
+    ) -> list[GateCheck]:
+        """The regressions the gate finds (empty: it passes). The CLI exits 1 exactly when this is non-empty."""
+        return [c for c in self.checks(fail_on_regression, fail_on, stat) if c.regression]
+
+    def to_dict(self, checks: list[GateCheck] | None = None) -> dict[str, Any]:
+        """A JSON-ready dict (``--format json``), with the gate's checks when given."""
         d = asdict(self)
         d["config_diffs"] = [{"key": k, "base": b, "new": n} for k, b, n in self.config_diffs]
         d["env_diffs"] = [{"key": k, "base": b, "new": n} for k, b, n in self.env_diffs]
-        d["regression"] = bool(self.regressions)
+        d["gate"] = [asdict(c) for c in checks or []]
+        d["regression"] = any(c.regression for c in checks or [])
         return d
 
 
-def parse_thresholds(fail_on_regression: float | None, fail_on: list[str] | None) -> dict[str, float]:
-    """``--fail-on-regression PCT`` (every gated metric) and ``--fail-on METRIC=PCT`` -> {metric: pct}."""
+def thresholds_of(fail_on_regression: float | None, fail_on: dict[str, float] | None) -> dict[str, float]:
+    """{metric: PCT} from a threshold for TTFT, TPOT and E2E and per-metric ones; UserError for bad ones."""
     gates: dict[str, float] = {}
     if fail_on_regression is not None:
         if fail_on_regression < 0:
             raise UserError(f"--fail-on-regression must be 0 or more, not {fail_on_regression}")
         gates.update(dict.fromkeys(GATED_BY_DEFAULT, fail_on_regression))
-    for item in fail_on or []:
+    allowed = ", ".join(k for k, v in METRICS.items() if v[1] != 0)
+    for name, pct in (fail_on or {}).items():
+        if name not in METRICS or METRICS[name][1] == 0:
+            raise UserError(f"--fail-on {name}: expected METRIC=PCT with METRIC one of {allowed}")
+        if not pct >= 0:
+            raise UserError(f"--fail-on {name}={pct}: the percentage must be 0 or more")
+        gates[name] = float(pct)
+    return gates
+
+
+def parse_fail_on(items: list[str] | None) -> dict[str, float]:
+    """``--fail-on METRIC=PCT`` options -> {metric: pct}; UserError naming the bad item."""
+    out: dict[str, float] = {}
+    for item in items or []:
         name, sep, value = item.partition("=")
-        name = name.strip()
-        if not sep or name not in METRICS or METRICS[name][1] == 0:
-            allowed = ", ".join(k for k, v in METRICS.items() if v[1] != 0)
-            raise UserError(f"--fail-on '{item}': expected METRIC=PCT with METRIC one of {allowed}")
+        if not sep:
+            raise UserError(f"--fail-on '{item}': expected METRIC=PCT, e.g. tpot_ms=5")
         try:
-            pct = float(value)
+            out[name.strip()] = float(value)
         except ValueError:
             raise UserError(f"--fail-on '{item}': '{value}' is not a number") from None
-        if pct < 0:
-            raise UserError(f"--fail-on '{item}': the percentage must be 0 or more")
-        gates[name] = pct
-    return gates
+    return out
 
 
 def _values(run: Run | RunScalars, metric: str) -> dict[tuple[int, int], float]:
@@ -198,16 +218,18 @@ def _verdict(direction: int, change: float, significant: bool) -> str:
     return "faster" if better else "slower"
 
 
-def _diffs(a: dict, b: dict, keys) -> list[tuple[str, Any, Any]]:
-    return [(k, a.get(k), b.get(k)) for k in keys if a.get(k) != b.get(k)]
-
-
-def _probe_speed(run: Run | RunScalars, key: str) -> float | None:
+def _probe_speed(run: Run | RunScalars, key: str, method: str | None) -> float | None:
     m = run.machine
     if m is None:
         return None
-    vals = [getattr(p, key) for p in (m.probe_before, m.probe_after) if p is not None]
+    vals = [getattr(p, key) for p in (m.probe_before, m.probe_after) if p is not None and p.method == method]
     return float(np.mean(vals)) if vals else None
+
+
+def _probe_method(run: Run | RunScalars) -> str | None:
+    m = run.machine
+    p = (m.probe_before or m.probe_after) if m else None
+    return p.method if p else None
 
 
 def compare_runs(
@@ -216,11 +238,9 @@ def compare_runs(
     *,
     base_name: str = "base",
     new_name: str = "new",
-    gates: dict[str, float] | None = None,
-    gate_stat: str = "mean",
 ) -> Comparison:
-    """Compare two runs: a row per (metric, stat), comparability, outputs and the machine."""
-    gates = gates or {}
+    """Compare two runs: a row per (metric, stat), comparability, outputs and the machine. Gate it with
+    :meth:`Comparison.gate`."""
     for name, run in ((base_name, base), (new_name, new)):
         if not run.requests:
             raise UserError(f"{name} has no finished requests: nothing to compare")
@@ -241,22 +261,9 @@ def compare_runs(
         for stat in STATS:
             change, low, high = change_interval(b, n, stat, paired and len(b) == len(n))
             significant = bool(np.isfinite(low) and (low > 0 or high < 0))
-            row = Row(
-                metric,
-                stat,
-                float(_stat(stat)(b)),
-                float(_stat(stat)(n)),
-                change,
-                low,
-                high,
-                significant,
-                _verdict(direction, change, significant),
-            )
-            if metric in gates and stat == gate_stat:
-                row.gated, row.threshold_pct = True, gates[metric]
-                worse = change * -direction  # positive when worse
-                row.regression = significant and worse > gates[metric]
-            rows.append(row)
+            verdict = _verdict(direction, change, significant)
+            rows.append(Row(metric, stat, float(_stat(stat)(b)), float(_stat(stat)(n)), change, low, high,
+                            significant, verdict))  # fmt: skip
 
     compared, changed, note = _outputs(base, new, paired)
     comp = Comparison(
@@ -266,15 +273,20 @@ def compare_runs(
         n_base=len(base.requests),
         n_new=len(new.requests),
         n_pairs=n_pairs if paired else 0,
-        config_diffs=_diffs(base.config.model_dump(), new.config.model_dump(), CONFIG_KEYS),
-        env_diffs=_diffs(base.environment.model_dump(), new.environment.model_dump(), ENV_KEYS),
+        config_diffs=differences(base.config.model_dump(), new.config.model_dump(), must_match(COMPARE)),
+        env_diffs=differences(
+            base.environment.model_dump(), new.environment.model_dump(), must_match(ENV, Environment)
+        ),
         rows=rows,
         outputs_compared=compared,
         outputs_changed=changed,
         outputs_note=note,
     )
+    # probes are comparable when made the same way (torch on the run's threads, or numpy on one)
+    method = _probe_method(base) if _probe_method(base) == _probe_method(new) else None
     comp.probes = {
-        k: {"base": _probe_speed(base, k), "new": _probe_speed(new, k)} for k in ("mem_read_gbps", "matmul_gflops")
+        k: {"base": _probe_speed(base, k, method), "new": _probe_speed(new, k, method)}
+        for k in ("mem_read_gbps", "matmul_gflops")
     }
     comp.machine = _machine_notes(base, new, rows, comp)
     return comp

@@ -2,33 +2,66 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from llmbench.results import RequestResult, Run, Stats
+from llmbench.schema import RequestResult, Run, Stats
 
 err = Console(stderr=True, highlight=False)
 out = Console(highlight=False)
 
 
 def warn(message: str) -> None:
-    """A warning the user must not miss (stderr)."""
+    """A warning the user must not miss (stderr). The message is text, never markup: it may carry names from
+    files or servers."""
     loud = message.isupper() or message.split(":")[0].isupper()
-    err.print(f"[bold red]warning:[/] {message}" if loud else f"[yellow]warning:[/] {message}", soft_wrap=True)
+    err.print(f"[bold red]warning:[/] {escape(message)}" if loud else f"[yellow]warning:[/] {escape(message)}",
+              soft_wrap=True)  # fmt: skip
 
 
 def info(message: str) -> None:
     """A progress note on stderr (kept off stdout so it stays parseable)."""
-    err.print(f"[dim]{message}[/]", soft_wrap=True)
+    err.print(f"[dim]{escape(message)}[/]", soft_wrap=True)
+
+
+class ProgressReporter:
+    """The loop's reporter on a terminal: status lines, warnings, and a bar over warm-ups and requests."""
+
+    def __init__(self, progress: Progress, quiet: bool = False) -> None:
+        self.progress = progress
+        self.quiet = quiet
+        # started on first use: the clock of a bar must not count the model's loading
+        self.wtask = progress.add_task("warmup", total=None, last="", visible=False, start=False)
+        self.task = progress.add_task("requests", total=None, last="", visible=False, start=False)
+
+    def status(self, text: str) -> None:
+        if not self.quiet:
+            self.progress.console.print(f"[dim]{escape(text)}[/]", soft_wrap=True)
+
+    def warn(self, text: str) -> None:
+        warn(text)
+
+    def warmup(self, done: int, total: int) -> None:
+        self.progress.start_task(self.wtask)
+        self.progress.update(self.wtask, completed=done, total=total, visible=True)
+
+    def request(self, result: RequestResult, done: int, total: int) -> None:
+        tpot = f"{result.tpot_ms:.1f}" if result.tpot_ms is not None else "-"
+        last = f"TTFT {result.ttft_ms:.1f} ms  TPOT {tpot} ms  {result.output_tokens} tok"
+        self.progress.start_task(self.task)
+        self.progress.update(self.task, completed=done, total=total, last=last, visible=True)
 
 
 @contextmanager
-def run_progress(total: int, warmup: int, quiet: bool = False):
-    """A progress bar over the measured requests; yields callbacks (on_warmup, on_request)."""
+def reporter(quiet: bool = False) -> Iterator[ProgressReporter]:
+    """A :class:`ProgressReporter` on stderr (``quiet``: no bar and no status notes; warnings stay)."""
     progress = Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
@@ -41,19 +74,7 @@ def run_progress(total: int, warmup: int, quiet: bool = False):
         transient=False,
     )
     with progress:
-        wtask = progress.add_task("warmup", total=warmup, last="", visible=warmup > 0)
-        task = progress.add_task("requests", total=total, last="")
-
-        def on_warmup(done: int, _total: int) -> None:
-            progress.update(wtask, completed=done)
-
-        def on_request(r: RequestResult, done: int, _total: int) -> None:
-            tpot = f"{r.tpot_ms:.1f}" if r.tpot_ms is not None else "-"
-            progress.update(
-                task, completed=done, last=f"TTFT {r.ttft_ms:.1f} ms  TPOT {tpot} ms  {r.output_tokens} tok"
-            )
-
-        yield on_warmup, on_request
+        yield ProgressReporter(progress, quiet)
 
 
 # (label, Summary field, decimals): the rows of every summary table, terminal and HTML
@@ -77,9 +98,9 @@ def summary_table(run: Run) -> Table:
     """Mean/p50/p90/min/max of each metric; its first column is the seed's table (means)."""
     s = run.summary
     c = run.config
-    title = f"{c.model} · {c.weights} weights · {c.device} · {c.dtype} · {c.threads} threads"
+    title = escape(f"{c.model} · {c.weights} weights · {c.device} · {c.dtype} · {c.threads} threads")
     if c.mode == "endpoint" and c.endpoint is not None:
-        title = f"{c.model} via {c.endpoint.url} · concurrency {c.endpoint.concurrency}"
+        title = escape(f"{c.model} via {c.endpoint.url} · concurrency {c.endpoint.concurrency}")
     table = Table(title=title, title_justify="left")
     table.add_column("metric")
     for col in ("mean", "p50", "p90", "min", "max"):
@@ -122,8 +143,9 @@ def _ci(low: float, high: float) -> str:
     return "-" if low != low else f"{low:+.1f}..{high:+.1f}%"
 
 
-def compare_lines(comp) -> tuple[list[str], list[str]]:
-    """The facts above and below compare's table (shared by the table and markdown formats)."""
+def compare_lines(comp, checks: list[Any]) -> tuple[list[str], list[str]]:
+    """The facts above and below compare's table (shared by the table and markdown formats). Plain text:
+    the terminal escapes it."""
     pairing = f"paired by (prompt_index, repeat): {comp.n_pairs} pairs" if comp.paired else "unpaired"
     head = [f"{comp.n_base} -> {comp.n_new} requests, {pairing}"]
     head += [f"setup differs: {k}: {b} -> {n}" for k, b, n in comp.config_diffs]
@@ -141,24 +163,23 @@ def compare_lines(comp) -> tuple[list[str], list[str]]:
             f"({100 * (mm['new'] / mm['base'] - 1):+.0f}%)"
         )
     tail += [f"{note.metric}: {note.explanation}" for note in comp.machine]
-    for r in comp.rows:
-        if r.gated:
-            status = "REGRESSION" if r.regression else "ok"
-            tail.append(
-                f"gate {r.metric} {r.stat}: {_pct(r.change_pct)}, 95% CI {_ci(r.ci_low_pct, r.ci_high_pct)}, "
-                f"threshold {r.threshold_pct:g}%: {status}"
-            )
+    for c in checks:
+        status = "REGRESSION" if c.regression else "ok"
+        tail.append(
+            f"gate {c.metric} {c.stat}: {_pct(c.change_pct)}, 95% CI {_ci(c.ci_low_pct, c.ci_high_pct)}, "
+            f"threshold {c.threshold_pct:g}%: {status}"
+        )
     return head, tail
 
 
 COMPARE_COLUMNS = ["metric", "stat", "base", "new", "change", "95% CI", "verdict"]
 
 
-def _row_cells(r, first: bool = True, short: bool = False) -> list[str]:
+def _row_cells(r, regression: bool, first: bool = True, short: bool = False) -> list[str]:
     from llmbench.compare import METRICS
 
     digits = 1 if r.metric == "output_tokens" else 2
-    verdict = "REGRESSION" if r.regression else r.verdict
+    verdict = "REGRESSION" if regression else r.verdict
     if short and verdict == "no significant change":
         verdict = "n.s."
     return [
@@ -172,40 +193,49 @@ def _row_cells(r, first: bool = True, short: bool = False) -> list[str]:
     ]
 
 
-def compare_table(comp) -> Table:
+def _regressed(checks: list[Any]) -> set[tuple[str, str]]:
+    return {(c.metric, c.stat) for c in checks if c.regression}
+
+
+def compare_table(comp, checks: list[Any]) -> Table:
     """compare's rich table, colored by verdict."""
-    table = Table(title=f"{comp.base} -> {comp.new}", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    bad = _regressed(checks)
+    table = Table(title=escape(f"{comp.base} -> {comp.new}"), title_justify="left", box=box.SIMPLE_HEAD,
+                  pad_edge=False)  # fmt: skip
     for i, col in enumerate(COMPARE_COLUMNS):
         table.add_column(col, justify="right" if 2 <= i <= 5 else "left", no_wrap=True)
     for i, r in enumerate(comp.rows):
         first = i == 0 or comp.rows[i - 1].metric != r.metric
         last = i + 1 == len(comp.rows) or comp.rows[i + 1].metric != r.metric
-        style = "bold red" if r.regression else {"slower": "red", "faster": "green"}.get(r.verdict)
-        table.add_row(*_row_cells(r, first, short=True), style=style, end_section=last)
+        regression = (r.metric, r.stat) in bad
+        style = "bold red" if regression else {"slower": "red", "faster": "green"}.get(r.verdict)
+        table.add_row(*_row_cells(r, regression, first, short=True), style=style, end_section=last)
     table.caption = "change = stat(new)/stat(base) - 1; n.s. = not significant (the 95% CI includes 0)"
     return table
 
 
-def print_comparison(comp) -> None:
+def print_comparison(comp, checks: list[Any]) -> None:
     """compare, the terminal way."""
-    head, tail = compare_lines(comp)
+    head, tail = compare_lines(comp, checks)
     for line in head:
-        out.print(line, soft_wrap=True)
-    out.print(compare_table(comp))
+        out.print(escape(line), soft_wrap=True)
+    out.print(compare_table(comp, checks))
     for line in tail:
-        out.print(line, soft_wrap=True)
+        out.print(escape(line), soft_wrap=True)
 
 
-def comparison_markdown(comp) -> str:
+def comparison_markdown(comp, checks: list[Any]) -> str:
     """compare as markdown, for a pull-request comment."""
-    head, tail = compare_lines(comp)
+    head, tail = compare_lines(comp, checks)
+    bad = _regressed(checks)
     lines = [f"### llmbench compare: `{comp.base}` -> `{comp.new}`", ""]
     lines += [f"- {x}" for x in head] + [""]
     lines.append("| " + " | ".join(COMPARE_COLUMNS) + " |")
     lines.append("|" + "|".join("---:" if 2 <= i <= 5 else "---" for i in range(len(COMPARE_COLUMNS))) + "|")
     for r in comp.rows:
-        cells = _row_cells(r)
-        if r.regression:
+        regression = (r.metric, r.stat) in bad
+        cells = _row_cells(r, regression)
+        if regression:
             cells[-1] = f"**{cells[-1]}**"
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", *[f"- {x}" for x in tail]]
@@ -238,7 +268,7 @@ def sweep_tables(record: dict) -> list[Table]:
             if r["label"] in front:
                 marks.append("pareto")
             t.add_row(
-                r["label"],
+                escape(r["label"]),
                 _num(r[f"tpot_ms_{stat}"]),
                 _num(r[f"ttft_ms_{stat}"], 1),
                 _num(r["tpot_efficiency"]),
@@ -268,3 +298,9 @@ def sweep_verdicts(record: dict) -> list[str]:
     if record.get("pareto"):
         lines.append("no other setup beats on both: " + "; ".join(record["pareto"]))
     return lines
+
+
+def client_line(c: Any) -> str:
+    """What the endpoint client itself cost (it shares the machine with a co-located server)."""
+    per_event = f", {c.cpu_ms_per_event:.3f} ms per event" if c.cpu_ms_per_event is not None else ""
+    return f"client: {c.cpu_s:.2f} s CPU in {c.wall_s:.1f} s ({c.cpu_pct_of_one_core:.1f}% of one core{per_event})"

@@ -8,7 +8,7 @@ from importlib import metadata
 
 import psutil
 
-from llmbench.results import Environment, GPUInfo
+from llmbench.schema import Environment, GPUInfo
 
 
 def _version(dist: str) -> str | None:

@@ -10,8 +10,8 @@ from pathlib import Path
 import pandas as pd
 
 from llmbench.errors import UserError
-from llmbench.results import Run
-from llmbench.stats import decode_tokens_per_s, prefill_tokens_per_s
+from llmbench.metrics import decode_tokens_per_s, prefill_tokens_per_s
+from llmbench.schema import Run
 
 REQUEST_COLUMNS = [
     "run_id", "model", "device", "dtype", "prompt_index", "repeat", "session", "prompt_tokens", "output_tokens",
@@ -19,7 +19,8 @@ REQUEST_COLUMNS = [
     "prefill_tokens_per_s", "started_s", "output_token_ids_sha256", "output_text",
 ]  # fmt: skip
 TOKEN_COLUMNS = ["run_id", "prompt_index", "repeat", "token_index", "time_ms", "itl_ms"]
-_INTS = ("prompt_index", "repeat", "session", "prompt_tokens", "output_tokens", "truncated_tokens", "token_index")
+_INTS = ("prompt_index", "repeat", "session", "output_tokens", "truncated_tokens", "token_index")
+_NULLABLE_INTS = ("prompt_tokens",)  # unknown in endpoint runs without usage or --tokenizer
 
 
 def requests_frame(run: Run) -> pd.DataFrame:
@@ -54,7 +55,7 @@ def requests_frame(run: Run) -> pd.DataFrame:
 
 def tokens_frame(run: Run) -> pd.DataFrame:
     """One row per output token: its stamp (ms since request start) and the gap to the previous token."""
-    rows = []
+    rows: list[tuple[str, int, int, int, float, float | None]] = []
     for r in run.requests:
         prev = None
         for k, t in enumerate(r.token_times_ms):
@@ -65,7 +66,9 @@ def tokens_frame(run: Run) -> pd.DataFrame:
 
 def _typed(df: pd.DataFrame) -> pd.DataFrame:
     for col in df.columns:
-        if col in _INTS:
+        if col in _NULLABLE_INTS:
+            df[col] = df[col].astype("Int64")  # pandas' nullable integer: unknown stays <NA>, not 0
+        elif col in _INTS:
             df[col] = df[col].astype("int64")
         elif col.endswith(("_ms", "_per_s", "_s")):
             df[col] = df[col].astype("float64")
@@ -78,6 +81,10 @@ def export(run: Run, path: str | Path, fmt: str = "csv", tokens: bool = False) -
     """Write the request (or token) table to ``path`` as csv or parquet; returns the number of rows."""
     if fmt not in ("csv", "parquet"):
         raise UserError(f"unknown --format '{fmt}'; expected csv or parquet")
+    if fmt == "parquet":
+        from llmbench.errors import require
+
+        require("--format parquet", "export", "pyarrow")
     df = tokens_frame(run) if tokens else requests_frame(run)
     p = Path(path)
     try:
@@ -85,8 +92,6 @@ def export(run: Run, path: str | Path, fmt: str = "csv", tokens: bool = False) -
             df.to_csv(p, index=False)
         else:
             df.to_parquet(p, index=False)
-    except ImportError as e:  # parquet needs pyarrow
-        raise UserError(f"--format parquet needs pyarrow: pip install pyarrow ({e})") from None
     except OSError as e:
         raise UserError(f"cannot write {p}: {e.strerror or e}") from None
     return len(df)

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import psutil
 
-from llmbench.results import MachineSample, MachineSummary, Probe
+from llmbench.schema import MachineSample, MachineState, MachineSummary, Probe
 
 _PROBE_BYTES = 256 << 20  # larger than any last-level cache, so the sum reads memory
 
@@ -40,7 +40,7 @@ def probe(threads: int | None = None, device: str = "cpu") -> Probe:
         nbytes = (1 << 30) if dev.type == "cuda" else _PROBE_BYTES
         a = torch.full((nbytes // 4,), 0.5, dtype=torch.float32, device=dev)
         mem_gbps = nbytes / _median_seconds(a.sum, 2, 7, dev) / 1e9
-        a = None  # free the 256 MB before the matmul
+        del a  # free the 256 MB before the matmul
         x = torch.full((256, 1024), 0.5, device=dev)
         w = torch.full((1024, 1024), 0.01, device=dev)
         gflops = 2 * 256 * 1024 * 1024 / _median_seconds(lambda: x @ w, 5, 25, dev) / 1e9
@@ -60,19 +60,83 @@ def _median_seconds(fn, warmup: int, reps: int, dev) -> float:
         fn()
     times = []
     for _ in range(reps):
-        _sync(dev)
+        if dev is not None:
+            _sync(dev)
         t = time.perf_counter()
         fn()
-        _sync(dev)
+        if dev is not None:
+            _sync(dev)
         times.append(time.perf_counter() - t)
     return float(np.median(times))
 
 
 def _sync(dev) -> None:
+    # GPUs run kernels asynchronously: without a sync the clock would time the launch, not the work
     if dev.type == "cuda":
         import torch
 
         torch.cuda.synchronize(dev)
+    elif dev.type == "mps":
+        import torch
+
+        torch.mps.synchronize()
+
+
+def probe_numpy() -> Probe:
+    """The same two figures with numpy on one thread, for a process without torch (the endpoint client).
+
+    Recorded as ``method: numpy``: compare sets such probes only against probes made the same way.
+    """
+    t0 = time.perf_counter()
+    a = np.full(_PROBE_BYTES // 4, 0.5, dtype=np.float32)
+    mem_gbps = _PROBE_BYTES / _median_seconds(a.sum, 2, 7, None) / 1e9
+    del a
+    x = np.full((256, 1024), 0.5, dtype=np.float32)
+    w = np.full((1024, 1024), 0.01, dtype=np.float32)
+    gflops = 2 * 256 * 1024 * 1024 / _median_seconds(lambda: x @ w, 5, 25, None) / 1e9
+    return Probe(
+        method="numpy",
+        mem_read_gbps=round(mem_gbps, 3),
+        matmul_gflops=round(gflops, 3),
+        threads=1,
+        seconds=round(time.perf_counter() - t0, 3),
+    )
+
+
+def state(swap0: Any, before: Probe | None, after: Probe | None, sampler: Sampler) -> MachineState:
+    """The machine record of a run: swap activity since ``swap0`` (``psutil.swap_memory()`` at the start),
+    the probes, and the sampler's samples and summary."""
+    s = psutil.swap_memory()
+    return MachineState(
+        swap_in_bytes=max(0, s.sin - swap0.sin) if swap0 is not None else 0,
+        swap_out_bytes=max(0, s.sout - swap0.sout) if swap0 is not None else 0,
+        process_swap_bytes=_process_swap_bytes(),
+        probe_before=before,
+        probe_after=after,
+        summary=sampler.summary(),
+        samples=list(sampler.samples),
+    )
+
+
+def swap_warnings(m: MachineState | None) -> list[str]:
+    """A warning when the machine swapped while the run measured: timings then include waiting on disk."""
+    if m and (m.swap_in_bytes or m.swap_out_bytes or m.process_swap_bytes):
+        return [
+            f"the machine swapped during the run (in {m.swap_in_bytes} B, out {m.swap_out_bytes} B; this "
+            f"process has {m.process_swap_bytes} B in swap): timings include waiting on disk"
+        ]
+    return []
+
+
+def _process_swap_bytes() -> int:
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("VmSwap:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
 
 
 class Sampler:

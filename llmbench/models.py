@@ -29,14 +29,14 @@ import torch
 from llmbench import builtin
 from llmbench.envinfo import cpu_flags
 from llmbench.errors import UserError
-from llmbench.results import LoadInfo, Offload
+from llmbench.options import ModelOptions
+from llmbench.schema import LoadInfo, Offload
 
 ATTN_IMPLEMENTATIONS = ("eager", "sdpa", "flash_attention_2", "flex_attention")
 QUANTIZATIONS = ("int8",)
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 _DTYPE_ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "half": "float16", "float": "float32"}
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*(/[\w.\-]+)?$")
-DEFAULT_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
 RANDOM_SEED = 0  # random weights are the same on every run, so greedy outputs can be compared
 _WEIGHT_PATTERNS = ["*.json", "*.safetensors", "*.txt", "*.model", "*.tiktoken", "*.jinja", "*.py"]
 _ALTERNATIVES = (
@@ -45,37 +45,21 @@ _ALTERNATIVES = (
 )
 
 
-@dataclass
-class ModelSpec:
-    """What the user asked for."""
-
-    model: str = DEFAULT_MODEL
-    weights: str = "pretrained"  # "pretrained" | "random"
-    device: str = "auto"
-    dtype: str = "auto"
-    threads: int | None = None
-    device_map: str | dict[str, Any] | None = None
-    allow_offload: bool = False
-    allow_pickle: bool = False
-    trust_remote_code: bool = False
-    attn: str | None = None  # attention kernel: eager, sdpa, ... (None: transformers' default)
-    quantize: str | None = None  # "int8": dynamic int8 weights for every nn.Linear (CPU, float32 activations)
-
-    def validate(self) -> str:
-        """Check the cheap things before any slow work; return the resolved device."""
-        if self.weights not in ("pretrained", "random"):
-            raise UserError(f"unknown --weights '{self.weights}'; expected pretrained or random")
-        if self.attn is not None and self.attn not in ATTN_IMPLEMENTATIONS:
-            raise UserError(f"unknown --attn '{self.attn}'; expected {', '.join(ATTN_IMPLEMENTATIONS)}")
-        if self.threads is not None and self.threads < 1:
-            raise UserError(f"--threads must be at least 1, not {self.threads}")
-        device = resolve_device(self.device)
-        resolve_dtype(self.dtype, device, probe=False)
-        classify_source(self.model, self.weights)
-        _device_map_arg(self.device_map, device)
-        if self.quantize is not None:
-            check_quantize(self.quantize, device, resolve_dtype(self.dtype, device, probe=False)[0])
-        return device
+def validate(spec: ModelOptions) -> str:
+    """Check the cheap things of ``spec`` before any slow work; return the resolved device."""
+    if spec.weights not in ("pretrained", "random"):
+        raise UserError(f"unknown --weights '{spec.weights}'; expected pretrained or random")
+    if spec.attn is not None and spec.attn not in ATTN_IMPLEMENTATIONS:
+        raise UserError(f"unknown --attn '{spec.attn}'; expected {', '.join(ATTN_IMPLEMENTATIONS)}")
+    if spec.threads is not None and spec.threads < 1:
+        raise UserError(f"--threads must be at least 1, not {spec.threads}")
+    device = resolve_device(spec.device)
+    resolve_dtype(spec.dtype, device, probe=False)
+    classify_source(spec.model, spec.weights)
+    _device_map_arg(spec.device_map, device)
+    if spec.quantize is not None:
+        check_quantize(spec.quantize, device, resolve_dtype(spec.dtype, device, probe=False)[0])
+    return device
 
 
 @dataclass
@@ -95,6 +79,17 @@ class LoadedModel:
     max_positions: int | None
     warnings: list[str] = field(default_factory=list)
     quantization: str | None = None  # "int8" when the linears were quantized
+
+    def call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """Run ``fn(*args, **kwargs)`` on the thread this model generates on and return its result.
+
+        torch keeps one OpenMP team (and thread count) per calling thread: code that drives the model itself
+        (a bare ``generate()`` to compare against, a custom probe) belongs on the same thread as llmbench's
+        measurements, or the two teams compete for the cores.
+        """
+        from llmbench.generation import generation_thread
+
+        return generation_thread().run(fn, *args, **kwargs)
 
 
 # ---------------------------------------------------------------------------------------------- device/dtype
@@ -191,7 +186,7 @@ def resolve_dtype(requested: str, device: str, *, probe: bool = True) -> tuple[s
     if not probe:
         return "float32", "auto (not probed)"
     times = probe_cpu_dtypes(candidates)
-    best = min(times, key=times.get)
+    best = min(times, key=lambda k: times[k])
     shown = ", ".join(f"{k} {v:.1f} ms" for k, v in times.items())
     return best, f"auto: fastest decode-shaped matvec on this CPU ({shown})"
 
@@ -365,14 +360,13 @@ def offload_message(off: Offload) -> str:
 # ---------------------------------------------------------------------------------------------- loading
 
 
-def load_model(spec: ModelSpec) -> LoadedModel:
+def load_model(spec: ModelOptions) -> LoadedModel:
     """Load what ``spec`` names, check it is fully in memory, and return it ready to generate."""
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # llmbench shows its own status; tqdm bars would litter logs and CI
 
-    device = spec.validate()
+    device = validate(spec)
     threads = configure_threads(spec.threads)  # before the dtype probe: it runs on these threads
     if spec.quantize is not None:
         dtype_name, dtype_reason = "float32", f"{spec.quantize} weights compute in float32 (dynamic quantization)"
@@ -381,62 +375,20 @@ def load_model(spec: ModelSpec) -> LoadedModel:
     dtype = DTYPES[dtype_name]
     warnings = dtype_warnings(dtype_name, device)
     source, path = classify_source(spec.model, spec.weights)
-    remote = {"trust_remote_code": spec.trust_remote_code}
 
     t0 = time.perf_counter()
-    gguf: dict[str, Any] = {}
-    if source == "gguf":
-        assert path is not None
-        _require_gguf()
-        folder, gguf = path.parent, {"gguf_file": path.name}
-    elif source == "folder":
-        assert path is not None
-        folder = path
-    elif source == "hub":
-        folder = hub_snapshot(spec.model, config_only=spec.weights == "random")
-    else:
-        folder = None
-
-    # config and tokenizer
-    try:
-        if source == "builtin":
-            config = AutoConfig.for_model(**builtin.builtin_config(spec.model))
-            tokenizer = builtin.qwen_tokenizer()
-        else:
-            if source in ("folder", "hub") and not (folder / "config.json").is_file():
-                raise UserError(f"{folder} has no config.json: not a transformers model folder")
-            config = AutoConfig.from_pretrained(folder, **gguf, **remote)
-            tokenizer = AutoTokenizer.from_pretrained(folder, **gguf, **remote)
-    except UserError:
-        raise
-    except Exception as e:  # config.json or tokenizer files unreadable: transformers raises many types
-        raise UserError(f"cannot load the config/tokenizer of {spec.model}: {_first_line(e)}") from None
-
+    folder, gguf = _model_files(spec, source, path)
+    config, tokenizer = _config_and_tokenizer(spec, source, folder, gguf)
     n_params = count_parameters(config)
     weights_bytes = n_params * torch.tensor([], dtype=dtype).element_size()
     check_fits(weights_bytes, device, spec.allow_offload or spec.device_map is not None)
-
     if spec.weights == "random":
         if spec.device_map is not None:
             warnings.append("--device-map is ignored with --weights random: the weights are built on the device")
         model = _random_model(config, dtype, device)
         warnings.insert(0, "RANDOM WEIGHTS: the architecture is real, the outputs are meaningless; timings only")
     else:
-        if source == "folder" or source == "hub":
-            check_weight_files(folder, spec.allow_pickle)
-        kwargs: dict[str, Any] = dict(
-            dtype=dtype, device_map=_device_map_arg(spec.device_map, device), **gguf, **remote
-        )
-        if source != "gguf":
-            kwargs["use_safetensors"] = not spec.allow_pickle or any(folder.glob("*.safetensors"))
-        if spec.device_map is not None:
-            # accelerate needs somewhere to put disk-offloaded weights; the check below then reports them.
-            kwargs["offload_folder"] = folder_ = tempfile.mkdtemp(prefix="llmbench-offload-")
-            atexit.register(shutil.rmtree, folder_, True)  # offloaded weights can be GBs: never leave them
-        try:
-            model = AutoModelForCausalLM.from_pretrained(folder, **kwargs)
-        except Exception as e:  # a corrupt safetensors/GGUF file surfaces as its library's own error type
-            raise UserError(f"cannot load the weights of {spec.model}: {_first_line(e)}") from None
+        model = _pretrained_model(spec, source, folder, gguf, dtype, device)
     model.eval()
     if spec.attn is not None:
         set_attention(model, spec.attn)
@@ -447,15 +399,7 @@ def load_model(spec: ModelSpec) -> LoadedModel:
         model = quantize_int8(model)
         quantize_s = round(time.perf_counter() - t1, 3)
 
-    off = find_offload(model, device)
-    offloaded = bool(off.disk or off.cpu or off.meta)
-    if offloaded and not spec.allow_offload:
-        raise UserError(
-            offload_message(off) + ": every token would wait on the copy; free memory or pass "
-            "--allow-offload to measure it anyway (recorded in the JSON)"
-        )
-    if offloaded:
-        warnings.append("OFFLOADED: " + offload_message(off))
+    off = _checked_offload(model, device, spec.allow_offload, warnings)
     hf_map = getattr(model, "hf_device_map", None)
     load = LoadInfo(
         seconds=round(seconds, 3),
@@ -483,6 +427,78 @@ def load_model(spec: ModelSpec) -> LoadedModel:
         warnings=warnings,
         quantization=spec.quantize,
     )
+
+
+def _model_files(spec: ModelOptions, source: str, path: Path | None) -> tuple[Path | None, dict[str, Any]]:
+    """(the folder to load from, the gguf_file argument) for a source; a hub model is fetched (cache first)."""
+    if source == "gguf":
+        assert path is not None
+        _require_gguf()
+        return path.parent, {"gguf_file": path.name}
+    if source == "folder":
+        return path, {}
+    if source == "hub":
+        return hub_snapshot(spec.model, config_only=spec.weights == "random"), {}
+    return None, {}
+
+
+def _config_and_tokenizer(spec: ModelOptions, source: str, folder: Path | None, gguf: dict[str, Any]):
+    from transformers import AutoConfig, AutoTokenizer
+
+    try:
+        if source == "builtin":
+            facts = builtin.builtin_config(spec.model)
+            assert facts is not None  # classify_source said builtin
+            return AutoConfig.for_model(**facts), builtin.qwen_tokenizer()
+        assert folder is not None
+        if source in ("folder", "hub") and not (folder / "config.json").is_file():
+            raise UserError(f"{folder} has no config.json: not a transformers model folder")
+        remote = {"trust_remote_code": spec.trust_remote_code}
+        return (
+            AutoConfig.from_pretrained(folder, **gguf, **remote),
+            AutoTokenizer.from_pretrained(folder, **gguf, **remote),
+        )
+    except UserError:
+        raise
+    except Exception as e:  # config.json or tokenizer files unreadable: transformers raises many types
+        raise UserError(f"cannot load the config/tokenizer of {spec.model}: {_first_line(e)}") from None
+
+
+def _pretrained_model(spec: ModelOptions, source: str, folder: Path | None, gguf: dict[str, Any], dtype, device: str):
+    from transformers import AutoModelForCausalLM
+
+    assert folder is not None
+    if source in ("folder", "hub"):
+        check_weight_files(folder, spec.allow_pickle)
+    kwargs: dict[str, Any] = dict(
+        dtype=dtype,
+        device_map=_device_map_arg(spec.device_map, device),
+        trust_remote_code=spec.trust_remote_code,
+        **gguf,
+    )
+    if source != "gguf":
+        kwargs["use_safetensors"] = not spec.allow_pickle or any(folder.glob("*.safetensors"))
+    if spec.device_map is not None:
+        # accelerate needs somewhere to put disk-offloaded weights; the check after loading then reports them.
+        kwargs["offload_folder"] = folder_ = tempfile.mkdtemp(prefix="llmbench-offload-")
+        atexit.register(shutil.rmtree, folder_, True)  # offloaded weights can be GBs: never leave them
+    try:
+        return AutoModelForCausalLM.from_pretrained(folder, **kwargs)
+    except Exception as e:  # a corrupt safetensors/GGUF file surfaces as its library's own error type
+        raise UserError(f"cannot load the weights of {spec.model}: {_first_line(e)}") from None
+
+
+def _checked_offload(model, device: str, allowed: bool, warnings: list[str]) -> Offload:
+    """Where the weights are; UserError when any are off the computing device and that was not allowed."""
+    off = find_offload(model, device)
+    if off.disk or off.cpu or off.meta:
+        if not allowed:
+            raise UserError(
+                offload_message(off) + ": every token would wait on the copy; free memory or pass "
+                "--allow-offload to measure it anyway (recorded in the JSON)"
+            )
+        warnings.append("OFFLOADED: " + offload_message(off))
+    return off
 
 
 def decode_weight_bytes(model) -> int:
@@ -595,10 +611,9 @@ def _prepare_generation(model, tokenizer) -> None:
 
 
 def _require_gguf() -> None:
-    import importlib.util
+    from llmbench.errors import require
 
-    if importlib.util.find_spec("gguf") is None:
-        raise UserError("loading a .gguf file needs the 'gguf' package: pip install gguf")
+    require("loading a .gguf file", "gguf", "gguf")
 
 
 def _first_line(e: BaseException) -> str:

@@ -1,10 +1,17 @@
-"""How each prompt is sent: options shared by in-process and endpoint runs (no torch here)."""
+"""What to measure and how: the option types of the public API (no torch here).
+
+:class:`RunOptions` say how each prompt is sent (both modes); :class:`ModelOptions` name a model to load in
+this process; :class:`EndpointOptions` name a server to stream from instead.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from llmbench.errors import UserError
+
+DEFAULT_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
 
 
 @dataclass
@@ -42,9 +49,14 @@ class RunOptions:
         if self.sample and not (0 < self.top_p <= 1):
             raise UserError(f"--top-p must be in (0, 1], not {self.top_p}")
 
-    def config_fields(self, prompts) -> dict:
-        """The run config's fields that come from these options and the prompt set (both run modes)."""
-        from llmbench.results import Sampling
+    def request_seed(self, prompt_index: int, repeat: int) -> int:
+        """The sampling seed of one (prompt, repeat): different per request, the same on a resumed run and in
+        both modes."""
+        return self.seed + prompt_index * 1_000_003 + repeat
+
+    def config_fields(self, prompts: Any) -> dict[str, Any]:
+        """The run config's fields that come from these options and the prompt set (every mode)."""
+        from llmbench.schema import Sampling
 
         return {
             "max_new_tokens": self.max_new_tokens,
@@ -62,3 +74,40 @@ class RunOptions:
             ),
             "system_prompt": self.system_prompt,
         }
+
+
+@dataclass
+class ModelOptions:
+    """A model to load in this process, and how."""
+
+    model: str = DEFAULT_MODEL  # a hub id, a local folder or a .gguf file
+    weights: str = "pretrained"  # "pretrained" | "random"
+    device: str = "auto"
+    dtype: str = "auto"
+    threads: int | None = None
+    device_map: str | dict[str, Any] | None = None
+    allow_offload: bool = False
+    allow_pickle: bool = False
+    trust_remote_code: bool = False
+    attn: str | None = None  # attention kernel: eager, sdpa, ... (None: transformers' default)
+    quantize: str | None = None  # "int8": dynamic int8 weights for every nn.Linear (CPU, float32 activations)
+    # checked by llmbench.models.validate (it needs torch to know the devices)
+
+
+@dataclass
+class EndpointOptions:
+    """An OpenAI-compatible server to stream from, instead of a model in this process."""
+
+    url: str
+    model: str | None = None  # the name sent as "model"; None: ask GET /v1/models
+    api_key_env: str | None = None  # the environment variable holding the API key (never written anywhere)
+    concurrency: int = 1
+    timeout_s: float = 600.0
+    tokenizer: str | None = None  # hub id, folder or .gguf, to count tokens when the server sends no usage
+
+    def validate(self) -> None:
+        """UserError for what no server can be asked."""
+        if self.concurrency < 1:
+            raise UserError(f"--concurrency must be at least 1, not {self.concurrency}")
+        if not self.timeout_s > 0:
+            raise UserError(f"the request timeout must be above 0 s, not {self.timeout_s}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +19,31 @@ class PromptSet:
     sha256: str  # of the file's bytes: compare uses it to decide whether requests can be paired
     prompts: tuple[str, ...]
     line_numbers: tuple[int, ...]  # 1-based line of each prompt, for error messages
+
+    @classmethod
+    def from_list(cls, prompts: Sequence[str], name: str = "<list>") -> PromptSet:
+        """Prompts given in code; ``sha256`` is that of the file that would hold them one a line."""
+        items = tuple(prompts)
+        if not items:
+            raise UserError("no prompts given")
+        for i, prompt in enumerate(items, start=1):
+            if not isinstance(prompt, str) or not prompt.strip():
+                raise UserError(f"prompt {i} is empty or not a string")
+        text = "".join(f"{x}\n" for x in items)
+        return cls(name, hashlib.sha256(text.encode("utf-8")).hexdigest(), items, tuple(range(1, len(items) + 1)))
+
+    def where(self, index: int) -> str:
+        """``file:line`` of prompt ``index``, for error messages."""
+        return f"{self.path}:{self.line_numbers[index]}"
+
+
+def as_prompt_set(prompts: PromptSet | str | Path | Sequence[str]) -> PromptSet:
+    """A prompt file's path, a list of prompts, or a PromptSet -> a PromptSet."""
+    if isinstance(prompts, PromptSet):
+        return prompts
+    if isinstance(prompts, (str, Path)):
+        return load_prompts(prompts)
+    return PromptSet.from_list(prompts)
 
 
 def load_prompts(path: str | Path) -> PromptSet:
@@ -34,8 +60,8 @@ def load_prompts(path: str | Path) -> PromptSet:
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as e:
-        line = raw[: e.start].count(b"\n") + 1
-        raise UserError(f"prompt file {p} is not UTF-8 (bad byte at line {line}); save it as UTF-8") from None
+        bad = raw[: e.start].count(b"\n") + 1
+        raise UserError(f"prompt file {p} is not UTF-8 (bad byte at line {bad}); save it as UTF-8") from None
 
     is_jsonl = p.suffix.lower() in (".jsonl", ".ndjson")
     prompts: list[str] = []

@@ -16,7 +16,7 @@ import re
 import numpy as np
 
 from llmbench.display import SUMMARY_ROWS
-from llmbench.results import Run, Stats
+from llmbench.schema import Run, Stats
 
 MAX_TIMELINES = 20  # requests drawn in the timeline; more would be a blur
 MIN_CORRELATION_N = 30  # below this, a correlation over prompts is not claimed
@@ -73,7 +73,8 @@ def itl_svg(runs: list[tuple[str, Run]]) -> str:
     """Histogram of every gap between consecutive tokens (pooled over requests), one outline per run."""
     fig, ax = _figure(height=3.0)
     for name, run in runs:
-        gaps = np.concatenate([np.diff(r.token_times_ms) for r in run.requests if r.output_tokens > 1] or [[]])
+        diffs = [np.diff(r.token_times_ms) for r in run.requests if len(r.token_times_ms) > 1]
+        gaps = np.concatenate(diffs) if diffs else np.array([])
         if gaps.size:
             ax.hist(
                 gaps, bins=60, histtype="step", lw=1.2, label=f"{name} (n={gaps.size}, median {np.median(gaps):.1f} ms)"
@@ -97,8 +98,9 @@ def correlation_caveat(x: np.ndarray, y: np.ndarray) -> str:
     text = f"Spearman's rho = {rho:+.2f} (95% CI {low:+.2f} to {high:+.2f}, n = {n} requests)."
     if n < MIN_CORRELATION_N or low <= 0 <= high:
         text += (
-            " Too few requests, or too wide an interval, to claim that prompt length drives TTFT: "
-            "the seed's 20 prompts could not, and neither can this sample."
+            f" With {n} requests{' (fewer than ' + str(MIN_CORRELATION_N) + ')' if n < MIN_CORRELATION_N else ''} "
+            "and this interval, the sample can't support a claim that prompt length drives TTFT: "
+            "more prompts, or prompts of controlled lengths, are needed."
         )
     return text
 
@@ -108,8 +110,9 @@ def ttft_vs_prompt_svg(runs: list[tuple[str, Run]]) -> tuple[str, list[str]]:
     fig, ax = _figure(height=3.2)
     caveats = []
     for name, run in runs:
-        x = np.array([r.prompt_tokens for r in run.requests], dtype=float)
-        y = np.array([r.ttft_ms for r in run.requests], dtype=float)
+        known = [r for r in run.requests if r.prompt_tokens is not None]  # endpoint runs may not know it
+        x = np.array([r.prompt_tokens for r in known], dtype=float)
+        y = np.array([r.ttft_ms for r in known], dtype=float)
         ax.plot(x, y, "o", ms=3.5, alpha=0.7, label=name)
         caveats.append(f"{name}: {correlation_caveat(x, y)}")
     ax.set_xlabel("prompt tokens (after the chat template)")
@@ -152,11 +155,13 @@ def summary_html(name: str, run: Run) -> str:
             f"{s.roofline_mem_read_gbps:.1f} GB/s); efficiency {s.tpot_efficiency:.2f}.</p>"
         )
     warnings = "".join(f"<p class=warn>{html.escape(w)}</p>" for w in run.warnings)
-    return (
-        f"<h2>{html.escape(name)}</h2>{warnings}"
-        f"<p>{html.escape(c.model)} · {c.weights} weights · {c.device} · {c.dtype} · {c.threads} threads · "
+    setup = (
+        f"{c.model} · {c.weights} weights · {c.device} · {c.dtype} · {c.threads} threads · "
         f"max_new_tokens {c.max_new_tokens} · {len(run.requests)} requests · "
-        f"{'complete' if run.complete else 'INCOMPLETE'} · {html.escape(run.created_at)}</p>"
+        f"{'complete' if run.complete else 'INCOMPLETE'} · {run.created_at}"
+    )
+    return (
+        f"<h2>{html.escape(name)}</h2>{warnings}<p>{html.escape(setup)}</p>"
         f"<table><tr><th></th><th>mean</th><th>p50</th><th>p90</th><th>max</th></tr>{rows}</table>{roof}"
     )
 
@@ -170,7 +175,7 @@ def verdicts_html(runs: list[tuple[str, Run]]) -> str:
     for name, run in runs[1:]:
         comp = compare_runs(base, run, base_name=base_name, new_name=name)
         rows = "".join(
-            f"<tr><th>{r.metric}</th><td>{r.base:.2f}</td><td>{r.new:.2f}</td><td>{r.change_pct:+.1f}%</td>"
+            f"<tr><th>{html.escape(r.metric)}</th><td>{r.base:.2f}</td><td>{r.new:.2f}</td><td>{r.change_pct:+.1f}%</td>"
             f"<td>{r.ci_low_pct:+.1f}% .. {r.ci_high_pct:+.1f}%</td><td>{r.verdict}</td></tr>"
             for r in comp.rows
             if r.stat == "mean"

@@ -13,12 +13,11 @@ token in flight.
 from __future__ import annotations
 
 import asyncio
-import gc
 import json
 import threading
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from importlib import resources
@@ -29,11 +28,9 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
-from transformers.generation.stopping_criteria import StoppingCriteria, StoppingCriteriaList
-from transformers.generation.streamers import BaseStreamer
 
+from llmbench.generation import StopCriterion, TokenStamper, encode_messages, generate_kwargs, generation_thread
 from llmbench.models import LoadedModel
-from llmbench.runner import encode_messages
 
 SSE_HEADERS = {
     "Cache-Control": "no-cache",
@@ -63,31 +60,15 @@ class ChatRequest(BaseModel):
     stream_options: dict[str, Any] | None = None
 
 
-class _Cancel(StoppingCriteria):
-    """Stops generate() after the current token once ``event`` is set (client gone)."""
+@dataclass
+class Prepared:
+    """A request checked and tokenized before its response starts (a bad one gets a 400, not a 200 stream)."""
 
-    def __init__(self, event: threading.Event) -> None:
-        self.event = event
-
-    def __call__(self, input_ids, scores, **kwargs) -> torch.BoolTensor:
-        return torch.full((input_ids.shape[0],), self.event.is_set(), dtype=torch.bool, device=input_ids.device)
-
-
-class _LoopStreamer(BaseStreamer):
-    """Runs on the generation thread: stamps each new token and hands (stamp, ids) to the event loop."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, queue: asyncio.Queue) -> None:
-        self.loop, self.queue = loop, queue
-        self._prompt_seen = False
-
-    def put(self, value) -> None:
-        if not self._prompt_seen:
-            self._prompt_seen = True
-            return
-        self.loop.call_soon_threadsafe(self.queue.put_nowait, (time.perf_counter_ns(), value.reshape(-1).tolist()))
-
-    def end(self) -> None:
-        pass  # the worker posts the end marker itself, also when generate() raises
+    input_ids: Any
+    kwargs: dict[str, Any]
+    prompt_tokens: int
+    max_new_tokens: int
+    seed: int | None
 
 
 class IncrementalText:
@@ -153,12 +134,12 @@ class ModelServer:
         *,
         max_queue: int = 4,
         max_tokens: int = 256,
-        executor: ThreadPoolExecutor | None = None,
+        executor: Executor | None = None,
     ) -> None:
         self.loaded = loaded
         self.max_queue = max_queue
         self.default_max_tokens = max_tokens
-        self.executor = executor or generation_executor()
+        self.executor = executor or generation_thread()
         self.slot = asyncio.Semaphore(1)
         self.admitted = 0  # requests let in and not finished: 1 generating + the queue
         self.generating = False
@@ -196,7 +177,8 @@ class ModelServer:
 
     # -- one request ----------------------------------------------------------------------------------------
 
-    def _prepare(self, req: ChatRequest) -> tuple[Any, dict[str, Any], int]:
+    def prepare(self, req: ChatRequest) -> Prepared:
+        """Template and tokenize ``req``; ValueError (a 400) when it can't fit the model's context."""
         messages = [{"role": m.role, "content": m.content or ""} for m in req.messages]
         enc = encode_messages(self.loaded.tokenizer, messages, self.uses_template)
         input_ids = enc["input_ids"]
@@ -207,44 +189,48 @@ class ModelServer:
                 f"the prompt has {input_ids.shape[-1]} tokens; with max_tokens {max_new} that exceeds the "
                 f"model's context of {limit}"
             )
-        kw: dict[str, Any] = {"max_new_tokens": max_new, "attention_mask": enc.get("attention_mask")}
-        if req.ignore_eos:
-            kw["min_new_tokens"] = max_new
-        if req.temperature:  # greedy unless a temperature above 0 is asked for (deterministic by default)
-            kw.update(do_sample=True, temperature=req.temperature, top_p=req.top_p or 1.0, top_k=None)
-        else:
-            kw.update(do_sample=False, temperature=None, top_p=None, top_k=None)
-        return input_ids, kw, int(input_ids.shape[-1])
+        # greedy unless a temperature above 0 is asked for (deterministic by default)
+        kw = generate_kwargs(max_new, ignore_eos=req.ignore_eos, sample=bool(req.temperature),
+                             temperature=req.temperature, top_p=req.top_p)  # fmt: skip
+        kw["attention_mask"] = enc.get("attention_mask")
+        return Prepared(input_ids, kw, int(input_ids.shape[-1]), max_new, req.seed)
 
-    def _generate(self, input_ids, kw: dict, streamer: _LoopStreamer, cancel: threading.Event, seed) -> int:
+    def _generate(self, p: Prepared, streamer: TokenStamper, done: Any, cancel: threading.Event) -> int:
         """On the generation thread. Returns the number of new tokens; always posts the end marker."""
         try:
             dev = self.loaded.device
-            if seed is not None:
-                torch.manual_seed(seed)
+            if p.seed is not None:
+                torch.manual_seed(p.seed)
+            kw = dict(p.kwargs)
             mask = kw.pop("attention_mask")
             with torch.inference_mode():
                 out = self.loaded.model.generate(
-                    input_ids=input_ids.to(dev),
+                    input_ids=p.input_ids.to(dev),
                     attention_mask=mask.to(dev) if mask is not None else None,
                     streamer=streamer,
-                    stopping_criteria=StoppingCriteriaList([_Cancel(cancel)]),
+                    stopping_criteria=[StopCriterion(cancel.is_set)],
                     **kw,
                 )
-            return int(out.shape[-1] - input_ids.shape[-1])
+            return int(out.shape[-1] - p.input_ids.shape[-1])
         finally:
-            streamer.loop.call_soon_threadsafe(streamer.queue.put_nowait, None)
+            done()
 
-    def _start(self, input_ids, kw: dict, cancel: threading.Event, seed) -> tuple[asyncio.Queue, asyncio.Future]:
+    def _start(self, p: Prepared, cancel: threading.Event) -> tuple[asyncio.Queue, asyncio.Future]:
         """Start generate() on the model's thread; (queue of (stamp_ns, ids) ending with None, its future)."""
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue = asyncio.Queue()
-        fut = loop.run_in_executor(
-            self.executor, self._generate, input_ids, kw, _LoopStreamer(loop, queue), cancel, seed
-        )
+
+        def hand_over(stamp: int, value: Any) -> None:  # on the generation thread, in the streamer's put()
+            loop.call_soon_threadsafe(queue.put_nowait, (stamp, value.reshape(-1).tolist()))
+
+        def done() -> None:
+            loop.call_soon_threadsafe(queue.put_nowait, None)
+
+        streamer = TokenStamper(on_token=hand_over)
+        fut = loop.run_in_executor(self.executor, self._generate, p, streamer, done, cancel)
         return queue, fut
 
-    async def completion_events(self, req: ChatRequest, arrived_ns: int, ticket: _Ticket):
+    async def completion_events(self, p: Prepared, arrived_ns: int, ticket: _Ticket):
         """Yield the SSE lines of one streamed completion: a role chunk, one chunk per piece of text, the
         finishing chunk, a usage chunk (with the server's own stamps under ``llmbench``), ``[DONE]``."""
         rid = f"chatcmpl-{uuid.uuid4().hex[:24]}"
@@ -254,10 +240,9 @@ class ModelServer:
         tokens = 0
         stamps: list[float] = []  # the server's own stamp of each token, ms since the request arrived
         try:
-            input_ids, kw, prompt_tokens = self._prepare(req)
             async with self._turn():
                 started_ns = time.perf_counter_ns()
-                queue, fut = self._start(input_ids, kw, cancel, req.seed)
+                queue, fut = self._start(p, cancel)
                 yield _sse(self._chunk(rid, created, {"role": "assistant", "content": ""}))
                 text = IncrementalText(self.loaded.tokenizer)
                 while (item := await queue.get()) is not None:
@@ -270,9 +255,9 @@ class ModelServer:
                 rest = text.flush()
                 if rest:
                     yield _sse(self._chunk(rid, created, {"content": rest}))
-                finish = "length" if tokens >= kw["max_new_tokens"] else "stop"
+                finish = "length" if tokens >= p.max_new_tokens else "stop"
                 yield _sse(self._chunk(rid, created, {}, finish))
-                usage = _usage(prompt_tokens, tokens)
+                usage = _usage(p.prompt_tokens, tokens)
                 timing = {
                     "queue_ms": round((started_ns - arrived_ns) / 1e6, 3),
                     "ttft_ms": stamps[0] if stamps else None,
@@ -291,10 +276,9 @@ class ModelServer:
                 )
                 yield "data: [DONE]\n\n"
                 finished = True
-        except ValueError as e:  # a prompt too long for the context: the stream says why, then ends
-            yield _sse({"error": {"message": str(e), "type": "invalid_request_error"}})
+        except Exception as e:  # the headers are out: the stream says what broke, as an error event, then ends
+            yield _sse({"error": {"message": f"{type(e).__name__}: {e}", "type": "server_error"}})
             yield "data: [DONE]\n\n"
-            finished = True
         finally:
             cancel.set()  # a disconnect lands here (GeneratorExit/CancelledError): generate() stops
             self._done(ticket, finished, tokens or len(stamps))
@@ -318,15 +302,14 @@ class ModelServer:
         if not finished:
             c.cancelled += 1
 
-    async def completion(self, req: ChatRequest, ticket: _Ticket) -> dict[str, Any]:
+    async def completion(self, p: Prepared, ticket: _Ticket) -> dict[str, Any]:
         """The whole completion as one response (``stream: false``)."""
         cancel = threading.Event()
         finished = False
         tokens = 0
         try:
-            input_ids, kw, prompt_tokens = self._prepare(req)
             async with self._turn():
-                queue, fut = self._start(input_ids, kw, cancel, req.seed)
+                queue, fut = self._start(p, cancel)
                 ids: list[int] = []
                 while (item := await queue.get()) is not None:
                     ids.extend(item[1])
@@ -347,10 +330,10 @@ class ModelServer:
                         "role": "assistant",
                         "content": self.loaded.tokenizer.decode(ids, skip_special_tokens=True),
                     },
-                    "finish_reason": "length" if tokens >= kw["max_new_tokens"] else "stop",
+                    "finish_reason": "length" if tokens >= p.max_new_tokens else "stop",
                 }
             ],
-            "usage": _usage(prompt_tokens, tokens),
+            "usage": _usage(p.prompt_tokens, tokens),
         }
 
     def _chunk(self, rid: str, created: int, delta: dict, finish: str | None = None) -> dict[str, Any]:
@@ -384,26 +367,13 @@ def page_html() -> str:
     return resources.files("llmbench").joinpath("page.html").read_text(encoding="utf-8")
 
 
-def generation_executor() -> ThreadPoolExecutor:
-    """The single thread every generate() runs on.
-
-    Load the model on it too (``executor.submit(load_model, spec)``): torch's OpenMP keeps one thread team per
-    calling thread, and a model loaded on the main thread but run on another ran 20% slower per token here
-    (two teams on two cores: TPOT 102 ms against 85 ms, random Qwen2.5-0.5B, bfloat16, 2 threads).
-    """
-    return ThreadPoolExecutor(1, thread_name_prefix="llmbench-generate")
-
-
 def create_app(
-    loaded: LoadedModel, *, max_queue: int = 4, max_tokens: int = 256, executor: ThreadPoolExecutor | None = None
+    loaded: LoadedModel, *, max_queue: int = 4, max_tokens: int = 256, executor: Executor | None = None
 ) -> FastAPI:
     """The FastAPI app around ``loaded``: ``POST /v1/chat/completions``, ``GET /v1/models``, ``GET /health``,
-    ``GET /`` (the page). ``executor``: the thread that loaded the model (:func:`generation_executor`)."""
+    ``GET /`` (the page). ``executor``: the thread that loaded the model (default: the process's generation
+    thread, :func:`llmbench.generation.generation_thread`)."""
     server = ModelServer(loaded, max_queue=max_queue, max_tokens=max_tokens, executor=executor)
-    # As in runner.Benchmark: the model's ~10^6 objects leave the collector's sight, so a full collection
-    # triggered mid-generation does not scan them (measured 180 ms a collection with the model loaded).
-    gc.collect()
-    gc.freeze()
     app = FastAPI(title="llmbench serve", docs_url=None, redoc_url=None)
     app.state.server = server
     html = page_html()
@@ -429,6 +399,10 @@ def create_app(
     @app.post("/v1/chat/completions")
     async def chat(req: ChatRequest):
         arrived = time.perf_counter_ns()
+        try:
+            prepared = server.prepare(req)
+        except ValueError as e:  # before any header: a bad request is a 400, streamed or not
+            return _error(400, str(e))
         ticket = server.admit()
         if ticket is None:
             return _error(
@@ -438,13 +412,12 @@ def create_app(
                 {"Retry-After": "1"},
             )
         if req.stream:
-            return StreamingResponse(
-                server.completion_events(req, arrived, ticket), media_type="text/event-stream", headers=SSE_HEADERS
-            )
+            events = server.completion_events(prepared, arrived, ticket)
+            return StreamingResponse(events, media_type="text/event-stream", headers=SSE_HEADERS)
         try:
-            return await server.completion(req, ticket)
-        except ValueError as e:
-            return _error(400, str(e))
+            return await server.completion(prepared, ticket)
+        except Exception as e:  # a defect, not the request's fault: 500, and the server goes on
+            return _error(500, f"{type(e).__name__}: {e}", "server_error")
 
     return app
 

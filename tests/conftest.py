@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
@@ -69,30 +68,12 @@ def prompt_file(tmp_path) -> Path:
     return p
 
 
-class Result:
-    def __init__(self, returncode, stdout, stderr):
-        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
-
-
 @pytest.fixture
-def cli(capsys, monkeypatch):
-    """Run the real entry point (main) in-process, as the console script does; returns code and output."""
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+def cli():
+    """The one CLI helper (tests/helpers.py): ``cli(*args, process=False, env=None, cwd=None)``."""
+    from tests.helpers import cli as run_cli
 
-    from llmbench.cli import main
-
-    def invoke(*args):
-        monkeypatch.setattr(sys, "argv", ["llmbench", *map(str, args)])
-        capsys.readouterr()
-        try:
-            main()
-            code = 0
-        except SystemExit as e:
-            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-        out, err = capsys.readouterr()
-        return Result(code, out, err)
-
-    return invoke
+    return run_cli
 
 
 @pytest.fixture

@@ -73,7 +73,7 @@ class DelayedLM(PreTrainedModel, GenerationMixin):
 def delayed_loaded(tokenizer, prefill_ms: float, decode_ms: float):
     """A DelayedLM behind the real tokenizer, as llmbench's loader would hand it over."""
     from llmbench.models import LoadedModel, _prepare_generation
-    from llmbench.results import LoadInfo
+    from llmbench.schema import LoadInfo
 
     model = DelayedLM(DelayedConfig(vocab_size=4096, prefill_ms=prefill_ms, decode_ms=decode_ms)).eval()
     _prepare_generation(model, tokenizer)
@@ -92,12 +92,15 @@ def delayed_loaded(tokenizer, prefill_ms: float, decode_ms: float):
     )
 
 
-def delayed_benchmark(tokenizer, prefill_ms: float, decode_ms: float, tokens: int):
-    """(model, llmbench Benchmark) for a DelayedLM behind the real tokenizer, warmed up once."""
-    from llmbench.runner import Benchmark, RunOptions
+def delayed_backend(tokenizer, prefill_ms: float, decode_ms: float, tokens: int):
+    """(model, llmbench's in-process backend) for a DelayedLM behind the real tokenizer, warmed up once. The
+    backend keeps each request's raw clock readings (``backend.raw``)."""
+    from llmbench.backends import Request
+    from llmbench.backends.inprocess import InProcessBackend
+    from llmbench.options import RunOptions
 
     lm = delayed_loaded(tokenizer, prefill_ms, decode_ms)
-    model = lm.model
-    bench = Benchmark(lm, RunOptions(max_new_tokens=tokens, ignore_eos=True, warmup=0))
-    bench.measure("warm up", 0, 0)
-    return model, bench
+    backend = InProcessBackend(None, RunOptions(max_new_tokens=tokens, ignore_eos=True, warmup=0), loaded=lm,
+                               keep_raw=True)  # fmt: skip
+    backend.measure_now(Request("warm up", 0, -1))
+    return lm.model, backend

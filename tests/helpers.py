@@ -1,12 +1,93 @@
-"""Runs built in code, with known numbers, for tests that need a run JSON but not a model."""
+"""Shared test helpers: the one way tests drive the CLI, runs with known numbers, a reporter that records."""
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
+import os
 import random
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
 
-from llmbench.results import SCHEMA_VERSION, Environment, Run, RunConfig
-from llmbench.stats import summarize
-from llmbench.timing import request_result
+from llmbench.metrics import ids_sha256, request_result, summarize
+from llmbench.schema import SCHEMA_VERSION, Environment, RequestResult, Run, RunConfig
+from llmbench.storage import journal_path
+
+
+@dataclass
+class Result:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def cli(*args, env: dict | None = None, cwd: str | Path | None = None, process: bool = False) -> Result:
+    """Run ``llmbench ARGS``: in this process through the console entry point (``main``), or, with
+    ``process``, as a fresh ``python -m llmbench`` (for what a process boundary changes: imports, signals)."""
+    argv = [str(a) for a in args]
+    full_env = {**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})}
+    if process:
+        r = subprocess.run([sys.executable, "-m", "llmbench", *argv], capture_output=True, text=True, cwd=cwd,
+                           env=full_env, timeout=600)  # fmt: skip
+        return Result(r.returncode, r.stdout, r.stderr)
+    from llmbench.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    old_argv, old_env, old_cwd = sys.argv, dict(os.environ), os.getcwd()
+    sys.argv = ["llmbench", *argv]
+    os.environ.update(full_env)
+    try:
+        if cwd is not None:
+            os.chdir(cwd)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                main()
+                code = 0
+            except SystemExit as e:
+                code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    finally:
+        sys.argv = old_argv
+        os.environ.clear()
+        os.environ.update(old_env)
+        os.chdir(old_cwd)
+    return Result(code, out.getvalue(), err.getvalue())
+
+
+def cli_process(*args, env: dict | None = None) -> subprocess.Popen:
+    """``llmbench ARGS`` started in the background (for signals and kill -9)."""
+    full_env = {**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})}
+    return subprocess.Popen([sys.executable, "-m", "llmbench", *map(str, args)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=full_env)  # fmt: skip
+
+
+@dataclass
+class Recorder:
+    """A reporter that records what the loop told it; ``stop_after`` requests a stop after that many requests."""
+
+    stop: object | None = None
+    stop_after: int | None = None
+    statuses: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    warmups: list[tuple[int, int]] = field(default_factory=list)
+    requests: list[tuple[RequestResult, int, int]] = field(default_factory=list)
+
+    def status(self, text: str) -> None:
+        self.statuses.append(text)
+
+    def warn(self, text: str) -> None:
+        self.warnings.append(text)
+
+    def warmup(self, done: int, total: int) -> None:
+        self.warmups.append((done, total))
+
+    def request(self, result: RequestResult, done: int, total: int) -> None:
+        self.requests.append((result, done, total))
+        if self.stop_after is not None and len(self.requests) >= self.stop_after:
+            self.stop.request("test")  # type: ignore[union-attr]
 
 
 def synthetic_run(
@@ -29,7 +110,7 @@ def synthetic_run(
                 tokenized_ns=ms,
                 stamps_ns=stamps,
                 prompt_tokens=30,
-                token_ids=list(range(tokens)),
+                output_sha256=ids_sha256(list(range(tokens))),
                 output_text="x" * tokens,
             )
         )
@@ -60,3 +141,24 @@ def synthetic_run(
         requests=requests,
         summary=summarize(requests),
     )
+
+
+def requests_on_disk(out: Path) -> int:
+    """Finished requests a run file and its journal hold right now (a run in progress writes both)."""
+    n = 0
+    if out.exists():
+        try:
+            n = len(json.loads(out.read_text(encoding="utf-8"))["requests"])
+        except (json.JSONDecodeError, KeyError):
+            return 0
+    j = journal_path(out)
+    return n + (sum(b'"request"' in line for line in j.read_bytes().splitlines()) if j.exists() else 0)
+
+
+def wait_for_requests(out: Path, at_least: int, proc: subprocess.Popen, timeout: float = 120.0) -> None:
+    """Wait until ``out`` holds ``at_least`` finished requests; fail if ``proc`` ends or time runs out first."""
+    deadline = time.monotonic() + timeout
+    while requests_on_disk(out) < at_least:
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the run did not progress"
+        time.sleep(0.05)

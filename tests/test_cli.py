@@ -1,70 +1,31 @@
+"""The command line as a user meets it: outputs, defaults, one-line errors, and what it must not import."""
+
 import json
-import os
 import subprocess
 import sys
 
 import pytest
 import torch
-from typer.testing import CliRunner
-
-from llmbench.cli import app
-
-runner = CliRunner()
 
 
-def _llmbench(*args, cwd=None, env_extra=None):
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", **(env_extra or {})}
-    return subprocess.run(
-        [sys.executable, "-m", "llmbench", *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=300
-    )
-
-
-def test_run_on_a_local_folder_writes_the_json(tiny_model_dir, prompt_file, tmp_path):
+def test_run_on_a_local_folder_writes_the_json(cli, tiny_model_dir, prompt_file, tmp_path):
     out = tmp_path / "sub" / "run.json"
-    r = runner.invoke(
-        app,
-        [
-            "run",
-            str(prompt_file),
-            "--model",
-            str(tiny_model_dir),
-            "--device",
-            "cpu",
-            "--dtype",
-            "float32",
-            "--max-new-tokens",
-            "4",
-            "--ignore-eos",
-            "-o",
-            str(out),
-            "-q",
-        ],
-    )
-    assert r.exit_code == 0, r.output
+    r = cli("run", prompt_file, "--model", tiny_model_dir, "--device", "cpu", "--dtype", "float32",
+            "--max-new-tokens", "4", "--ignore-eos", "-o", out, "-q")  # fmt: skip
+    assert r.returncode == 0, r.stderr
     assert "TTFT (ms)" in r.stdout and "TPOT (ms)" in r.stdout and f"wrote {out}" in r.stdout.replace("\n", "")
     data = json.loads(out.read_text(encoding="utf-8"))
     assert data["complete"] and len(data["requests"]) == 3
     assert data["config"]["model"] == str(tiny_model_dir) and data["config"]["model_source"] == "folder"
 
 
-def test_default_output_goes_to_results(tiny_model_dir, prompt_file, tmp_path):
-    r = _llmbench(
-        "run",
-        str(prompt_file),
-        "--model",
-        str(tiny_model_dir),
-        "--device",
-        "cpu",
-        "--max-new-tokens",
-        "2",
-        "--warmup",
-        "0",
-        "-q",
-        cwd=tmp_path,
-    )
+def test_default_output_goes_to_results(cli, tiny_model_dir, prompt_file, tmp_path):
+    r = cli("run", prompt_file, "--model", tiny_model_dir, "--device", "cpu", "--max-new-tokens", "2",
+            "--warmup", "0", "-q", cwd=tmp_path)  # fmt: skip
     assert r.returncode == 0, r.stderr
     files = list((tmp_path / "results").glob("*.json"))
     assert len(files) == 1 and files[0].name.endswith(f"-{tiny_model_dir.name}-cpu.json")
+    assert f"wrote {files[0].relative_to(tmp_path)}" in r.stdout.replace("\n", "")
 
 
 @pytest.mark.parametrize(
@@ -75,12 +36,12 @@ def test_default_output_goes_to_results(tiny_model_dir, prompt_file, tmp_path):
             "no CUDA device",
             marks=pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is present here"),
         ),
-        (["--dtype", "float8"], "unknown --dtype"),
+        (["--dtype", "float8"], "Invalid value for '--dtype'"),
         (["--device", "tpu"], "unknown --device"),
         (["--max-new-tokens", "0"], "--max-new-tokens must be at least 1"),
         (["--max-new-tokens", "-5"], "--max-new-tokens must be at least 1"),
         (["--threads", "0"], "--threads must be at least 1"),
-        (["--weights", "fake"], "unknown --weights"),
+        (["--weights", "fake"], "Invalid value for '--weights'"),
         (["--model", "/no/such/folder"], "model folder not found"),
         (["--model", "someone/uncached-model"], "not in the Hugging Face cache"),
         (["--max-new-tokens", "many"], "Invalid value"),
@@ -121,7 +82,8 @@ def test_output_folder_under_a_file(cli, prompt_file, tmp_path):
     assert r.returncode == 2 and "is a file" in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
-def test_help_and_version_do_not_import_torch():
+@pytest.mark.subprocess
+def test_help_and_version_do_not_import_torch(cli):
     code = (
         "import sys; from llmbench.cli import main; sys.argv=['llmbench','--help']\n"
         "try:\n    main()\nexcept SystemExit:\n    pass\n"
@@ -130,5 +92,5 @@ def test_help_and_version_do_not_import_torch():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert "run" in r.stdout
-    v = _llmbench("--version")  # the real console entry, in a fresh process
+    v = cli("--version", process=True)  # the real console entry, in a fresh process
     assert v.returncode == 0 and v.stdout.startswith("llmbench ")

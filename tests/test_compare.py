@@ -4,46 +4,56 @@ import sys
 
 import pytest
 
-from llmbench.compare import compare_runs, parse_thresholds
+from llmbench.compare import compare_runs, parse_fail_on, thresholds_of
 from llmbench.errors import UserError
-from llmbench.results import MachineState, MachineSummary, Probe, save_run
+from llmbench.schema import MachineState, MachineSummary, Probe
+from llmbench.storage import save_run
 from tests.helpers import synthetic_run
 
 GATES = {"ttft_ms": 10.0, "tpot_ms": 10.0, "e2e_ms": 10.0}
+
+
+def _row(comp, metric, stat="mean"):
+    return next(r for r in comp.rows if r.metric == metric and r.stat == stat)
 
 
 @pytest.mark.parametrize("seed", range(5))
 def test_a_a_is_not_flagged(seed):
     base = synthetic_run(n=20, noise=0.15, seed=seed)
     new = synthetic_run(n=20, noise=0.15, seed=seed + 100)
-    comp = compare_runs(base, new, gates=GATES)
-    assert not comp.regressions
+    comp = compare_runs(base, new)
+    assert comp.gate(fail_on_regression=10) == []
     assert all(abs(r.change_pct) < 10 for r in comp.rows)
 
 
 def test_a_real_shift_is_flagged_with_its_interval():
     base = synthetic_run(n=20, noise=0.1, seed=1)
     new = synthetic_run(n=20, noise=0.1, seed=2, tpot_ms=25.0)  # +25% per token
-    comp = compare_runs(base, new, gates=GATES)
-    tpot = next(r for r in comp.rows if r.metric == "tpot_ms" and r.stat == "mean")
-    assert tpot.significant and tpot.verdict == "slower" and tpot.regression
+    comp = compare_runs(base, new)
+    tpot = _row(comp, "tpot_ms")
+    assert tpot.significant and tpot.verdict == "slower"
     assert tpot.ci_low_pct < 25 < tpot.ci_high_pct + 1 and tpot.ci_low_pct > 15
-    tps = next(r for r in comp.rows if r.metric == "decode_tokens_per_s" and r.stat == "mean")
+    tps = _row(comp, "decode_tokens_per_s")
     assert tps.verdict == "slower" and tps.change_pct < -15  # fewer tokens/s is slower too
-    ttft = next(r for r in comp.rows if r.metric == "ttft_ms" and r.stat == "mean")
-    assert not ttft.regression
+    failed = {(c.metric, c.stat) for c in comp.gate(fail_on_regression=10)}
+    assert ("tpot_ms", "mean") in failed and ("ttft_ms", "mean") not in failed  # TTFT did not move
+    assert comp.gate(fail_on={"ttft_ms": 10}) == []  # only the metrics asked for are gated
+    assert [c.metric for c in comp.gate(fail_on={"tpot_ms": 30})] == []  # +25% is under a 30% threshold
+    checks = comp.checks(fail_on_regression=10, stat="p50")
+    assert {c.stat for c in checks} == {"p50"} and {c.metric for c in checks} == set(GATES)
 
 
 def test_faster_is_never_a_regression_and_small_shifts_pass_the_gate():
     base = synthetic_run(n=30, noise=0.05, seed=1)
     faster = synthetic_run(n=30, noise=0.05, seed=2, tpot_ms=15.0)
-    comp = compare_runs(base, faster, gates=GATES)
-    assert not comp.regressions
-    assert next(r for r in comp.rows if r.metric == "tpot_ms" and r.stat == "mean").verdict == "faster"
+    comp = compare_runs(base, faster)
+    assert comp.gate(fail_on_regression=10) == []
+    assert _row(comp, "tpot_ms").verdict == "faster"
     slightly = synthetic_run(n=30, noise=0.01, seed=3, tpot_ms=21.0)  # +5%: significant, under 10%
-    comp = compare_runs(base, slightly, gates=GATES)
-    row = next(r for r in comp.rows if r.metric == "tpot_ms" and r.stat == "mean")
-    assert row.significant and row.verdict == "slower" and not row.regression
+    comp = compare_runs(base, slightly)
+    row = _row(comp, "tpot_ms")
+    assert row.significant and row.verdict == "slower" and comp.gate(fail_on_regression=10) == []
+    assert [c.metric for c in comp.gate(fail_on_regression=3)] == ["tpot_ms", "e2e_ms"]
 
 
 def test_pairing_needs_the_same_prompt_file():
@@ -114,12 +124,14 @@ def test_a_busy_machine_is_named_and_a_steady_one_clears_it():
 
 
 def test_thresholds():
-    assert parse_thresholds(10, None) == GATES
-    assert parse_thresholds(10, ["tpot_ms=5"]) == {**GATES, "tpot_ms": 5.0}
-    assert parse_thresholds(None, ["decode_tokens_per_s=3"]) == {"decode_tokens_per_s": 3.0}
+    assert thresholds_of(10, None) == GATES
+    assert thresholds_of(10, parse_fail_on(["tpot_ms=5"])) == {**GATES, "tpot_ms": 5.0}
+    assert thresholds_of(None, parse_fail_on(["decode_tokens_per_s=3"])) == {"decode_tokens_per_s": 3.0}
     for bad in (["tpot=5"], ["tpot_ms"], ["tpot_ms=x"], ["output_tokens=5"], ["ttft_ms=-1"]):
         with pytest.raises(UserError, match="--fail-on"):
-            parse_thresholds(None, bad)
+            thresholds_of(None, parse_fail_on(bad))
+    with pytest.raises(UserError, match="--fail-on-regression"):
+        thresholds_of(-1, None)
 
 
 @pytest.fixture
@@ -194,6 +206,7 @@ def test_cli_needs_two_files_and_finished_requests(cli, runs, tmp_path):
     assert r.returncode == 2 and "--format" in r.stderr
 
 
+@pytest.mark.subprocess
 def test_compare_does_not_import_torch(runs):
     code = (
         "import sys; from llmbench.cli import main\n"
@@ -205,19 +218,17 @@ def test_compare_does_not_import_torch(runs):
     assert r.returncode == 0, r.stderr
 
 
+@pytest.mark.slow
 def test_real_tiny_model_runs(tiny_model_dir, prompt_file, tmp_path, cli):
     """Two real runs of the same setup: paired, same greedy tokens, probes recorded; 1 vs 2 threads is a setup
     difference. (The gate on real timings is checked with the 0.5B model in benchmarks/README.md.)"""
-    from llmbench.models import ModelSpec, load_model
-    from llmbench.prompts import load_prompts
-    from llmbench.results import load_run
-    from llmbench.runner import Benchmark, RunOptions
+    import llmbench
 
-    lm = load_model(ModelSpec(model=str(tiny_model_dir), device="cpu", dtype="float32", threads=1))
-    opts = RunOptions(max_new_tokens=6, ignore_eos=True, warmup=1, repeats=2)
+    lm = llmbench.load_model(str(tiny_model_dir), device="cpu", dtype="float32", threads=1)
     for name in ("a", "b"):
-        Benchmark(lm, opts).run(load_prompts(prompt_file), tmp_path / f"{name}.json")
-    a, b = load_run(tmp_path / "a.json"), load_run(tmp_path / "b.json")
+        llmbench.measure(prompt_file, model=lm, max_new_tokens=6, ignore_eos=True, warmup=1, repeats=2,
+                         output=tmp_path / f"{name}.json")  # fmt: skip
+    a, b = llmbench.load_run(tmp_path / "a.json"), llmbench.load_run(tmp_path / "b.json")
     assert a.machine.probe_before.mem_read_gbps > 0 and a.machine.probe_after.matmul_gflops > 0
     assert a.machine.probe_before.threads == 1
     comp = compare_runs(a, b)

@@ -3,7 +3,8 @@ import torch
 
 from llmbench import models
 from llmbench.errors import UserError
-from llmbench.models import ModelSpec, load_model
+from llmbench.models import load_model
+from llmbench.options import ModelOptions as ModelSpec
 
 DISK_MAP = {
     "model.embed_tokens": "cpu",
@@ -102,6 +103,7 @@ def test_load_tiny_folder_pretrained(tiny_model_dir):
     assert torch.equal(saved[key], lm.model.state_dict()[key])
 
 
+@pytest.mark.slow
 def test_random_weights_from_folder_are_finite_normal_and_seeded(tiny_model_dir):
     a = load_model(ModelSpec(model=str(tiny_model_dir), weights="random", device="cpu", dtype="bfloat16"))
     b = load_model(ModelSpec(model=str(tiny_model_dir), weights="random", device="cpu", dtype="bfloat16"))
@@ -115,6 +117,7 @@ def test_random_weights_from_folder_are_finite_normal_and_seeded(tiny_model_dir)
     assert 0.01 < w.std().item() < 0.04  # normal(0, initializer_range=0.02), not zeros or garbage
 
 
+@pytest.mark.slow
 def test_pickle_only_folder_is_refused_unless_allowed(tiny_copy):
     from safetensors.torch import load_file
 
@@ -202,6 +205,7 @@ def test_decode_weight_bytes_counts_tied_embeddings_once_and_skips_an_untied_inp
     assert models.decode_weight_bytes(untied) == sum(p.numel() * 4 for p in untied.parameters()) - table
 
 
+@pytest.mark.slow
 def test_corrupt_files_are_one_clear_error(tiny_copy, tmp_path):
     (tiny_copy / "model.safetensors").write_bytes(b"\x00garbage" * 10)
     with pytest.raises(UserError, match="cannot load the weights"):

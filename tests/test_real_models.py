@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from llmbench.cli import main
-from llmbench.models import ModelSpec, load_model
+from llmbench.models import load_model
+from llmbench.options import ModelOptions as ModelSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -65,8 +66,9 @@ def test_readme_quick_start_with_random_weights(tmp_path, monkeypatch):
 def test_gguf_file_loads_a_trained_model_that_writes_english():
     lm = load_model(ModelSpec(model=str(_smollm2_gguf()), device="cpu", dtype="float32"))
     assert lm.source == "gguf" and lm.load.parameters == 134_515_008
-    from llmbench.runner import Benchmark, RunOptions
+    import llmbench
 
-    r = Benchmark(lm, RunOptions(max_new_tokens=12, warmup=0)).measure("What is the capital of France?", 0, 0)
-    assert "Paris" in r.output_text
+    run = llmbench.measure(["What is the capital of France?"], model=lm, max_new_tokens=12, warmup=0)
+    assert "Paris" in run.requests[0].output_text
+    r = run.requests[0]
     assert r.output_tokens == len(r.token_times_ms) <= 12

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from llmbench.export import REQUEST_COLUMNS, TOKEN_COLUMNS
-from llmbench.results import save_run
+from llmbench.storage import save_run
 from tests.helpers import synthetic_run
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
@@ -69,6 +69,7 @@ def test_report_is_one_offline_html_file(cli, runs, tmp_path):
     assert out.stat().st_size < 400_000
 
 
+@pytest.mark.browser
 @pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)")
 def test_report_renders_in_headless_chromium_without_errors_or_network(cli, runs, tmp_path):
     from playwright.sync_api import sync_playwright
@@ -107,7 +108,11 @@ def test_correlation_caveat_is_honest_about_small_samples():
     rng = np.random.default_rng(0)
     x = rng.integers(35, 45, 20).astype(float)
     small = correlation_caveat(x, 250 + 2 * x + rng.normal(0, 30, 20))  # the seed's situation: 20 prompts
-    assert "n = 20" in small and "Too few requests" in small
+    assert "n = 20" in small and "fewer than 30" in small and "can't support a claim" in small
+    assert "seed" not in small  # it speaks about the user's run, not the project's history
     x = rng.uniform(10, 2000, 300)
     big = correlation_caveat(x, 50 + 0.5 * x + rng.normal(0, 150, 300))
-    assert "n = 300" in big and "Too few" not in big and "rho = +0.8" in big
+    assert "n = 300" in big and "can't support" not in big and "rho = +0.8" in big
+    flat = rng.uniform(10, 2000, 300)
+    noise = correlation_caveat(flat, rng.normal(300, 30, 300))  # many requests, no relation: the interval spans 0
+    assert "n = 300" in noise and "fewer than" not in noise and "can't support a claim" in noise

@@ -4,7 +4,8 @@ import os
 import pytest
 
 from llmbench.errors import UserError
-from llmbench.results import SCHEMA_VERSION, load_run, prepare_output, save_run
+from llmbench.schema import SCHEMA_VERSION
+from llmbench.storage import load_run, prepare_output, save_run
 from tests.helpers import synthetic_run
 
 
@@ -73,20 +74,44 @@ def test_prepare_output(tmp_path):
 
 
 def test_a_killed_runs_journal_is_merged_and_a_torn_line_dropped(tmp_path):
-    from llmbench.results import journal_path
+    from llmbench.schema import FailedRequest
+    from llmbench.storage import journal_line, journal_path
 
     run = synthetic_run(n=5)
     last = run.requests.pop()
     p = tmp_path / "r.json"
     save_run(run, p)
+    failure = FailedRequest(prompt_index=7, repeat=0, error="HTTP 503: busy", status=503)
     journal_path(p).write_bytes(
-        run.requests[0].model_dump_json().encode()
-        + b"\n"  # already in the JSON
-        + last.model_dump_json().encode()
-        + b"\n"
-        + b'{"prompt_index": 9, "rep'
-    )  # torn
+        journal_line(run.run_id, run.requests[0])  # already in the JSON
+        + journal_line(run.run_id, last)
+        + journal_line(run.run_id, failure)
+        + b'{"run_id":"r","request":{"prompt_index": 9, "rep'  # torn: the kill came mid-write
+    )
     for scalars_only in (False, True):
         back = load_run(p, scalars_only=scalars_only)
         assert [r.prompt_index for r in back.requests] == [0, 1, 2, 3, 4]
-    assert load_run(p).summary.requests == 5
+    back = load_run(p)
+    assert back.summary.requests == 5 and back.summary.failed_requests == 1
+    assert [(f.prompt_index, f.status) for f in back.failed_requests] == [(7, 503)]
+
+
+def test_a_journal_of_another_run_or_a_damaged_one_is_refused(tmp_path):
+    from llmbench.storage import journal_line, journal_path
+
+    run = synthetic_run(n=3)
+    p = tmp_path / "r.json"
+    save_run(run, p)
+    other = synthetic_run(n=4, seed=9)
+    other.run_id = "another-run"
+    journal_path(p).write_bytes(journal_line(other.run_id, other.requests[3]))  # left beside a replaced file
+    with pytest.raises(UserError, match="belongs to run 'another-run'.*move it away"):
+        load_run(p)
+    # a damaged line that is not the last one is not a torn write: refused, never skipped silently
+    journal_path(p).write_bytes(b"garbage\n" + journal_line(run.run_id, run.requests[0]))
+    with pytest.raises(UserError, match=r"journal:1: not a journal line"):
+        load_run(p)
+    # the old format (a bare request, no run id) can't prove whose it is either
+    journal_path(p).write_bytes(run.requests[0].model_dump_json().encode() + b"\n")
+    with pytest.raises(UserError, match="belongs to run None"):
+        load_run(p)

@@ -1,11 +1,7 @@
 """Nothing lost, nothing cryptic: signals, --resume, kill -9, secrets, the writer's cost, and property tests."""
 
 import json
-import os
 import signal
-import subprocess
-import sys
-import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -13,64 +9,25 @@ from hypothesis import strategies as st
 
 from llmbench.errors import UserError
 from llmbench.prompts import load_prompts
-from llmbench.results import RunWriter, journal_path, load_run
+from llmbench.storage import RunWriter, journal_path, load_run
 from tests.conftest import N_PROMPTS
-from tests.helpers import synthetic_run
+from tests.helpers import cli, cli_process, requests_on_disk, synthetic_run, wait_for_requests
 
 
 def _start(tiny_model_dir, prompts, out, *extra, env_extra=None):
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", **(env_extra or {})}
-    args = [
-        sys.executable,
-        "-m",
-        "llmbench",
-        "run",
-        str(prompts),
-        "--model",
-        str(tiny_model_dir),
-        "--device",
-        "cpu",
-        "--dtype",
-        "float32",
-        "--threads",
-        "1",
-        "--max-new-tokens",
-        "24",
-        "--ignore-eos",
-        "--warmup",
-        "0",
-        "-q",
-        *extra,
-    ]
+    args = ["run", prompts, "--model", tiny_model_dir, "--device", "cpu", "--dtype", "float32", "--threads", "1",
+            "--max-new-tokens", "24", "--ignore-eos", "--warmup", "0", "-q", *extra]  # fmt: skip
     if out is not None:
-        args += ["-o", str(out)]
-    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        args += ["-o", out]
+    return cli_process(*args, env=env_extra)
 
 
-def _requests_on_disk(out) -> int:
-    n = 0
-    if out.exists():
-        try:
-            n = len(json.loads(out.read_text(encoding="utf-8"))["requests"])
-        except (json.JSONDecodeError, KeyError):
-            return 0
-    j = journal_path(out)
-    return n + (len(j.read_bytes().splitlines()) if j.exists() else 0)
-
-
-def _wait_for(out, at_least: int, proc, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while _requests_on_disk(out) < at_least:
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, "the run did not progress"
-        time.sleep(0.05)
-
-
+@pytest.mark.subprocess
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_signal_saves_what_finished_and_resume_completes_it(tiny_model_dir, many_prompts, tmp_path, sig, code):
     out = tmp_path / "run.json"
     proc = _start(tiny_model_dir, many_prompts, out)
-    _wait_for(out, 3, proc)
+    wait_for_requests(out, 3, proc)
     proc.send_signal(sig)
     _stdout, stderr = proc.communicate(timeout=60)
     assert proc.returncode == code, stderr
@@ -93,11 +50,12 @@ def test_signal_saves_what_finished_and_resume_completes_it(tiny_model_dir, many
     assert data["summary"]["requests"] == N_PROMPTS
 
 
+@pytest.mark.subprocess
 def test_kill_9_leaves_valid_json_and_loses_at_most_the_request_in_flight(tiny_model_dir, many_prompts, tmp_path):
     out = tmp_path / "run.json"
     proc = _start(tiny_model_dir, many_prompts, out)
-    _wait_for(out, 30, proc)  # past the writer's always-snapshot phase, so the journal is in play
-    before = _requests_on_disk(out)
+    wait_for_requests(out, 30, proc)  # past the writer's always-snapshot phase, so the journal is in play
+    before = requests_on_disk(out)
     proc.kill()
     proc.wait(timeout=30)
     data = json.loads(out.read_text(encoding="utf-8"))  # the JSON itself is valid
@@ -108,7 +66,8 @@ def test_kill_9_leaves_valid_json_and_loses_at_most_the_request_in_flight(tiny_m
     assert run.summary.requests == len(keys)
 
 
-def test_resume_refuses_a_different_setup_in_one_line(cli, tiny_model_dir, prompt_file, tmp_path):
+@pytest.mark.slow
+def test_resume_refuses_a_different_setup_in_one_line(tiny_model_dir, prompt_file, tmp_path):
     out = tmp_path / "r.json"
     base = ["run", prompt_file, "--model", tiny_model_dir, "--device", "cpu", "--max-new-tokens", "3", "-q"]
     assert cli(*base, "-o", out).returncode == 0
@@ -133,37 +92,13 @@ def test_resume_refuses_a_different_setup_in_one_line(cli, tiny_model_dir, promp
     assert done["complete"] and len(done["requests"]) == 3
 
 
+@pytest.mark.subprocess
 def test_secrets_in_the_environment_never_reach_the_json_or_the_terminal(tiny_model_dir, prompt_file, tmp_path):
     secret = "hf_SECRETtoken1234567890"
     out = tmp_path / "r.json"
-    env = {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "HF_TOKEN": secret,
-        "OPENAI_API_KEY": secret + "x",
-        "LLMBENCH_API_KEY": secret + "y",
-    }
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "llmbench",
-            "run",
-            str(prompt_file),
-            "--model",
-            str(tiny_model_dir),
-            "--device",
-            "cpu",
-            "--max-new-tokens",
-            "2",
-            "-o",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
+    env = {"HF_TOKEN": secret, "OPENAI_API_KEY": secret + "x", "LLMBENCH_API_KEY": secret + "y"}
+    r = cli("run", prompt_file, "--model", tiny_model_dir, "--device", "cpu", "--max-new-tokens", "2", "-o", out,
+            env=env, process=True)  # fmt: skip
     assert r.returncode == 0, r.stderr
     for text in (out.read_text(encoding="utf-8"), r.stdout, r.stderr):
         assert "SECRET" not in text

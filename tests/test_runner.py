@@ -1,27 +1,30 @@
+"""The in-process run through the one loop and the public API, on a tiny real Qwen2."""
+
 import json
 
 import pytest
 
-from llmbench.errors import UserError
-from llmbench.models import ModelSpec, load_model
+import llmbench
+from llmbench.errors import RunInterrupted, UserError
 from llmbench.prompts import load_prompts
-from llmbench.results import METRIC_FORMULAS, load_run
-from llmbench.runner import Benchmark, RunInterrupted, RunOptions
+from llmbench.schema import METRIC_FORMULAS
+from llmbench.storage import load_run
+from tests.helpers import Recorder
 
 
 @pytest.fixture(scope="module")
 def tiny(tiny_model_dir):
-    return load_model(ModelSpec(model=str(tiny_model_dir), device="cpu", dtype="float32", threads=1))
+    return llmbench.load_model(str(tiny_model_dir), device="cpu", dtype="float32", threads=1)
 
 
 def test_run_json_meets_the_schema_invariants(tiny, prompt_file, tmp_path):
     out = tmp_path / "run.json"
     prompts = load_prompts(prompt_file)
-    seen = []
-    run = Benchmark(tiny, RunOptions(max_new_tokens=6, ignore_eos=True, warmup=2, repeats=2)).run(
-        prompts, out, on_request=lambda r, done, total: seen.append((done, total))
-    )
-    assert seen == [(i, 6) for i in range(1, 7)]
+    rec = Recorder()
+    run = llmbench.measure(prompt_file, model=tiny, max_new_tokens=6, ignore_eos=True, warmup=2, repeats=2,
+                           output=out, reporter=rec)  # fmt: skip
+    assert [(done, total) for _r, done, total in rec.requests] == [(i, 6) for i in range(1, 7)]
+    assert rec.warmups == [(1, 2), (2, 2)]
     data = json.loads(out.read_text(encoding="utf-8"))
     assert data["schema_version"] == 1 and data["complete"] is True
     assert data["metrics"] == METRIC_FORMULAS
@@ -73,48 +76,61 @@ def test_run_json_meets_the_schema_invariants(tiny, prompt_file, tmp_path):
     assert r0["prompt_tokens"] > 0
 
 
-def test_greedy_is_deterministic_and_repeats_match(tiny, prompt_file, tmp_path):
-    run = Benchmark(tiny, RunOptions(max_new_tokens=5, ignore_eos=True, warmup=0, repeats=2)).run(
-        load_prompts(prompt_file), tmp_path / "r.json"
-    )
+@pytest.mark.slow
+def test_greedy_is_deterministic_and_repeats_match(tiny, prompt_file):
+    run = llmbench.measure(prompt_file, model=tiny, max_new_tokens=5, ignore_eos=True, warmup=0, repeats=2)
     by_key = {(r.prompt_index, r.repeat): r.output_token_ids_sha256 for r in run.requests}
     for i in range(3):
         assert by_key[(i, 0)] == by_key[(i, 1)]
     assert len({r.prompt_tokens for r in run.requests}) == 3  # three different prompts were sent
 
 
-def test_stop_at_eos_can_end_early(tiny, tmp_path):
-    # without --ignore-eos a request may end before max_new_tokens; never after it
-    prompts = tmp_path / "p.txt"
-    prompts.write_text("hi\n", encoding="utf-8")
-    run = Benchmark(tiny, RunOptions(max_new_tokens=4, ignore_eos=False, warmup=0)).run(
-        load_prompts(prompts), tmp_path / "r.json"
-    )
-    assert run.requests[0].output_tokens in range(1, 5)
+@pytest.mark.slow
+def test_eos_ends_a_request_early_and_ignore_eos_does_not(tiny_model_dir, tmp_path):
+    """A model whose most likely token after the prompt is EOS: it stops after one token, unless --ignore-eos."""
+    lm = llmbench.load_model(str(tiny_model_dir), device="cpu", dtype="float32", threads=1)
+    eos = lm.tokenizer.eos_token_id
+    lm.model.get_output_embeddings().register_forward_hook(lambda _m, _i, out: out.index_fill_(-1, _ids(eos), 1e4))
+    stopped = llmbench.measure(["hi"], model=lm, max_new_tokens=4, ignore_eos=False, warmup=0)
+    assert stopped.requests[0].output_tokens == 1 and stopped.requests[0].tpot_ms is None
+    forced = llmbench.measure(["hi"], model=lm, max_new_tokens=4, ignore_eos=True, warmup=0)
+    assert forced.requests[0].output_tokens == 4
 
 
-def test_interrupt_keeps_finished_requests(tiny, prompt_file, tmp_path):
+def _ids(*ids):
+    import torch
+
+    return torch.tensor(ids)
+
+
+def test_a_stop_keeps_finished_requests(tiny, prompt_file, tmp_path):
     out = tmp_path / "r.json"
-
-    def stop_after_two(r, done, total):
-        if done == 2:
-            raise KeyboardInterrupt
-
+    stop = llmbench.Stop()
     with pytest.raises(RunInterrupted) as e:
-        Benchmark(tiny, RunOptions(max_new_tokens=3, warmup=0)).run(
-            load_prompts(prompt_file), out, on_request=stop_after_two
-        )
-    assert len(e.value.run.requests) == 2
+        llmbench.measure(prompt_file, model=tiny, max_new_tokens=3, warmup=0, output=out, stop=stop,
+                         reporter=Recorder(stop=stop, stop_after=2))  # fmt: skip
+    assert len(e.value.run.requests) == 2 and e.value.signal_name == "test"
     data = json.loads(out.read_text(encoding="utf-8"))
     assert data["complete"] is False and len(data["requests"]) == 2
+    assert data["sessions"][0]["interrupted_by"] == "test"
 
 
-def test_sampling_is_recorded_and_seeded(tiny, prompt_file, tmp_path):
-    opts = RunOptions(max_new_tokens=5, ignore_eos=True, warmup=0, sample=True, seed=7, temperature=1.5)
-    a = Benchmark(tiny, opts).run(load_prompts(prompt_file), tmp_path / "a.json")
-    b = Benchmark(tiny, opts).run(load_prompts(prompt_file), tmp_path / "b.json")
+def test_without_output_nothing_is_written(tiny, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    run = llmbench.measure(["one", "two"], model=tiny, max_new_tokens=2, warmup=0)
+    assert len(run.requests) == 2 and run.summary.requests == 2 and run.complete
+    assert run.config.prompt_file == "<list>" and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_sampling_is_recorded_and_seeded(tiny, prompt_file):
+    kw = {"max_new_tokens": 5, "ignore_eos": True, "warmup": 0, "sample": True, "seed": 7, "temperature": 1.5}
+    a = llmbench.measure(prompt_file, model=tiny, **kw)
+    b = llmbench.measure(prompt_file, model=tiny, **kw)
     assert a.config.sampling.do_sample and a.config.sampling.seed == 7
     assert [r.output_token_ids_sha256 for r in a.requests] == [r.output_token_ids_sha256 for r in b.requests]
+    c = llmbench.measure(prompt_file, model=tiny, **{**kw, "seed": 8})
+    assert [r.output_token_ids_sha256 for r in a.requests] != [r.output_token_ids_sha256 for r in c.requests]
 
 
 @pytest.mark.parametrize(
@@ -128,7 +144,7 @@ def test_sampling_is_recorded_and_seeded(tiny, prompt_file, tmp_path):
 )
 def test_bad_options(tiny, kw, match):
     with pytest.raises(UserError, match=match):
-        Benchmark(tiny, RunOptions(**kw))
+        llmbench.measure(["x"], model=tiny, **kw)
 
 
 def test_prompt_longer_than_context_is_named_before_anything_is_written(tiny, tmp_path):
@@ -136,9 +152,9 @@ def test_prompt_longer_than_context_is_named_before_anything_is_written(tiny, tm
     p.write_text("short\n" + "word " * 600 + "\n", encoding="utf-8")
     out = tmp_path / "r.json"
     with pytest.raises(UserError, match=r"long.txt:2: the prompt has \d+ tokens.*context of 512.*--truncate"):
-        Benchmark(tiny, RunOptions(max_new_tokens=4, warmup=0)).run(load_prompts(p), out)
+        llmbench.measure(p, model=tiny, max_new_tokens=4, warmup=0, output=out)
     assert not out.exists()
-    run = Benchmark(tiny, RunOptions(max_new_tokens=4, warmup=0, truncate=True)).run(load_prompts(p), out)
+    run = llmbench.measure(p, model=tiny, max_new_tokens=4, warmup=0, truncate=True, output=out)
     long = run.requests[1]
     assert long.prompt_tokens == 512 - 4 and long.truncated_tokens > 0 and run.requests[0].truncated_tokens == 0
     assert run.config.truncate and run.complete

@@ -1,5 +1,5 @@
 """Ground truth for the stopwatch: a model whose forward passes take known times, driven by the real generate()
-through llmbench's timing path (runner.Benchmark.measure + TokenStamper).
+through llmbench's timing path (the in-process backend's measure, its stop check included, + TokenStamper).
 
 Tolerance: 1 ms + 2%. A loaded 2-core CI machine can preempt any single token, so these checks hold for the
 median and for 80-90% of tokens; benchmarks/stopwatch_accuracy.py checks every token, on a quiet machine.
@@ -9,7 +9,9 @@ import statistics
 
 import pytest
 
-from tests.delayed_model import delayed_benchmark
+from llmbench.backends import Request
+from llmbench.process import Stop
+from tests.delayed_model import delayed_backend
 
 P_MS, D_MS, TOKENS = 40.0, 15.0, 12
 
@@ -20,13 +22,14 @@ def tol(ms: float) -> float:
 
 @pytest.fixture(scope="module")
 def delayed(qwen_tokenizer):
-    return delayed_benchmark(qwen_tokenizer, P_MS, D_MS, TOKENS)
+    return delayed_backend(qwen_tokenizer, P_MS, D_MS, TOKENS)
 
 
 def _request(model, bench):
     model.starts_ns.clear(), model.ends_ns.clear(), model.kinds.clear()
-    r = bench.measure("某化工厂夜间偷排未经处理的工业废水", 0, 0)
-    start, _tokenized, stamper = bench.last_raw
+    r = bench.measure_now(Request("某化工厂夜间偷排未经处理的工业废水", 0, 0), Stop())
+    raw = bench.raw[(0, 0)]
+    start, stamper = raw.start_ns, raw
     assert model.kinds == ["prefill"] + ["decode"] * (TOKENS - 1)
     return r, start, stamper
 
@@ -36,8 +39,8 @@ def test_every_stamp_follows_its_token_within_1ms(delayed):
     lags = []
     for _ in range(3):
         _r, _start, stamper = _request(model, bench)
-        assert len(stamper.times_ns) == len(model.ends_ns) == TOKENS
-        lags += [(s - e) / 1e6 for s, e in zip(stamper.times_ns, model.ends_ns, strict=True)]
+        assert len(stamper.stamps_ns) == len(model.ends_ns) == TOKENS
+        lags += [(s - e) / 1e6 for s, e in zip(stamper.stamps_ns, model.ends_ns, strict=True)]
     assert min(lags) >= 0  # a stamp never comes before the forward pass that produced the token
     assert statistics.median(lags) <= 1.0
     assert sum(lag <= 1.0 for lag in lags) >= 0.9 * len(lags), lags

@@ -1,7 +1,8 @@
 import pytest
 import torch
 
-from llmbench.timing import TokenStamper, ids_sha256, request_result
+from llmbench.generation import TokenStamper
+from llmbench.metrics import ids_sha256, request_result
 
 
 class FakeClock:
@@ -35,7 +36,7 @@ def test_request_result_follows_the_written_formulas():
         tokenized_ns=start + 2 * ms,
         stamps_ns=stamps,
         prompt_tokens=40,
-        token_ids=[1, 2, 3, 4],
+        output_sha256=ids_sha256([1, 2, 3, 4]),
         output_text="abcd",
     )
     assert r.ttft_ms == 120.0 == r.token_times_ms[0]
@@ -53,7 +54,7 @@ def test_one_token_has_no_tpot():
         tokenized_ns=1,
         stamps_ns=[5_000_000],
         prompt_tokens=1,
-        token_ids=[1],
+        output_sha256=ids_sha256([1]),
         output_text="x",
     )
     assert r.tpot_ms is None and r.ttft_ms == r.e2e_ms == 5.0

@@ -1,4 +1,4 @@
-"""The run JSON: a versioned schema, atomic saves, and a reader that refuses what it doesn't know.
+"""The run JSON: a versioned pydantic schema, the formulas behind every number, and which setup fields must match.
 
 Schema history (bump ``SCHEMA_VERSION`` on any change a reader of the old version would misread):
   1 (llmbench 0.1.0): first version. Optional fields added since, which a version-1 reader may ignore:
@@ -9,25 +9,33 @@ Schema history (bump ``SCHEMA_VERSION`` on any change a reader of the old versio
     config.attn_implementation/cache_implementation/compile/quantization, load.quantize_s/compile_s
     (0.1.0, sweep);
     config.weights "unknown", config.endpoint, requests[].chunks/tokens_from/server_ttft_ms/server_queue_ms/
-    stream_end_ms, summary.stream_*, client, failed_requests (0.1.0, endpoint runs).
+    stream_end_ms, summary.stream_*, client, failed_requests (0.1.0, endpoint runs);
+    probe.method, failed_requests[].session, requests[].prompt_tokens null when unknown (0.2.0, one engine:
+    endpoint runs probe the client machine with numpy when the server is on loopback).
+
+No torch here: compare, show and the endpoint client read and write runs without it.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
-import time
-from pathlib import Path
-from typing import Literal
+from datetime import datetime, timezone
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
-
-from llmbench.errors import UserError, read_user_file
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 SCHEMA_VERSION = 1
-_UMASK = os.umask(0)
-os.umask(_UMASK)
+
+# Which fields of the setup must be equal, and for what. A field's ``match`` says it: RESUME (a resumed run
+# continues the same measurement), COMPARE (compare lists it as "setup differs"), ENV (compare lists it as
+# "environment differs"). Resume, compare, sweep and ab all read these lists through ``must_match``.
+RESUME, COMPARE, ENV = "resume", "compare", "env"
+
+
+def _match(*purposes: str, default: Any = None, **kw: Any) -> Any:
+    if "default_factory" in kw:
+        return Field(json_schema_extra={"match": list(purposes)}, **kw)
+    return Field(default, json_schema_extra={"match": list(purposes)}, **kw)
+
 
 # Written into every run so a reader never has to guess what a number means.
 METRIC_FORMULAS: dict[str, str] = {
@@ -58,7 +66,8 @@ ENDPOINT_METRIC_FORMULAS: dict[str, str] = {
     "tokens)",
     "e2e_ms": "last content event - request_start (stream_end_ms: when [DONE] or the end of the body arrived)",
     "tokenize_ms": "0: templating and tokenizing happen on the server, inside ttft_ms",
-    "prefill_tokens_per_s": "prompt_tokens / ttft_ms * 1000: as the client sees it, transport and queue included",
+    "prefill_tokens_per_s": "prompt_tokens / ttft_ms * 1000: as the client sees it, transport and queue included; "
+    "null when prompt_tokens is unknown",
     "token_times_ms": "arrival of each content event, in ms since request_start; token_times_ms[0] == ttft_ms",
     "stamp": "time.perf_counter_ns() when the SSE parser hands over the event (httpx + httpx-sse, one process)",
     "stream_gaps_under_1ms_share": "share of gaps between consecutive content events under 1 ms, all requests",
@@ -81,39 +90,42 @@ class Sampling(_Model):
 
 
 class EndpointConfig(_Model):
-    url: str  # the chat completions URL, without credentials or query
+    url: str = _match(RESUME, COMPARE, default=...)  # the chat completions URL, without credentials or query
     api_key_env: str | None = None  # the variable the key came from (the key itself is never written)
-    concurrency: int = 1
+    concurrency: int = _match(RESUME, COMPARE, default=1)
     server: dict | None = None  # what GET /health said (llmbench serve), if anything
-    request_extra: dict = {}  # fields sent besides messages/model/stream (max_tokens, temperature, ...)
+    # fields sent besides messages/model/stream (max_tokens, temperature, ...)
+    request_extra: dict = _match(RESUME, COMPARE, default_factory=dict)
 
 
 class RunConfig(_Model):
-    mode: Literal["in-process", "endpoint"] = "in-process"
-    model: str
-    model_source: str  # "hub" | "folder" | "gguf" | "builtin"
-    weights: Literal["pretrained", "random", "unknown"]  # unknown: an endpoint that doesn't say
-    device: str
-    dtype: str
+    mode: Literal["in-process", "endpoint"] = _match(RESUME, COMPARE, default="in-process")
+    model: str = _match(RESUME, COMPARE, default=...)
+    model_source: str  # "hub" | "folder" | "gguf" | "builtin" | "endpoint"
+    # unknown: an endpoint that doesn't say
+    weights: Literal["pretrained", "random", "unknown"] = _match(RESUME, COMPARE, default=...)
+    device: str = _match(RESUME, COMPARE, default=...)
+    dtype: str = _match(RESUME, COMPARE, default=...)
     dtype_reason: str = ""
-    threads: int | None = None
-    max_new_tokens: int
-    ignore_eos: bool
+    threads: int | None = _match(RESUME, COMPARE)
+    max_new_tokens: int = _match(RESUME, COMPARE, default=...)
+    ignore_eos: bool = _match(RESUME, COMPARE, default=...)
     warmup: int
-    repeats: int
+    repeats: int = _match(RESUME, COMPARE, default=...)
     prompt_file: str
-    prompt_sha256: str
+    prompt_sha256: str = _match(RESUME, COMPARE, default=...)
     prompt_count: int
-    sampling: Sampling = Sampling()
-    chat_template: bool = True
-    system_prompt: str | None = None
-    device_map: str | None = None
-    truncate: bool = False  # prompts longer than the context were cut (left side) instead of refused
-    attn_implementation: str | None = None  # --attn; None: transformers' default for the model
-    cache_implementation: Literal["dynamic", "static"] = "dynamic"  # KV cache (--cache)
-    compile: bool = False  # decode steps run through torch.compile (static cache)
-    quantization: str | None = None  # "int8": dynamic int8 linear weights
-    endpoint: EndpointConfig | None = None  # mode "endpoint": where and how the requests went
+    sampling: Sampling = _match(RESUME, COMPARE, default_factory=lambda: Sampling())
+    chat_template: bool = _match(RESUME, COMPARE, default=True)
+    system_prompt: str | None = _match(RESUME, COMPARE)
+    device_map: str | None = _match(RESUME, COMPARE)  # --device-map as given (None: straight onto the device)
+    # prompts longer than the context were cut (left side) instead of refused
+    truncate: bool = _match(RESUME, COMPARE, default=False)
+    attn_implementation: str | None = _match(RESUME, COMPARE)  # --attn; None: transformers' default for the model
+    cache_implementation: Literal["dynamic", "static"] = _match(RESUME, COMPARE, default="dynamic")  # --cache
+    compile: bool = _match(RESUME, COMPARE, default=False)  # decode steps run through torch.compile (static cache)
+    quantization: str | None = _match(RESUME, COMPARE)  # "int8": dynamic int8 linear weights
+    endpoint: EndpointConfig | None = None  # mode "endpoint": where and how the requests went (fields: own match)
 
 
 class GPUInfo(_Model):
@@ -124,15 +136,15 @@ class GPUInfo(_Model):
 
 
 class Environment(_Model):
-    python: str
-    torch: str | None = None
-    transformers: str | None = None
-    platform: str
-    cpu_model: str
-    cpu_count: int | None = None
+    python: str = _match(RESUME, ENV, default=...)
+    torch: str | None = _match(RESUME, ENV)
+    transformers: str | None = _match(RESUME, ENV)
+    platform: str = _match(ENV, default=...)  # the kernel version: a resume across a reboot is allowed
+    cpu_model: str = _match(RESUME, ENV, default=...)
+    cpu_count: int | None = _match(RESUME, ENV)
     cpu_physical_cores: int | None = None
     ram_total_bytes: int | None = None
-    gpu: GPUInfo | None = None
+    gpu: GPUInfo | None = _match(RESUME, ENV)
 
 
 class Offload(_Model):
@@ -158,7 +170,7 @@ class LoadInfo(_Model):
 class RequestResult(_Model):
     prompt_index: int
     repeat: int
-    prompt_tokens: int
+    prompt_tokens: int | None  # None: unknown (an endpoint that sent no usage, no --tokenizer)
     output_tokens: int
     tokenize_ms: float
     ttft_ms: float
@@ -218,6 +230,7 @@ class Summary(_Model):
 
 
 class Probe(_Model):
+    method: Literal["torch", "numpy"] = "torch"  # numpy: an endpoint run's client (no torch there), 1 thread
     mem_read_gbps: float  # float32 sum over 256 MB (1 GB on GPU), the run's device and threads, median of 7
     matmul_gflops: float  # float32 256x1024 @ 1024x1024, the run's device and threads, median of 25
     threads: int
@@ -275,6 +288,7 @@ class FailedRequest(_Model):
     error: str
     status: int | None = None  # HTTP status, when there was one
     started_s: float = 0.0
+    session: int = 0
 
 
 class Session(_Model):
@@ -316,7 +330,7 @@ class RequestScalars(_Lean):
 
     prompt_index: int
     repeat: int
-    prompt_tokens: int
+    prompt_tokens: int | None
     output_tokens: int
     ttft_ms: float
     tpot_ms: float | None
@@ -340,193 +354,53 @@ class RunScalars(_Lean):
     requests: list[RequestScalars] = []
 
 
-def save_run(run: Run, path: str | Path) -> None:
-    """Write ``run`` to ``path`` atomically: a temp file in the same folder, fsync, then rename.
-
-    A reader (or a crash at any instant) sees either the previous complete file or the new one.
-    """
-    write_atomic(path, run.model_dump_json(exclude_none=False).encode("utf-8"))
-
-
-def write_atomic(path: str | Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temp file in the same folder, fsync and rename."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes 0600; a result file is as readable as any other
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+def must_match(purpose: str, model: type[BaseModel] = RunConfig, prefix: str = "") -> tuple[str, ...]:
+    """The (dotted) field names of ``model`` whose ``match`` includes ``purpose``, nested models walked."""
+    keys: list[str] = []
+    for name, f in model.model_fields.items():
+        extra = f.json_schema_extra if isinstance(f.json_schema_extra, dict) else {}
+        if purpose in (extra.get("match") or ()):  # type: ignore[operator]
+            keys.append(prefix + name)
+        sub = f.annotation
+        for arg in getattr(sub, "__args__", ()) or (sub,):
+            if isinstance(arg, type) and issubclass(arg, _Model) and arg is not model:
+                keys += must_match(purpose, arg, f"{prefix}{name}.")
+    return tuple(keys)
 
 
-def journal_path(path: str | Path) -> Path:
-    """The append-only sidecar of a run JSON: one finished request a line, until the run is compacted."""
-    p = Path(path)
-    return p.with_name(p.name + ".journal")
+def field_value(data: dict, key: str) -> Any:
+    """``data["a"]["b"]`` for ``"a.b"`` (None where a level is missing or None)."""
+    for part in key.split("."):
+        if not isinstance(data, dict):
+            return None
+        data = data.get(part)  # type: ignore[assignment]
+    return data
 
 
-class RunWriter:
-    """Saves a run so that a crash at any instant loses at most the request in flight, in O(n) total work.
-
-    Every finished request is appended to ``<path>.journal`` (one JSON line, fsync): O(1) per request.
-    The full JSON is rewritten atomically (a *snapshot*) after each of the first ``always`` requests, then
-    whenever the requests since the last snapshot reach ``growth`` (10%) of its size: snapshot sizes grow
-    geometrically, so all of them together write about 1 + 1/growth = 11 times the final file, not n times.
-    Each snapshot empties the journal. ``close()`` writes the final JSON and removes the journal. Readers
-    (:func:`load_run`, ``--resume``) merge a journal left by a killed run.
-    """
-
-    def __init__(self, path: str | Path, run: Run, *, growth: float = 0.1, always: int = 20, clock=None) -> None:
-        self.path = Path(path)
-        self.journal = journal_path(path)
-        self.growth, self.always = growth, always
-        self._clock = clock or time.perf_counter
-        self._last_n = 0
-        self.snapshot_seconds = 0.0
-        self.snapshots = 0
-        self.journal_seconds = 0.0
-        self.snapshot(run)
-
-    def snapshot(self, run: Run) -> None:
-        """Rewrite the whole JSON atomically and empty the journal (it is all in the snapshot now)."""
-        t = self._clock()
-        save_run(run, self.path)
-        with open(self.journal, "wb") as f:
-            os.fsync(f.fileno())
-        self._last_n = len(run.requests)
-        self.snapshot_seconds += self._clock() - t
-        self.snapshots += 1
-
-    def add(self, run: Run, request: RequestResult, summarize=None) -> bool:
-        """Record ``request`` (already appended to ``run.requests``); returns True when a snapshot was written.
-
-        ``summarize`` refreshes ``run.summary`` before a snapshot (it is O(n), so only then).
-        """
-        t = self._clock()
-        with open(self.journal, "ab") as f:
-            f.write(request.model_dump_json().encode("utf-8") + b"\n")
-            f.flush()
-            os.fsync(f.fileno())
-        self.journal_seconds += self._clock() - t
-        n = len(run.requests)
-        if n <= self.always or n - self._last_n >= self.growth * self._last_n:
-            if summarize:
-                summarize()
-            self.snapshot(run)
-            return True
-        return False
-
-    def close(self, run: Run) -> None:
-        """The final JSON; the journal goes."""
-        save_run(run, self.path)
-        self.journal.unlink(missing_ok=True)
-
-
-def merge_journal(run: Run, path: str | Path) -> int:
-    """Add the requests of ``path``'s journal (a killed run's) that the JSON lacks; returns how many.
-
-    A torn last line (the kill came mid-write) is the request in flight: dropped.
-    """
-    jp = journal_path(path)
-    if not jp.is_file():
-        return 0
-    have = {(r.prompt_index, r.repeat) for r in run.requests}
-    added = 0
-    for line in jp.read_bytes().splitlines():
-        try:
-            req = RequestResult.model_validate_json(line)
-        except ValidationError:
-            continue
-        if (req.prompt_index, req.repeat) not in have:
-            run.requests.append(req)
-            have.add((req.prompt_index, req.repeat))
-            added += 1
-    if added:
-        from llmbench.stats import summarize
-
-        old = run.summary
-        run.summary = summarize(
-            run.requests,
-            run.load.decode_weight_bytes if run.load else None,
-            old.roofline_mem_read_gbps if old else None,
-        )
-    return added
-
-
-def load_run(path: str | Path, *, scalars_only: bool = False) -> Run:
-    """Read and validate a run JSON; :class:`UserError` (one line, naming the file) for anything unusable.
-
-    ``scalars_only`` skips the token stamps and texts (returns a :class:`RunScalars`): 3x faster.
-    """
-    p = Path(path)
-    data = read_user_file(p, "run file")
-    if scalars_only and journal_path(p).is_file():
-        scalars_only = False  # a killed run: read it whole so its journal can be merged
-    try:
-        # The fast path: pydantic parses and validates in one pass (a 10,000-request run in ~0.4 s).
-        run = (RunScalars if scalars_only else Run).model_validate_json(data)
-    except ValidationError:
-        _diagnose(p, data)  # raises the one-line reason
-        raise UserError(f"{p} is not a valid run JSON") from None  # _diagnose found nothing more precise
-    if not scalars_only:
-        merge_journal(run, p)  # a killed run's last requests are in its journal (no journal: nothing to do)
-    return run
-
-
-def _diagnose(p: Path, data: bytes) -> None:
-    """Why ``data`` is not a run JSON, as a :class:`UserError`, checked in the order a user can act on."""
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise UserError(f"{p} is not a run JSON (not UTF-8 text)") from None
-    if not text.strip():
-        raise UserError(f"{p} is empty, not a run JSON")
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as e:
-        hint = " (truncated?)" if e.pos >= len(text.rstrip()) else ""
-        raise UserError(f"{p} is not valid JSON{hint}: {e.msg} at line {e.lineno}") from None
-    if not isinstance(obj, dict) or "schema_version" not in obj or "requests" not in obj:
-        raise UserError(f"{p} is not an llmbench run JSON (no schema_version/requests)")
-    version = obj["schema_version"]
-    if version != SCHEMA_VERSION:
-        raise UserError(
-            f"{p} has schema_version {version!r}; this llmbench ({_version()}) reads version {SCHEMA_VERSION}: "
-            "upgrade or downgrade llmbench to read it"
-        )
-    try:
-        Run.model_validate(obj)
-    except ValidationError as e:
-        err = e.errors()[0]
-        loc = ".".join(str(x) for x in err["loc"])
-        raise UserError(f"{p} is not a valid run JSON: {loc}: {err['msg']}") from None
-
-
-def _version() -> str:
-    from llmbench import __version__
-
-    return __version__
+def differences(a: dict, b: dict, keys: tuple[str, ...]) -> list[tuple[str, Any, Any]]:
+    """(key, a's value, b's value) for each key whose values differ."""
+    return [(k, field_value(a, k), field_value(b, k)) for k in keys if field_value(a, k) != field_value(b, k)]
 
 
 def utc_now() -> str:
     """ISO 8601 UTC to the second, as every timestamp in a run is written."""
-    from datetime import datetime, timezone
-
     return datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
-def new_run_record(config: RunConfig, environment: Environment, **fields) -> Run:
-    """A run before its first request (both run modes): version stamps, a fresh id, ``complete: false``."""
+def llmbench_version() -> str:
+    """This package's version."""
+    from llmbench.version import __version__
+
+    return __version__
+
+
+def new_run_record(config: RunConfig, environment: Environment, **fields: Any) -> Run:
+    """A run before its first request (every mode): version stamps, a fresh id, ``complete: false``."""
     import uuid
 
     return Run(
-        schema_version=SCHEMA_VERSION,
-        llmbench_version=_version(),
+        schema_version=1,  # SCHEMA_VERSION, as the Literal the model declares
+        llmbench_version=llmbench_version(),
         run_id=uuid.uuid4().hex,
         created_at=utc_now(),
         complete=False,
@@ -534,41 +408,3 @@ def new_run_record(config: RunConfig, environment: Environment, **fields) -> Run
         environment=environment,
         **fields,
     )
-
-
-def default_output_path(model: str, device: str, folder: str | Path = "results") -> Path:
-    """``results/<UTC time>-<model>-<device>.json``; a suffix keeps two runs in the same second apart."""
-    from datetime import datetime, timezone
-
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    name = Path(model.rstrip("/\\")).name or "model"
-    slug = "".join(c if c.isalnum() or c in "._-" else "_" for c in f"{name}-{device.replace(':', '')}")
-    base = Path(folder) / f"{stamp}-{slug}"
-    path, k = base.with_suffix(".json"), 1
-    while path.exists():
-        path, k = Path(f"{base}-{k}.json"), k + 1
-    return path
-
-
-def prepare_output(path: str | Path, overwrite: bool) -> Path:
-    """Check, before any slow work, that the run JSON can be written at ``path`` without losing a file.
-
-    A missing folder is made; a folder that can't be made, an existing file (unless ``overwrite``) or an
-    unwritable place is a :class:`UserError`.
-    """
-    p = Path(path).expanduser()
-    if p.is_dir():
-        raise UserError(f"output {p} is a folder; give a file name such as {p / 'run.json'}")
-    if p.exists() and not overwrite:
-        raise UserError(f"output {p} already exists; choose another -o or pass --overwrite")
-    for parent in [p.parent, *p.parent.parents]:
-        if parent.exists() and not parent.is_dir():
-            raise UserError(f"cannot make the output folder {p.parent}: {parent} is a file")
-    try:
-        p.parent.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".probe", dir=p.parent)
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as e:
-        raise UserError(f"cannot write to {p.parent}: {e.strerror or e}") from None
-    return p

@@ -8,37 +8,33 @@ of the machine (heat, a neighbour's job) hits all setups alike instead of whiche
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import dataclasses
 import itertools
 import json
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import psutil
 import torch
 
-from llmbench import machine, models
-from llmbench.errors import UserError
+from llmbench import models
+from llmbench.backends import Request
+from llmbench.backends.inprocess import InProcessBackend
+from llmbench.errors import RunInterrupted, UserError
+from llmbench.generation import generation_thread
+from llmbench.loop import NullReporter, Reporter, Track, execute, new_track
+from llmbench.models import LoadedModel
+from llmbench.options import ModelOptions, RunOptions
+from llmbench.process import Stop, freeze_now
 from llmbench.prompts import PromptSet
-from llmbench.results import Run, RunWriter, Session, prepare_output, utc_now, write_atomic
-from llmbench.runner import (
-    Benchmark,
-    RunInterrupted,
-    RunOptions,
-    _machine_state,
-    _StopFlag,
-    compiled_graphs,
-    recompile_warning,
-)
-from llmbench.stats import summarize
+from llmbench.schema import COMPARE, Run, differences, must_match, utc_now
+from llmbench.storage import prepare_output, write_atomic
 
-SWEEP_VERSION = 1  # sweep.json; history: 1 (llmbench 0.1.0) first version
+SWEEP_VERSION = 1  # sweep.json; history: 1 (llmbench 0.1.0) first version; 0.2.0 adds "varied"
 
 
 @dataclass(frozen=True)
@@ -85,7 +81,7 @@ def split_list(text: str | None, option: str) -> list[str]:
 
 
 def plan(
-    spec: models.ModelSpec,
+    spec: ModelOptions,
     options: RunOptions,
     *,
     dtype: str,
@@ -106,14 +102,16 @@ def plan(
     setups, skipped = expand(
         dtypes,
         thread_list,
-        split_list(attn, "--attn") or [None],
+        list[str | None](split_list(attn, "--attn")) or [None],
         split_list(cache, "--cache"),
         [False, True] if compile_ else [False],
         [None if q == "none" else q for q in split_list(quantize, "--quantize")],
     )
+    if not setups:
+        raise UserError(f"no setup to sweep: every combination was left out ({'; '.join(skipped)})")
     for s in setups:
         dataclasses.replace(options, cache=s.cache, compile=s.compile).validate()
-        dataclasses.replace(spec, dtype=s.dtype, threads=s.threads, attn=s.attn, quantize=s.quantize).validate()
+        models.validate(dataclasses.replace(spec, dtype=s.dtype, threads=s.threads, attn=s.attn, quantize=s.quantize))
     return setups, skipped
 
 
@@ -150,27 +148,30 @@ def expand(
 
 @dataclass
 class SweepEntry:
-    """One setup's model, benchmark, run record and writer while the sweep runs."""
+    """One setup's backend and run while the sweep runs."""
 
     setup: Setup
-    bench: Benchmark
-    run: Run
+    backend: InProcessBackend
     path: Path
-    writer: RunWriter | None = None
-    recompiles: int = 0
+    track: Track | None = None
+
+    @property
+    def run(self) -> Run:
+        assert self.track is not None, "the sweep has not started"
+        return self.track.run
 
 
 class Sweep:
-    """Loads what the setups need, then measures them in interleaved rounds. Importable without the CLI."""
+    """Loads what the setups need, then measures them in interleaved rounds on the one run loop."""
 
     def __init__(
         self,
         setups: list[Setup],
-        spec: models.ModelSpec,
+        spec: ModelOptions,
         options: RunOptions,
         out_dir: Path,
         *,
-        on_status: Callable[[str], None] | None = None,
+        reporter: Reporter | None = None,
         rank_by: str = "mean",
     ) -> None:
         if rank_by not in ("mean", "p50"):
@@ -181,7 +182,7 @@ class Sweep:
         self.spec = spec
         self.options = options
         self.out_dir = out_dir
-        self.on_status = on_status or (lambda _m: None)
+        self.reporter = reporter or NullReporter()
         self.rank_by = rank_by  # the statistic that picks the best: mean (default) or p50 (robust to outliers)
         self.entries: list[SweepEntry] = []
         self.started_at = utc_now()
@@ -195,122 +196,70 @@ class Sweep:
             return (s.dtype, s.quantize, s.threads, s.attn, "compiled")
         return (s.dtype, s.quantize)
 
-    def load(self, prompts: PromptSet) -> None:
-        """Load every model the setups need (one per dtype/quantization, one per compiled setup), check every
-        prompt fits, and reserve every output file before any request."""
-        loaded: dict[tuple, models.LoadedModel] = {}
+    async def load(self, prompts: PromptSet) -> None:
+        """Load every model the setups need (one per dtype/quantization, one per compiled setup) on the
+        generation thread, check every prompt fits, compile, and reserve every output file before any request."""
+        loaded: dict[tuple, LoadedModel] = {}
+        thread = generation_thread()
         for s in self.setups:
             key = self._model_key(s)
-            plain = (s.dtype, s.quantize)
-            if key not in loaded and plain in loaded:  # a copy in memory is faster than building it again
-                self.on_status(f"copying the {s.quantize or s.dtype} model for {s.label()} ...")
-                src = loaded[plain]
-                loaded[key] = dataclasses.replace(src, model=copy.deepcopy(src.model), warnings=list(src.warnings))
-            elif key not in loaded:
-                self.on_status(f"loading {self.spec.model} as {s.quantize or s.dtype} ...")
-                spec = dataclasses.replace(self.spec, dtype=s.dtype, threads=s.threads, quantize=s.quantize, attn=None)
-                loaded[key] = models.load_model(spec)
+            if key not in loaded:
+                loaded[key] = await asyncio.wrap_future(thread.submit(self._load, s, loaded))
             base = loaded[key]
             lm = dataclasses.replace(base, threads=s.threads, load=base.load.model_copy(deep=True))
             options = dataclasses.replace(self.options, cache=s.cache, compile=s.compile)
-            bench = Benchmark(lm, options)
-            self._apply(s, bench)
-            bench.check_prompts(prompts)
-            run = bench.new_run(prompts)
-            run.sessions.append(Session(started_at=run.created_at, environment=run.environment, load=lm.load))
+            spec = dataclasses.replace(self.spec, dtype=s.dtype, threads=s.threads, attn=s.attn, quantize=s.quantize)
+            backend = InProcessBackend(spec, options, loaded=lm, label=f"{s.label()}: ")
+            if s.compile:
+                self.reporter.status(f"compiling {s.label()} ...")
+            await backend.start(prompts)
             path = prepare_output(self.out_dir / f"{s.slug()}.json", overwrite=False)
-            self.entries.append(SweepEntry(s, bench, run, path))
+            self.entries.append(SweepEntry(s, backend, path))
         sweep_json = self.out_dir / "sweep.json"
         if sweep_json.exists():
             raise UserError(f"{sweep_json} already exists; choose another -o folder")
 
-    @staticmethod
-    def _apply(s: Setup, bench: Benchmark) -> None:
-        """Put the shared process state (threads, attention kernel) into this setup's position."""
-        torch.set_num_threads(s.threads)
-        if s.attn is not None:
-            models.set_attention(bench.loaded.model, s.attn)
+    def _load(self, s: Setup, loaded: dict[tuple, LoadedModel]) -> LoadedModel:
+        """On the generation thread: a copy of a model in memory (faster than building it again), or a load."""
+        plain = (s.dtype, s.quantize)
+        if plain in loaded:
+            self.reporter.status(f"copying the {s.quantize or s.dtype} model for {s.label()} ...")
+            src = loaded[plain]
+            return dataclasses.replace(src, model=copy.deepcopy(src.model), warnings=list(src.warnings))
+        self.reporter.status(f"loading {self.spec.model} as {s.quantize or s.dtype} ...")
+        spec = dataclasses.replace(self.spec, dtype=s.dtype, threads=s.threads, quantize=s.quantize, attn=None)
+        lm = models.load_model(spec)
+        freeze_now()
+        return lm
 
     # -- measuring ----------------------------------------------------------------------------------------
 
-    def run(
-        self,
-        prompts: PromptSet,
-        on_request: Callable[[SweepEntry, int, int], None] | None = None,
-    ) -> dict[str, Any]:
-        """Compile, warm up, then ``options.repeats`` rounds over every setup; write each run JSON and
-        ``sweep.json``; return the sweep record. SIGINT/SIGTERM: everything finished is saved, then
-        :class:`RunInterrupted` is raised with the path of ``sweep.json``."""
-        stop = _StopFlag()
-        sampler = machine.Sampler()
-        total = len(self.entries) * self.options.repeats * len(prompts.prompts)
-        done = 0
-        probes: dict[int, Any] = {}
-        try:
-            with stop.installed():
-                for e in self.entries:
-                    self._apply(e.setup, e.bench)
-                    if e.setup.compile and not stop.signal:
-                        self.on_status(f"compiling {e.setup.label()} ...")
-                        e.bench.compile_now(prompts)
-                    for w in range(self.options.warmup):
-                        if stop.signal:
-                            break
-                        n = len(prompts.prompts)
-                        warm = e.bench.measure(prompts.prompts[w % n], w % n, -1 - w // n, stop=stop)
-                        if warm is not None:
-                            e.run.warmup_requests.append(warm)
-                    e.writer = RunWriter(e.path, e.run)
-                for t in sorted({s.threads for s in self.setups}):
-                    probes[t] = machine.probe(t, self.entries[0].bench.loaded.device)
-                swap0 = psutil.swap_memory()
-                sampler.start()
-                t0 = time.perf_counter()
-                k = len(self.entries)
-                for rnd in range(self.options.repeats):
-                    order = self.entries[rnd % k :] + self.entries[: rnd % k]  # who goes first rotates
-                    for e in order:
-                        if stop.signal:
-                            break
-                        self._apply(e.setup, e.bench)
-                        graphs = compiled_graphs()
-                        for i, prompt in enumerate(prompts.prompts):
-                            r = e.bench.measure(prompt, i, rnd, started_s=time.perf_counter() - t0, stop=stop)
-                            if r is None:
-                                break
-                            e.run.requests.append(r)
-                            e.writer.add(e.run, r, summarize=lambda e=e: self._summarize(e, probes))
-                            done += 1
-                            if on_request:
-                                on_request(e, done, total)
-                        e.recompiles += compiled_graphs() - graphs
-                sampler.stop()
-                for e in self.entries:
-                    e.run.machine = _machine_state(swap0, probes[e.setup.threads], sampler)
-                    self._summarize(e, probes)
-        except KeyboardInterrupt:
-            stop.signal = stop.signal or "SIGINT"
-        finally:
-            sampler.stop()
-        for e in self.entries:
-            if e.recompiles:
-                e.run.warnings.append(recompile_warning(e.recompiles))
-            e.run.complete = not stop.signal and len(e.run.requests) == self.options.repeats * len(prompts.prompts)
-            if stop.signal:
-                e.run.sessions[-1].interrupted_by = stop.signal
-            if e.writer is not None:
-                e.writer.close(e.run)
-        record = self.record(prompts, complete=not stop.signal)
-        path = self.out_dir / "sweep.json"
-        write_atomic(path, (json.dumps(record, indent=2) + "\n").encode("utf-8"))
-        if stop.signal:
-            raise RunInterrupted(self.entries[0].run, path, stop.signal)
-        return record
+    def plan(self, prompts: PromptSet) -> list[tuple[Track, Request]]:
+        """``repeats`` rounds; each runs every setup once over the whole prompt list, and who goes first
+        rotates, so drift of the machine lands on every setup alike."""
+        k, plan = len(self.entries), []
+        for rnd in range(self.options.repeats):
+            for e in self.entries[rnd % k :] + self.entries[: rnd % k]:
+                assert e.track is not None
+                plan += [(e.track, Request(p, i, rnd)) for i, p in enumerate(prompts.prompts)]
+        return plan
 
-    @staticmethod
-    def _summarize(e: SweepEntry, probes: dict) -> None:
-        probe = probes[e.setup.threads]
-        e.run.summary = summarize(e.run.requests, e.bench.loaded.load.decode_weight_bytes, probe.mem_read_gbps)
+    async def run(self, prompts: PromptSet, stop: Stop | None = None) -> dict[str, Any]:
+        """Warm up, then the rounds; write each run JSON and ``sweep.json``; return the sweep record. A stop:
+        everything finished is saved, then :class:`RunInterrupted` is raised with the path of ``sweep.json``."""
+        for e in self.entries:
+            e.track = new_track(e.backend, prompts, e.path)
+        path = self.out_dir / "sweep.json"
+        tracks = [e.track for e in self.entries if e.track is not None]
+        try:
+            await execute(tracks, self.plan(prompts), prompts, warmup=self.options.warmup, stop=stop,
+                          reporter=self.reporter)  # fmt: skip
+        except RunInterrupted as e:
+            write_atomic(path, _json(self.record(prompts, complete=False)))
+            raise RunInterrupted(e.runs, path, e.signal_name) from None
+        record = self.record(prompts, complete=True)
+        write_atomic(path, _json(record))
+        return record
 
     # -- the record ---------------------------------------------------------------------------------------
 
@@ -330,10 +279,10 @@ class Sweep:
                     "tpot_ms_p50": s.tpot_ms.p50 if s and s.tpot_ms else None,
                     "tpot_efficiency": s.tpot_efficiency if s else None,
                     "tpot_bound_ms": s.tpot_bound_ms if s else None,
-                    "decode_weight_bytes": e.bench.loaded.load.decode_weight_bytes,
-                    "load_s": e.bench.loaded.load.seconds,
-                    "quantize_s": e.bench.loaded.load.quantize_s,
-                    "compile_s": e.bench.loaded.load.compile_s,
+                    "decode_weight_bytes": e.backend.lm.load.decode_weight_bytes,
+                    "load_s": e.backend.lm.load.seconds,
+                    "quantize_s": e.backend.lm.load.quantize_s,
+                    "compile_s": e.backend.lm.load.compile_s,
                     "run_file": e.path.name,
                 }
             )
@@ -345,7 +294,8 @@ class Sweep:
             "complete": complete,
             "model": self.spec.model,
             "weights": self.spec.weights,
-            "device": self.entries[0].bench.loaded.device,
+            "device": self.entries[0].backend.lm.device,
+            "varied": self.varied(),
             "prompt_file": prompts.path,
             "prompt_sha256": prompts.sha256,
             "rounds": self.options.repeats,
@@ -366,6 +316,11 @@ class Sweep:
                 "paired bootstrap 95% interval over the same (prompt, round) requests",
             },
         }
+
+    def varied(self) -> list[str]:
+        """The setup fields (compare's list, from the schema) that differ between the sweep's runs."""
+        configs = [e.run.config.model_dump() for e in self.entries]
+        return sorted({k for c in configs[1:] for k, _, _ in differences(configs[0], c, must_match(COMPARE))})
 
     def margin(self, rows: list[dict], metric: str) -> dict[str, Any] | None:
         """How far the runner-up is behind the best, with a paired 95% interval: is the best really best?"""
@@ -413,7 +368,11 @@ def pareto(rows: list[dict], stat: str = "mean") -> list[dict]:
     return sorted((r for r in have if not any(beats(o, r) for o in have)), key=lambda r: r[p])
 
 
-def prepare_dir(out: Path | None) -> Path:
+def _json(record: dict) -> bytes:
+    return (json.dumps(record, indent=2) + "\n").encode("utf-8")
+
+
+def prepare_sweep_dir(out: Path | None) -> Path:
     """The sweep's folder: ``results/sweep-<UTC time>`` by default; an existing sweep is never overwritten."""
     if out is None:
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")

@@ -1,13 +1,73 @@
-"""Summary statistics of a run's requests (numpy; the formulas live in results.METRIC_FORMULAS)."""
+"""Stamps -> numbers, for every mode: one request's metrics, and a run's summary (numpy, no torch).
+
+The formulas are written in ``schema.METRIC_FORMULAS`` (and so into every run JSON); this module computes
+exactly those. In-process runs stamp tokens, endpoint runs stamp SSE events: the same function turns either
+into a :class:`RequestResult`.
+"""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Sequence
 from itertools import pairwise
+from typing import Any
 
 import numpy as np
 
-from llmbench.results import RequestResult, Stats, Summary
+from llmbench.schema import RequestResult, RequestScalars, Stats, Summary
+
+_NS_PER_MS = 1_000_000
+
+
+def ids_sha256(ids: Sequence[int]) -> str:
+    """A stable hash of a token-id sequence: compare uses it to spot changed outputs."""
+    return hashlib.sha256(",".join(map(str, ids)).encode("ascii")).hexdigest()
+
+
+def text_sha256(text: str) -> str:
+    """The hash endpoint runs use in place of token ids (they receive text)."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def request_result(
+    *,
+    prompt_index: int,
+    repeat: int,
+    start_ns: int,
+    stamps_ns: Sequence[int],
+    prompt_tokens: int | None,
+    output_sha256: str,
+    output_text: str,
+    tokenized_ns: int | None = None,
+    output_tokens: int | None = None,
+    started_s: float = 0.0,
+    **extra: Any,
+) -> RequestResult:
+    """One request's metrics from raw clock readings, by the formulas in ``schema.METRIC_FORMULAS``.
+
+    ``stamps_ns``: one stamp per token (in-process) or per content event (endpoint). ``output_tokens`` defaults
+    to the number of stamps; an endpoint passes the count it got from usage or a tokenizer, and TPOT divides
+    by tokens, not events. ``tokenized_ns`` None: templating happened elsewhere (tokenize_ms 0). Times are
+    rounded to the microsecond once, so ``token_times_ms[0] == ttft_ms`` exactly.
+    """
+    times = [round((t - start_ns) / _NS_PER_MS, 3) for t in stamps_ns]
+    n = len(times) if output_tokens is None else output_tokens
+    tpot = round((times[-1] - times[0]) / (n - 1), 4) if n >= 2 and len(times) >= 2 else None
+    return RequestResult(
+        prompt_index=prompt_index,
+        repeat=repeat,
+        prompt_tokens=prompt_tokens,
+        output_tokens=n,
+        tokenize_ms=round((tokenized_ns - start_ns) / _NS_PER_MS, 3) if tokenized_ns is not None else 0.0,
+        ttft_ms=times[0] if times else float("nan"),
+        tpot_ms=tpot,
+        e2e_ms=times[-1] if times else float("nan"),
+        token_times_ms=times,
+        output_token_ids_sha256=output_sha256,
+        output_text=output_text,
+        started_s=round(started_s, 6),
+        **extra,
+    )
 
 
 def describe(values: Iterable[float]) -> Stats | None:
@@ -36,10 +96,11 @@ def decode_tokens_per_s(r: RequestResult) -> float | None:
     return (r.output_tokens - 1) / (span_ms / 1000.0) if span_ms > 0 else None
 
 
-def prefill_tokens_per_s(r: RequestResult) -> float | None:
-    """prompt_tokens / (ttft - tokenize), per second; None when there is no time between them."""
-    span_ms = r.ttft_ms - r.tokenize_ms
-    return r.prompt_tokens / (span_ms / 1000.0) if span_ms > 0 else None
+def prefill_tokens_per_s(r: RequestResult | RequestScalars) -> float | None:
+    """prompt_tokens / (ttft - tokenize), per second; None when the prompt's length is unknown or there is no
+    time between them."""
+    span_ms = r.ttft_ms - getattr(r, "tokenize_ms", 0.0)
+    return r.prompt_tokens / (span_ms / 1000.0) if r.prompt_tokens and span_ms > 0 else None
 
 
 def roofline(decode_weight_bytes: int | None, mem_read_gbps: float | None, tpot_mean_ms: float | None):
@@ -90,26 +151,35 @@ def stream_figures(requests: Sequence[RequestResult]) -> dict:
 
 
 def summarize(
-    requests: Sequence[RequestResult], decode_weight_bytes: int | None = None, mem_read_gbps: float | None = None
+    requests: Sequence[RequestResult],
+    decode_weight_bytes: int | None = None,
+    mem_read_gbps: float | None = None,
+    *,
+    failed: int = 0,
 ) -> Summary | None:
     """The run's summary block, or None when no request finished. With the weights read per decode step and
-    the measured bandwidth it adds the roofline (``tpot_bound_ms``, ``tpot_efficiency``)."""
+    the measured bandwidth it adds the roofline (``tpot_bound_ms``, ``tpot_efficiency``); ``failed`` is the
+    number of recorded failures."""
     if not requests:
         return None
     tps = [v for v in (decode_tokens_per_s(r) for r in requests) if v is not None]
     tpot = describe(r.tpot_ms for r in requests if r.tpot_ms is not None)
     bound, efficiency = roofline(decode_weight_bytes, mem_read_gbps, tpot.mean if tpot else None)
+    ttft, e2e = describe(r.ttft_ms for r in requests), describe(r.e2e_ms for r in requests)
+    tokens = describe(r.output_tokens for r in requests)
+    assert ttft is not None and e2e is not None and tokens is not None  # requests is not empty
     return Summary(
         requests=len(requests),
-        ttft_ms=describe(r.ttft_ms for r in requests),
+        ttft_ms=ttft,
         tpot_ms=tpot,
-        e2e_ms=describe(r.e2e_ms for r in requests),
-        output_tokens=describe(r.output_tokens for r in requests),
+        e2e_ms=e2e,
+        output_tokens=tokens,
         decode_tokens_per_s=describe(tps),
         tokenize_ms=describe(r.tokenize_ms for r in requests),
         prefill_tokens_per_s=describe(v for v in map(prefill_tokens_per_s, requests) if v is not None),
         tpot_bound_ms=bound,
         tpot_efficiency=efficiency,
         roofline_mem_read_gbps=mem_read_gbps if bound is not None else None,
+        failed_requests=failed,
         **(stream_figures(requests) if any(r.chunks is not None for r in requests) else {}),
     )

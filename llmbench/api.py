@@ -1,0 +1,166 @@
+"""The Python API: what the CLI, the benchmarks and a notebook call. A sync and an async face over one core.
+
+    import llmbench
+    run = llmbench.measure(["Why is the sky blue?"], weights="random", max_new_tokens=16)
+    run.summary.ttft_ms.mean
+
+``measure`` writes no file unless ``output`` is given, installs no signal handler and leaves the garbage
+collector alone (see :func:`llmbench.stop_on_signals` and :func:`llmbench.frozen_gc` to opt in).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+
+from llmbench.errors import UserError
+from llmbench.loop import Reporter
+from llmbench.options import DEFAULT_MODEL, EndpointOptions, ModelOptions, RunOptions
+from llmbench.process import Stop
+from llmbench.prompts import PromptSet, as_prompt_set
+from llmbench.schema import Run
+
+if TYPE_CHECKING:
+    from llmbench.models import LoadedModel
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _sync(coro_fn: Callable[P, Awaitable[R]]) -> Callable[P, R]:
+    """The blocking face of ``coro_fn``: its own event loop, or, when called inside a running one (a
+    notebook), a helper thread with one."""
+
+    @functools.wraps(coro_fn)
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(coro_fn(*args, **kwargs))  # type: ignore[arg-type]
+        with ThreadPoolExecutor(1, thread_name_prefix="llmbench-measure") as ex:
+            return ex.submit(asyncio.run, coro_fn(*args, **kwargs)).result()  # type: ignore[arg-type]
+
+    return run
+
+
+async def ameasure(
+    prompts: Sequence[str] | str | Path | PromptSet,
+    *,
+    model: str | LoadedModel | None = None,
+    weights: str = "pretrained",
+    device: str = "auto",
+    dtype: str = "auto",
+    threads: int | None = None,
+    endpoint: str | EndpointOptions | None = None,
+    max_new_tokens: int = 256,
+    ignore_eos: bool | None = None,
+    warmup: int = 1,
+    repeats: int = 1,
+    sample: bool = False,
+    seed: int = 0,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    system_prompt: str | None = None,
+    chat_template: bool = True,
+    truncate: bool = False,
+    attn: str | None = None,
+    cache: str = "dynamic",
+    compile: bool = False,
+    quantize: str | None = None,
+    device_map: str | dict[str, Any] | None = None,
+    allow_offload: bool = False,
+    allow_pickle: bool = False,
+    trust_remote_code: bool = False,
+    concurrency: int = 1,
+    api_key_env: str | None = None,
+    tokenizer: str | None = None,
+    output: str | Path | None = None,
+    overwrite: bool = False,
+    resume: str | Path | None = None,
+    stop: Stop | None = None,
+    reporter: Reporter | None = None,
+) -> Run:
+    """Measure TTFT and TPOT of every prompt, in this process or (``endpoint``) on a server; the run.
+
+    ``prompts``: a list of strings, or a prompt file's path. ``model``: a hub id, a folder or a .gguf file
+    (default Qwen/Qwen2.5-0.5B-Instruct), or a model :func:`load_model` loaded (measure it again without loading;
+    the loading options then don't apply); with ``endpoint``, the model name to send. ``ignore_eos`` None:
+    on with random weights (their text is meaningless, so the length is fixed). A file is written only at
+    ``output`` (or ``resume``, an incomplete run to continue). Safe inside a running event loop: an
+    in-process model generates on its own thread. Raises :class:`~llmbench.errors.UserError` for bad input
+    and :class:`~llmbench.errors.RunInterrupted` when ``stop`` was requested.
+    """
+    from llmbench.drivers.run import run as run_driver
+
+    options = RunOptions(
+        max_new_tokens=max_new_tokens,
+        ignore_eos=(weights == "random") if ignore_eos is None else ignore_eos,
+        warmup=warmup,
+        repeats=repeats,
+        sample=sample,
+        seed=seed,
+        temperature=temperature,
+        top_p=top_p,
+        system_prompt=system_prompt,
+        chat_template=chat_template,
+        truncate=truncate,
+        cache="static" if compile else cache,
+        compile=compile,
+    )
+    target: ModelOptions | EndpointOptions | LoadedModel
+    if isinstance(endpoint, EndpointOptions):
+        target = endpoint
+    elif endpoint is not None:
+        if model is not None and not isinstance(model, str):
+            raise UserError("with endpoint, model names the model to send (a string)")
+        target = EndpointOptions(url=endpoint, model=model, api_key_env=api_key_env, concurrency=concurrency,
+                                 tokenizer=tokenizer)  # fmt: skip
+    elif model is not None and not isinstance(model, str):
+        target = model  # a LoadedModel
+    else:
+        target = ModelOptions(
+            model=model or DEFAULT_MODEL, weights=weights, device=device, dtype=dtype, threads=threads,
+            device_map=device_map, allow_offload=allow_offload, allow_pickle=allow_pickle,
+            trust_remote_code=trust_remote_code, attn=attn, quantize=None if quantize in (None, "none") else quantize,
+        )  # fmt: skip
+    run, _path = await run_driver(
+        as_prompt_set(prompts), target, options, output=output, overwrite=overwrite, resume=resume, stop=stop,
+        reporter=reporter,
+    )  # fmt: skip
+    return run
+
+
+measure = _sync(ameasure)
+measure.__doc__ = "The blocking form of :func:`ameasure` (same arguments): measure and return the run."
+
+
+def load_model(
+    model: str = DEFAULT_MODEL,
+    *,
+    weights: str = "pretrained",
+    device: str = "auto",
+    dtype: str = "auto",
+    threads: int | None = None,
+    attn: str | None = None,
+    quantize: str | None = None,
+    device_map: str | dict[str, Any] | None = None,
+    allow_offload: bool = False,
+    allow_pickle: bool = False,
+    trust_remote_code: bool = False,
+) -> LoadedModel:
+    """Load a model as ``measure`` would (offload check included), on the generation thread it will run on;
+    pass it to :func:`measure` as ``model`` to measure it several times without loading it again."""
+    from llmbench import models
+    from llmbench.generation import generation_thread
+    from llmbench.process import freeze_now
+
+    spec = ModelOptions(model=model, weights=weights, device=device, dtype=dtype, threads=threads, attn=attn,
+                        quantize=quantize, device_map=device_map, allow_offload=allow_offload,
+                        allow_pickle=allow_pickle, trust_remote_code=trust_remote_code)  # fmt: skip
+    loaded = generation_thread().run(models.load_model, spec)
+    freeze_now()
+    return loaded

@@ -1,0 +1,200 @@
+"""An OpenAI-compatible server, streamed over SSE: the same run JSON, measured on the client's clock.
+
+No torch is imported here: the client process stays light, and its own CPU time is recorded (``client``)
+because it shares the machine with a co-located server.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Hashable
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+
+from llmbench import envinfo, machine
+from llmbench.backends import Request
+from llmbench.client import (
+    TokenCounter,
+    api_headers,
+    chat_url,
+    probe_server,
+    redact,
+    request_body,
+    request_extra,
+    stream_one,
+)
+from llmbench.errors import BackendUnavailable, UserError
+from llmbench.metrics import request_result, text_sha256
+from llmbench.options import EndpointOptions, RunOptions
+from llmbench.process import Stop
+from llmbench.prompts import PromptSet
+from llmbench.schema import (
+    ENDPOINT_METRIC_FORMULAS,
+    ClientStats,
+    EndpointConfig,
+    Probe,
+    RequestResult,
+    Run,
+    RunConfig,
+    new_run_record,
+)
+
+_NS_PER_MS = 1_000_000
+
+
+class EndpointBackend:
+    """Streams each request to ``endpoint``; ``concurrency`` of them may be in flight (the loop's workers)."""
+
+    cancel_on_stop = True  # an HTTP stream can be dropped at once: the first stop cancels requests in flight
+
+    def __init__(self, endpoint: EndpointOptions, options: RunOptions, *, label: str = "") -> None:
+        options.validate()
+        endpoint.validate()
+        self.endpoint = endpoint
+        self.options = options
+        self.label = label
+        self.url = chat_url(endpoint.url)
+        self.headers = api_headers(endpoint.api_key_env)
+        self.health: dict | None = None
+        self.model: str | None = endpoint.model
+        self.counter: TokenCounter | None = None
+        self.client: httpx.AsyncClient | None = None
+        self.odd_content_types: set[str] = set()  # streams that came without text/event-stream
+        self._cpu0: float | None = None
+        self._t0 = 0.0
+
+    def early_config(self, prompts: PromptSet) -> dict[str, Any]:
+        o = self.options
+        return {
+            "mode": "endpoint",
+            "max_new_tokens": o.max_new_tokens,
+            "ignore_eos": o.ignore_eos,
+            "repeats": o.repeats,
+            "prompt_sha256": prompts.sha256,
+            "system_prompt": o.system_prompt,
+            "endpoint": {"url": redact(self.url), "concurrency": self.endpoint.concurrency,
+                         "request_extra": request_extra(o)},
+        }  # fmt: skip
+
+    async def start(self, prompts: PromptSet) -> None:
+        """Ask the server what it serves (GET /health, /v1/models); load ``--tokenizer`` before any request."""
+        try:
+            self.health, listed = await probe_server(self.url, self.headers)
+        except BackendUnavailable as e:  # before any request: the setup is wrong, one line
+            raise UserError(str(e)) from None
+        self.model = self.endpoint.model or listed or (self.health or {}).get("model")
+        self.counter = TokenCounter(self.endpoint.tokenizer)
+        c = self.endpoint.concurrency
+        self.client = httpx.AsyncClient(
+            timeout=httpx.Timeout(self.endpoint.timeout_s, connect=10.0),
+            limits=httpx.Limits(max_connections=c, max_keepalive_connections=c),
+        )
+
+    def new_run(self, prompts: PromptSet) -> Run:
+        o, h = self.options, self.health or {}
+        weights = h.get("weights") if h.get("weights") in ("pretrained", "random") else "unknown"
+        config = RunConfig(
+            mode="endpoint",
+            model=self.model or "unknown",
+            model_source="endpoint",
+            weights=weights,  # type: ignore[arg-type]
+            device=str(h.get("device") or "endpoint"),
+            dtype=str(h.get("dtype") or "unknown"),
+            dtype_reason="reported by the server" if h.get("dtype") else "",
+            threads=h.get("threads") if isinstance(h.get("threads"), int) else None,
+            chat_template=True,  # the server applies its own
+            **o.config_fields(prompts),
+            endpoint=EndpointConfig(
+                url=redact(self.url),
+                api_key_env=self.endpoint.api_key_env,
+                concurrency=self.endpoint.concurrency,
+                server=self.health,
+                request_extra=request_extra(o),
+            ),
+        )
+        return new_run_record(config, envinfo.collect("cpu"), metrics=ENDPOINT_METRIC_FORMULAS)
+
+    async def activate(self) -> None:
+        pass
+
+    async def measure(self, request: Request, stop: Stop, started_s: float) -> RequestResult | None:
+        assert self.client is not None and self.counter is not None, "start() first"
+        if request.repeat >= 0 and self._cpu0 is None:  # the client's own cost counts from the first measured one
+            self._cpu0, self._t0 = time.process_time(), time.perf_counter()
+        seed = self.options.request_seed(request.prompt_index, request.repeat)
+        body = request_body(self.model, request.prompt, self.options, seed)
+        s = await stream_one(self.client, self.url, body, self.headers)
+        if s.content_type:
+            self.odd_content_types.add(s.content_type)
+        prompt_tokens, n, source = self.counter.count(s, request.prompt)
+        timing = s.timing or {}
+        return request_result(
+            prompt_index=request.prompt_index,
+            repeat=request.repeat,
+            start_ns=s.start_ns,
+            stamps_ns=s.stamps_ns,
+            prompt_tokens=prompt_tokens,
+            output_tokens=max(n, 1),
+            output_sha256=text_sha256(s.text),  # endpoint runs receive text, not token ids
+            output_text=s.text,
+            started_s=started_s,
+            chunks=len(s.stamps_ns),
+            tokens_from=source,
+            stream_end_ms=round((s.end_ns - s.start_ns) / _NS_PER_MS, 3),
+            server_ttft_ms=timing.get("ttft_ms"),
+            server_queue_ms=timing.get("queue_ms"),
+        )
+
+    def probe_key(self) -> Hashable | None:
+        # The client's machine is the server's only when the server is on loopback: then the probe says
+        # whether that machine got slower. Against a remote server it would say nothing about the server.
+        host = urlsplit(self.url).hostname or ""
+        return ("numpy",) if host in ("localhost", "::1") or host.startswith("127.") else None
+
+    async def probe(self) -> Probe:
+        return machine.probe_numpy()
+
+    def finish(self, run: Run) -> list[str]:
+        """The client's own cost, and what the stream's shape says."""
+        if self._cpu0 is not None:
+            wall, cpu = time.perf_counter() - self._t0, time.process_time() - self._cpu0
+            events = sum(r.chunks or 0 for r in run.requests)
+            run.client = ClientStats(
+                cpu_s=round(cpu, 4),
+                wall_s=round(wall, 4),
+                cpu_pct_of_one_core=round(100 * cpu / wall, 2) if wall > 0 else 0.0,
+                cpu_ms_per_event=round(1000 * cpu / events, 4) if events else None,
+            )
+        warnings = []
+        if run.summary and run.summary.stream_buffered:
+            warnings.append(buffered_warning(run))
+        if self.odd_content_types:
+            warnings.append(
+                f"the stream came as {', '.join(sorted(self.odd_content_types))}, not text/event-stream; it was "
+                "read as SSE (a proxy in between rewrote it?)"
+            )
+        if any(r.tokens_from == "chunks" for r in run.requests):
+            warnings.append(
+                "the server sent no usage: output_tokens counts content events, so TPOT is per event (pass "
+                "--tokenizer NAME, a hub id or folder, to count tokens)"
+            )
+        return warnings
+
+    async def close(self) -> None:
+        if self.client is not None:
+            await self.client.aclose()
+
+
+def buffered_warning(run: Run) -> str:
+    """The terminal's words for a buffered stream, with the figures."""
+    s = run.summary
+    assert s is not None
+    share = f"{100 * (s.stream_gaps_under_1ms_share or 0):.0f}%"
+    return (
+        f"the stream is buffered between server and client: {share} of the gaps between events were under 1 ms "
+        f"and up to {s.stream_largest_burst} events arrived together ({s.stream_buffered_requests} of "
+        f"{s.requests} requests); TTFT then includes the buffering and TPOT/ITL do not show decoding "
+        "(a proxy with buffering on? nginx: proxy_buffering off or X-Accel-Buffering: no)"
+    )

@@ -1,0 +1,285 @@
+"""A transformers model in this process: every token stamped the moment generate() hands it over.
+
+Everything torch does here runs on the process's generation thread (:func:`llmbench.generation.generation_thread`):
+loading, thread-count switches, the calibration probe and generate() itself, so there is one OpenMP team
+and the event loop stays free.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import gc
+import time
+from collections.abc import Hashable
+from typing import Any
+
+import torch
+
+from llmbench import envinfo, machine, models
+from llmbench.backends import Request
+from llmbench.errors import UserError
+from llmbench.generation import (
+    StopCriterion,
+    TokenStamper,
+    compiled_graphs,
+    encode_messages,
+    generate_kwargs,
+    generation_thread,
+    messages_for,
+    recompile_warning,
+)
+from llmbench.metrics import ids_sha256, request_result
+from llmbench.models import LoadedModel
+from llmbench.options import ModelOptions, RunOptions
+from llmbench.process import Stop, freeze_now
+from llmbench.prompts import PromptSet
+from llmbench.schema import Probe, RequestResult, Run, RunConfig, new_run_record
+
+
+@dataclasses.dataclass
+class RawStamps:
+    """One request's raw clock readings (``perf_counter_ns``), kept for checking the stopwatch."""
+
+    start_ns: int
+    tokenized_ns: int
+    stamps_ns: list[int]
+
+
+class InProcessBackend:
+    """Loads ``spec`` (or takes a model already loaded) and measures requests on it.
+
+    ``threads`` and ``attn`` set when several backends share one model (a sweep) are applied by
+    :meth:`activate` before each of this backend's turns.
+    """
+
+    cancel_on_stop = False  # a forward pass can't be cut: the first stop ends the run after the token in flight
+
+    def __init__(
+        self,
+        spec: ModelOptions | None,
+        options: RunOptions,
+        *,
+        loaded: LoadedModel | None = None,
+        label: str = "",
+        keep_raw: bool = False,
+    ) -> None:
+        options.validate()
+        if spec is None and loaded is None:
+            raise ValueError("InProcessBackend needs a ModelOptions or a loaded model")
+        self.spec = spec
+        self.options = options
+        self.loaded = loaded
+        self.label = label
+        self.keep_raw = keep_raw
+        self.raw: dict[tuple[int, int], RawStamps] = {}
+        self.max_cache_len: int | None = None  # static cache size: longest prompt + max_new_tokens (check_prompts)
+        self.graphs_before = 0
+        self.thread = generation_thread()
+
+    # -- lifecycle ------------------------------------------------------------------------------------------
+
+    def early_config(self, prompts: PromptSet) -> dict[str, Any]:
+        o, s = self.options, self.spec
+        model, weights, device = (
+            (s.model, s.weights, models.validate(s)) if s else (self.lm.name, self.lm.weights, self.lm.device)
+        )
+        return {
+            "model": model,
+            "weights": weights,
+            "device": device,
+            "max_new_tokens": o.max_new_tokens,
+            "ignore_eos": o.ignore_eos,
+            "repeats": o.repeats,
+            "prompt_sha256": prompts.sha256,
+            "system_prompt": o.system_prompt,
+            "truncate": o.truncate,
+        }
+
+    async def start(self, prompts: PromptSet) -> None:
+        """Load (on the generation thread), check every prompt fits the context, compile when asked."""
+        await asyncio.wrap_future(self.thread.submit(self._start, prompts))
+
+    def _start(self, prompts: PromptSet) -> None:
+        if self.loaded is None:
+            assert self.spec is not None
+            self.loaded = models.load_model(self.spec)
+            freeze_now()  # inside llmbench.frozen_gc(): the model's objects leave the collector's sight
+        self._apply()
+        self.check_prompts(prompts)
+        self.compile_now(prompts)
+        self.graphs_before = compiled_graphs()
+
+    @property
+    def lm(self) -> LoadedModel:
+        if self.loaded is None:
+            raise RuntimeError("the backend is not started")
+        return self.loaded
+
+    def new_run(self, prompts: PromptSet) -> Run:
+        """The run record before any request: config, environment and load facts."""
+        o, lm = self.options, self.lm
+        config = RunConfig(
+            model=lm.name,
+            model_source=lm.source,
+            weights=lm.weights,  # type: ignore[arg-type]
+            device=lm.device,
+            dtype=lm.dtype,
+            dtype_reason=lm.dtype_reason,
+            threads=lm.threads,
+            chat_template=self.uses_template,
+            **o.config_fields(prompts),
+            device_map=_device_map_text(self.spec.device_map if self.spec else None),
+            truncate=o.truncate,
+            attn_implementation=getattr(lm.model.config, "_attn_implementation", None),
+            cache_implementation=o.cache,  # type: ignore[arg-type]
+            compile=o.compile,
+            quantization=lm.quantization,
+        )
+        return new_run_record(config, envinfo.collect(lm.device), load=lm.load, warnings=list(lm.warnings))
+
+    async def activate(self) -> None:
+        """This backend's threads and attention kernel, before its turn (models shared by a sweep)."""
+        await asyncio.wrap_future(self.thread.submit(self._apply))
+
+    def _apply(self) -> None:
+        torch.set_num_threads(self.lm.threads)
+        if self.spec is not None and self.spec.attn is not None:
+            models.set_attention(self.lm.model, self.spec.attn)
+
+    async def measure(self, request: Request, stop: Stop, started_s: float) -> RequestResult | None:
+        return await asyncio.wrap_future(self.thread.submit(self.measure_now, request, stop, started_s))
+
+    def probe_key(self) -> Hashable:
+        return ("torch", self.lm.device, self.lm.threads)
+
+    async def probe(self) -> Probe:
+        return await asyncio.wrap_future(self.thread.submit(machine.probe, self.lm.threads, self.lm.device))
+
+    def finish(self, run: Run) -> list[str]:
+        graphs = compiled_graphs() - self.graphs_before
+        return [recompile_warning(graphs)] if graphs else []
+
+    async def close(self) -> None:
+        pass  # the model is freed with the backend; the generation thread is the process's
+
+    # -- one request, on the generation thread --------------------------------------------------------------
+
+    @property
+    def uses_template(self) -> bool:
+        return self.options.chat_template and bool(getattr(self.lm.tokenizer, "chat_template", None))
+
+    def _encode(self, prompt: str):
+        return encode_messages(self.lm.tokenizer, messages_for(prompt, self.options.system_prompt), self.uses_template)
+
+    def _generate_kwargs(self) -> dict[str, Any]:
+        o = self.options
+        return generate_kwargs(
+            o.max_new_tokens,
+            ignore_eos=o.ignore_eos,
+            sample=o.sample,
+            temperature=o.temperature,
+            top_p=o.top_p,
+            cache=o.cache,
+            compile=o.compile,
+            max_cache_len=self.max_cache_len,
+        )
+
+    def measure_now(self, request: Request, stop: Stop | None = None, started_s: float = 0.0) -> RequestResult | None:
+        """Send one prompt on this thread; its stamped result. The clock starts before templating and
+        tokenizing. None when ``stop`` was raised mid-request (a partial request is not a measurement)."""
+        model, device, o = self.lm.model, self.lm.device, self.options
+        kw = self._generate_kwargs()
+        if stop is not None:
+            kw["stopping_criteria"] = [StopCriterion(lambda: stop.requested)]
+        if o.sample:
+            torch.manual_seed(o.request_seed(request.prompt_index, request.repeat))  # same draw when resumed
+        gc.collect()  # garbage of the previous request is swept now, not inside this one's timing
+        stamper = TokenStamper()
+
+        start = time.perf_counter_ns()
+        enc = self._encode(request.prompt)
+        input_ids, attention_mask = enc["input_ids"], enc.get("attention_mask")
+        cut = self._fit(int(input_ids.shape[-1]), f"prompt {request.prompt_index + 1}")
+        if cut:
+            input_ids = input_ids[:, cut:]
+            attention_mask = attention_mask[:, cut:] if attention_mask is not None else None
+        input_ids = input_ids.to(device)
+        attention_mask = attention_mask.to(device) if attention_mask is not None else None
+        tokenized = time.perf_counter_ns()
+        with torch.inference_mode():
+            model.generate(input_ids=input_ids, attention_mask=attention_mask, streamer=stamper, **kw)
+
+        if self.keep_raw:
+            self.raw[(request.prompt_index, request.repeat)] = RawStamps(start, tokenized, stamper.times_ns)
+        if stop is not None and stop.requested:
+            return None
+        ids = stamper.token_ids()
+        return request_result(
+            prompt_index=request.prompt_index,
+            repeat=request.repeat,
+            start_ns=start,
+            tokenized_ns=tokenized,
+            stamps_ns=stamper.times_ns,
+            prompt_tokens=int(input_ids.shape[-1]),
+            output_sha256=ids_sha256(ids),
+            output_text=self.lm.tokenizer.decode(ids, skip_special_tokens=True),
+            started_s=started_s,
+            truncated_tokens=cut,
+        )
+
+    def _room(self) -> int:
+        limit = self.lm.max_positions
+        return max(1, limit - self.options.max_new_tokens) if limit else 1 << 30
+
+    def _fit(self, prompt_tokens: int, where: str) -> int:
+        """How many tokens to cut from the prompt's start so it fits the context; UserError if not allowed."""
+        limit = self.lm.max_positions
+        room = (limit - self.options.max_new_tokens) if limit else None
+        if room is None or prompt_tokens <= room:
+            return 0
+        if room < 1:
+            raise UserError(
+                f"--max-new-tokens {self.options.max_new_tokens} leaves no room in the model's context "
+                f"of {limit} tokens"
+            )
+        if self.options.truncate:
+            return prompt_tokens - room
+        raise UserError(
+            f"{where}: the prompt has {prompt_tokens} tokens; with --max-new-tokens {self.options.max_new_tokens} "
+            f"that exceeds the model's context of {limit} tokens (--truncate cuts it to fit)"
+        )
+
+    def check_prompts(self, prompts: PromptSet) -> None:
+        """Tokenize every prompt once, before anything is written: a too-long prompt fails the run up front."""
+        longest = 0
+        for i, prompt in enumerate(prompts.prompts):
+            n = int(self._encode(prompt)["input_ids"].shape[-1])
+            longest = max(longest, n - self._fit(n, prompts.where(i)))
+        self.max_cache_len = longest + self.options.max_new_tokens
+
+    def compile_now(self, prompts: PromptSet) -> float | None:
+        """With --compile: one untimed 2-token generate() that triggers torch.compile; its wall time in seconds.
+
+        Compiling takes seconds to minutes; done here, it is reported on its own (``load.compile_s``) and
+        never lands in the first request's TTFT.
+        """
+        if not self.options.compile:
+            return None
+        enc = self._encode(prompts.prompts[0])
+        kw = self._generate_kwargs()
+        kw.update(max_new_tokens=2, min_new_tokens=2)  # the first decode step compiles; more would only run
+        t = time.perf_counter()
+        with torch.inference_mode():
+            self.lm.model.generate(input_ids=enc["input_ids"][:, -self._room() :].to(self.lm.device), **kw)
+        seconds = round(time.perf_counter() - t, 3)
+        self.lm.load.compile_s = seconds
+        return seconds
+
+
+def _device_map_text(device_map: str | dict | None) -> str | None:
+    if device_map is None or isinstance(device_map, str):
+        return device_map
+    import json
+
+    return json.dumps(device_map, sort_keys=True)

@@ -1,0 +1,95 @@
+"""``llmbench run``: one backend (a model in this process, or a server), the prompt list ``repeats`` times round."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Union
+
+from llmbench.backends import Backend
+from llmbench.errors import UserError
+from llmbench.loop import Reporter, check_resumable, execute, new_track, round_robin
+from llmbench.options import EndpointOptions, ModelOptions, RunOptions
+from llmbench.process import Stop
+from llmbench.prompts import PromptSet
+from llmbench.schema import Run
+from llmbench.storage import default_output_path, load_run, prepare_dir, prepare_output
+
+if TYPE_CHECKING:
+    from llmbench.models import LoadedModel
+
+# what a run measures: a model to load, a model loaded already, or a server
+Target = Union[ModelOptions, EndpointOptions, "LoadedModel"]
+
+
+def make_backend(target: Target, options: RunOptions, label: str = "") -> Backend:
+    """The backend for ``target``: a model to load here (or loaded already), or a server to stream from."""
+    if isinstance(target, EndpointOptions):
+        from llmbench.backends.endpoint import EndpointBackend
+
+        return EndpointBackend(target, options, label=label)
+    from llmbench.backends.inprocess import InProcessBackend  # torch: imported only for in-process runs
+
+    if isinstance(target, ModelOptions):
+        return InProcessBackend(target, options, label=label)
+    return InProcessBackend(None, options, loaded=target, label=label)
+
+
+async def run(
+    prompts: PromptSet,
+    target: Target,
+    options: RunOptions,
+    *,
+    output: str | Path | None = None,
+    overwrite: bool = False,
+    default_dir: str | Path | None = None,
+    resume: str | Path | None = None,
+    stop: Stop | None = None,
+    reporter: Reporter | None = None,
+) -> tuple[Run, Path | None]:
+    """Measure ``prompts`` on ``target``; the run and the file it was written to. Files: ``output`` (or, when
+    None, a new name in ``default_dir``; neither: no file), or ``resume``, an incomplete run to continue.
+
+    Every bad input is a UserError before anything slow (the prompt file, options, the output place, a
+    resume's setup as far as it is known before loading); the rest is checked before the first request.
+    """
+    options.validate()
+    backend = make_backend(target, options)
+    previous = path = None
+    if resume is not None:
+        if output is not None and Path(output).resolve() != Path(resume).resolve():
+            raise UserError("--resume writes into the run it continues: drop -o/--output")
+        path = Path(resume)
+        previous = load_run(path)
+        check_resumable(previous, path, backend.early_config(prompts))
+    elif output is not None:
+        path = prepare_output(output, overwrite)
+    elif default_dir is not None:
+        prepare_dir(default_dir)  # before loading: a place that can't be written fails now
+    await backend.start(prompts)
+    try:
+        track = new_track(backend, prompts, path, previous)
+        if path is None and default_dir is not None:
+            track.path = default_output_path(track.fresh.config.model, track.fresh.config.device, default_dir)
+        if reporter is not None:
+            reporter.status(started_line(track.fresh))
+        concurrency = target.concurrency if isinstance(target, EndpointOptions) else 1
+        runs = await execute(
+            [track], round_robin([track], prompts, options.repeats), prompts,
+            warmup=options.warmup, concurrency=concurrency, stop=stop, reporter=reporter,
+        )  # fmt: skip
+    finally:
+        await backend.close()
+    return runs[0], track.path
+
+
+def started_line(run: Run) -> str:
+    """One line on what is about to be measured."""
+    c, load = run.config, run.load
+    if c.endpoint is not None:
+        return f"streaming to {c.endpoint.url} (model {c.model}), {c.endpoint.concurrency} at a time"
+    line = f"{c.model} on {c.device}: {c.dtype} ({c.dtype_reason}), {c.threads} threads"
+    if load is not None:
+        line += f", {(load.parameters or 0) / 1e6:.1f}M parameters, loaded in {load.seconds:.1f} s"
+        if load.compile_s is not None:
+            line += f", compiled in {load.compile_s:.1f} s (load.compile_s, before the first request)"
+    return line

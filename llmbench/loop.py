@@ -1,0 +1,390 @@
+"""The one run loop: every mode's warm-ups, order, resume, stops, machine record, saving and summaries.
+
+A driver (run, sweep, ...) decides *what* to measure and in *which order* (a plan of (track, request) pairs);
+this loop decides *how* a measurement is taken and kept; backends know *where* tokens come from. The loop is
+async so that an endpoint can keep several streams in flight; an in-process backend runs generate() on its
+generation thread, which leaves the event loop free (a notebook's too).
+
+Per run it owns: warm-ups (from the end of the prompt list, so a server's prefix cache never hands the first
+measured request a prefill it already did), skipping what a resumed run already holds, the calibration
+probe before and after, the machine sampler, the journal and snapshots of every run file (writes go through
+one writer thread, in order, off the event loop), failures (recorded, or fatal when the very first request
+fails), stops (first: after the token in flight, or dropping in-flight streams; second: at once), summaries,
+warnings and ``complete``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Hashable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import psutil
+
+from llmbench import machine
+from llmbench.backends import Backend, Request
+from llmbench.errors import BackendUnavailable, RequestFailed, RunInterrupted, UserError
+from llmbench.metrics import summarize
+from llmbench.process import Stop
+from llmbench.prompts import PromptSet
+from llmbench.schema import (
+    RESUME,
+    Environment,
+    FailedRequest,
+    Probe,
+    RequestResult,
+    Run,
+    Session,
+    differences,
+    must_match,
+    utc_now,
+)
+from llmbench.storage import RunWriter, save_run
+
+
+class Reporter(Protocol):
+    """What the loop tells a user while it works (the CLI's progress bar; nothing by default)."""
+
+    def status(self, text: str) -> None: ...
+
+    def warn(self, text: str) -> None: ...
+
+    def warmup(self, done: int, total: int) -> None: ...
+
+    def request(self, result: RequestResult, done: int, total: int) -> None: ...
+
+
+class NullReporter:
+    """Says nothing."""
+
+    def status(self, text: str) -> None:
+        pass
+
+    def warn(self, text: str) -> None:
+        pass
+
+    def warmup(self, done: int, total: int) -> None:
+        pass
+
+    def request(self, result: RequestResult, done: int, total: int) -> None:
+        pass
+
+
+@dataclass(eq=False)
+class Track:
+    """One backend's run while the loop measures it: the record (a resumed run's, or new), this session's own
+    facts (``fresh``: environment, load, warnings) and where it is saved (None: nowhere)."""
+
+    backend: Backend
+    run: Run
+    fresh: Run
+    path: Path | None = None
+    writer: RunWriter | None = None
+    session: int = 0
+    probe_before: Probe | None = None
+    probe_after: Probe | None = None
+    expected: set[tuple[int, int]] = field(default_factory=set)
+
+
+def check_resumable(run: Run, path: Path | str, config: dict, environment: dict | None = None) -> None:
+    """UserError unless ``run`` is incomplete and measured the same setup: every RESUME field of ``config``
+    (a full or partial config dict) and of ``environment`` (when given) equals the run's."""
+    if run.complete:
+        raise UserError(f"{path} is already complete: nothing to resume")
+    have = run.config.model_dump()
+    keys = tuple(k for k in must_match(RESUME) if k.split(".")[0] in config)
+    diffs = differences(have, config, keys)
+    if environment is not None:
+        diffs += differences(run.environment.model_dump(), environment, must_match(RESUME, Environment))
+    if diffs:
+        shown = "; ".join(f"{k} {a!r} -> {b!r}" for k, a, b in diffs)
+        raise UserError(
+            f"--resume {path}: this setup differs from the run's ({shown}); resume with the same options, prompt "
+            "file and environment"
+        )
+
+
+def new_track(backend: Backend, prompts: PromptSet, path: Path | None, resume: Run | None = None) -> Track:
+    """A track for ``backend`` (started): its fresh record, or ``resume`` after checking it measures the same."""
+    fresh = backend.new_run(prompts)
+    if resume is not None:
+        check_resumable(resume, path or "the run", fresh.config.model_dump(), fresh.environment.model_dump())
+    return Track(backend, resume if resume is not None else fresh, fresh, path)
+
+
+class RunLoop:
+    """Runs a plan over tracks; see the module docstring. One instance per plan."""
+
+    def __init__(
+        self,
+        tracks: Sequence[Track],
+        prompts: PromptSet,
+        *,
+        warmup: int = 0,
+        concurrency: int = 1,
+        stop: Stop | None = None,
+        reporter: Reporter | None = None,
+    ) -> None:
+        self.tracks = list(tracks)
+        self.prompts = prompts
+        self.warmup = warmup
+        self.concurrency = concurrency
+        self.stop = stop or Stop()
+        self.reporter = reporter or NullReporter()
+        self.sampler = machine.Sampler()
+        self.inflight: set[asyncio.Future] = set()
+        self.dropping = False  # set when a stop cancels requests in flight: their CancelledError is expected
+        self.fatal: BaseException | None = None
+        self.active: Track | None = None
+        self.done = self.total = 0
+        self.t0 = 0.0
+        self.measuring = False
+        self._disk = ThreadPoolExecutor(1, thread_name_prefix="llmbench-write")  # one writer: saves in order
+
+    async def run(self, plan: Sequence[tuple[Track, Request]]) -> list[Run]:
+        """Measure ``plan`` (every planned pair, done ones included: they are skipped) and return the runs.
+
+        Raises RunInterrupted after a stop, UserError for a fatal failure (finished requests kept and saved),
+        and re-raises an unexpected error after saving.
+        """
+        loop = asyncio.get_running_loop()
+
+        def wake() -> None:  # from whatever thread asked (a signal handler runs on the main thread)
+            loop.call_soon_threadsafe(self._on_stop)
+
+        remove = self.stop.on_request(wake)
+        try:
+            todo = self._open(plan)
+            await self._warm_up()
+            await self._probe("before")
+            swap0 = psutil.swap_memory()
+            self.sampler.start()
+            self.t0, self.measuring = time.perf_counter(), True
+            await self._measure_all(todo)
+            self.sampler.stop()
+            if not self.stop.requested and self.fatal is None:
+                await self._probe("after")
+            self._close(swap0)
+        except asyncio.CancelledError:  # cancelled from outside: asyncio.run's Ctrl-C, a caller's cancel
+            self.stop.signal = self.stop.signal or "SIGINT"
+            self._close(None)
+            raise
+        finally:
+            self.sampler.stop()
+            remove()
+            self._disk.shutdown(wait=True)
+        return self._outcome()
+
+    # -- set-up ---------------------------------------------------------------------------------------------
+
+    def _open(self, plan: Sequence[tuple[Track, Request]]) -> list[tuple[Track, Request]]:
+        """A session per track; what is left to do; the warnings this session brings."""
+        for t in self.tracks:
+            run = t.run
+            t.session = len(run.sessions)
+            run.sessions.append(Session(started_at=utc_now(), environment=t.fresh.environment, load=t.fresh.load))
+            for w in t.fresh.warnings:  # shown every session; kept once (a resumed run has them already)
+                if w not in run.warnings:
+                    run.warnings.append(w)
+                self.reporter.warn(w)
+        done = {id(t): {(r.prompt_index, r.repeat) for r in t.run.requests} for t in self.tracks}
+        todo = []
+        for t, req in plan:
+            t.expected.add((req.prompt_index, req.repeat))
+            if (req.prompt_index, req.repeat) not in done[id(t)]:
+                todo.append((t, req))
+        self.total = len(plan)
+        self.done = self.total - len(todo)
+        return todo
+
+    async def _warm_up(self) -> None:
+        n = len(self.prompts.prompts)
+        for t in self.tracks:
+            await self._activate(t)
+            for w in range(self.warmup):
+                i = n - 1 - w % n
+                try:
+                    r = await self._call(t, Request(self.prompts.prompts[i], i, -1 - w // n), 0.0)
+                except (RequestFailed, BackendUnavailable) as e:
+                    raise UserError(f"{t.backend.label}warm-up request failed: {e}") from None
+                if r is None:
+                    return
+                t.run.warmup_requests.append(r)
+                self.reporter.warmup(w + 1, self.warmup)
+
+    async def _probe(self, when: str) -> None:
+        probes: dict[Hashable, Probe | None] = {}
+        for t in self.tracks:
+            key = t.backend.probe_key()
+            if key is None:
+                continue
+            if key not in probes:
+                probes[key] = await t.backend.probe()
+            setattr(t, f"probe_{when}", probes[key])
+
+    async def _activate(self, t: Track) -> None:
+        if self.active is not t:
+            await t.backend.activate()
+            self.active = t
+
+    # -- measuring ------------------------------------------------------------------------------------------
+
+    async def _measure_all(self, todo: list[tuple[Track, Request]]) -> None:
+        queue = list(reversed(todo))
+
+        async def worker() -> None:
+            while queue and not self.stop.requested and self.fatal is None:
+                t, req = queue.pop()
+                if not await self._one(t, req):
+                    return
+
+        await asyncio.gather(*(worker() for _ in range(min(self.concurrency, len(todo)))))
+
+    async def _one(self, t: Track, req: Request) -> bool:
+        """Measure and record one request; False when the run must end."""
+        await self._activate(t)
+        started = time.perf_counter() - self.t0
+        try:
+            result = await self._call(t, req, started)
+        except RequestFailed as e:
+            # before any success a failure means a wrong setup, except 429: a busy server (concurrency above
+            # its queue) is a finding, recorded like any later failure
+            if e.status != 429 and not t.run.requests and not t.run.failed_requests:
+                self.fatal = UserError(f"{t.backend.label}the first request failed: {e}")
+                return False
+            await self._record(t, self._failure(req, str(e), e.status, started))
+            return True
+        except BackendUnavailable as e:
+            self.fatal = UserError(f"{t.backend.label}{e}")
+            return False
+        except Exception as e:  # a defect: never dropped silently; recorded, then the run ends and re-raises it
+            self.fatal = e
+            await self._record(t, self._failure(req, f"internal error: {type(e).__name__}: {e}", None, started))
+            return False
+        if result is None:  # a stop cut it short: a partial request is not a measurement
+            return False
+        await self._record(t, result)
+        return True
+
+    async def _call(self, t: Track, req: Request, started: float) -> RequestResult | None:
+        """``measure`` as a task that a stop can cancel; None when a stop dropped it."""
+        task = asyncio.ensure_future(t.backend.measure(req, self.stop, started))
+        self.inflight.add(task)
+        try:
+            return await task
+        except asyncio.CancelledError:
+            if self.dropping and task.cancelled():
+                return None
+            raise
+        finally:
+            self.inflight.discard(task)
+
+    def _on_stop(self) -> None:
+        """On the event loop, at each stop request: drop what is in flight when that is the rule."""
+        if self.stop.hard or any(t.backend.cancel_on_stop for t in self.tracks):
+            self.dropping = True
+            for task in list(self.inflight):
+                task.cancel()
+
+    @staticmethod
+    def _failure(req: Request, error: str, status: int | None, started: float) -> FailedRequest:
+        return FailedRequest(
+            prompt_index=req.prompt_index, repeat=req.repeat, error=error, status=status, started_s=round(started, 6)
+        )
+
+    async def _record(self, t: Track, item: RequestResult | FailedRequest) -> None:
+        item.session = t.session
+        run = t.run
+        if isinstance(item, RequestResult):
+            run.requests.append(item)
+            self.done += 1
+            self.reporter.request(item, self.done, self.total)
+        else:
+            run.failed_requests.append(item)
+        if t.path is None:
+            return
+        loop = asyncio.get_running_loop()
+        if t.writer is None:  # made at the first outcome: a run that fails at once writes nothing
+            t.writer = await loop.run_in_executor(self._disk, RunWriter, t.path, run)
+        else:
+            await loop.run_in_executor(self._disk, t.writer.add, run, item, lambda: self._summarize(t))
+
+    # -- the end --------------------------------------------------------------------------------------------
+
+    def _summarize(self, t: Track) -> None:
+        probes = [p.mem_read_gbps for p in (t.probe_before, t.probe_after) if p is not None and p.method == "torch"]
+        dwb = t.run.load.decode_weight_bytes if t.run.load else None
+        # the roofline uses the better reading: the bandwidth the machine can reach
+        t.run.summary = summarize(
+            t.run.requests, dwb, max(probes) if probes else None, failed=len(t.run.failed_requests)
+        )
+
+    def _close(self, swap0) -> None:
+        """Every run's machine record, summary, warnings and ``complete``; saved. Runs once, on every path."""
+        stopped = self.stop.signal
+        for t in self.tracks:
+            run = t.run
+            if self.measuring:
+                run.machine = machine.state(swap0, t.probe_before, t.probe_after, self.sampler)
+            self._summarize(t)
+            warnings = t.backend.finish(run) + machine.swap_warnings(run.machine)
+            failed = len([f for f in run.failed_requests if f.session == t.session])
+            if failed:
+                warnings.append(
+                    f"{failed} of {len(t.expected)} requests failed (failed_requests): the summary omits them"
+                )
+            for w in warnings:
+                run.warnings.append(w)
+                self.reporter.warn(w)
+            if stopped:
+                run.sessions[t.session].interrupted_by = stopped
+            have = {(r.prompt_index, r.repeat) for r in run.requests}
+            run.complete = not stopped and self.fatal is None and t.expected <= have
+            self._save(t)
+
+    def _save(self, t: Track) -> None:
+        if t.path is None:
+            return
+        if t.writer is not None:
+            t.writer.close(t.run)
+        elif self.fatal is None:  # nothing measured, but a stop: the file records the session
+            save_run(t.run, t.path)
+
+    def _outcome(self) -> list[Run]:
+        runs = [t.run for t in self.tracks]
+        if self.stop.requested:
+            raise RunInterrupted(runs, self.tracks[0].path, self.stop.signal or "stop")
+        if self.fatal is not None:
+            if isinstance(self.fatal, UserError):
+                kept = [f"{len(t.run.requests)} finished requests are in {t.path}" for t in self.tracks if t.writer]
+                raise UserError("; ".join([str(self.fatal), *kept]))
+            raise self.fatal
+        for t in self.tracks:
+            if t.run.failed_requests and not t.run.requests:
+                where = f"; they are listed in {t.path}" if t.path else ""
+                raise UserError(f"every request failed (first: {t.run.failed_requests[0].error}){where}")
+        return runs
+
+
+async def execute(
+    tracks: Sequence[Track],
+    plan: Sequence[tuple[Track, Request]],
+    prompts: PromptSet,
+    *,
+    warmup: int = 0,
+    concurrency: int = 1,
+    stop: Stop | None = None,
+    reporter: Reporter | None = None,
+) -> list[Run]:
+    """Run ``plan`` with a new :class:`RunLoop`; the runs, in the order of ``tracks``."""
+    loop = RunLoop(tracks, prompts, warmup=warmup, concurrency=concurrency, stop=stop, reporter=reporter)
+    return await loop.run(plan)
+
+
+def round_robin(tracks: Sequence[Track], prompts: PromptSet, repeats: int) -> list[tuple[Track, Request]]:
+    """The plan of a single run: the whole prompt list, ``repeats`` times round (drift hits every prompt alike)."""
+    return [(t, Request(p, i, rep)) for t in tracks for rep in range(repeats) for i, p in enumerate(prompts.prompts)]

@@ -1,0 +1,108 @@
+"""Process-wide effects, each opt-in: a stop flag that signals can raise, and a frozen garbage collector.
+
+Building a backend or calling :func:`llmbench.measure` changes nothing in the process by itself. The CLI
+enters both context managers; a notebook or a library caller chooses:
+
+    with llmbench.stop_on_signals() as stop, llmbench.frozen_gc():
+        run = llmbench.measure(prompts, stop=stop)
+"""
+
+from __future__ import annotations
+
+import gc
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+
+class Stop:
+    """Asks a run to stop. ``request()`` once: the run ends after the token in flight (an endpoint drops its
+    in-flight requests), keeping everything finished. Twice: it stops waiting at once.
+
+    Thread-safe to raise from anywhere (a signal handler, another thread, a notebook cell).
+    """
+
+    def __init__(self) -> None:
+        self.signal: str | None = None  # why: "SIGINT", "SIGTERM" or a caller's word
+        self.hard = False
+        self._callbacks: list[Callable[[], None]] = []
+        self._lock = threading.Lock()
+
+    @property
+    def requested(self) -> bool:
+        """True once a stop was asked for."""
+        return self.signal is not None
+
+    def request(self, why: str = "stop") -> None:
+        """Ask the run to stop (a second call: stop waiting for the request in flight too)."""
+        with self._lock:
+            if self.signal is None:
+                self.signal = why
+            else:
+                self.hard = True
+            callbacks = list(self._callbacks)
+        for cb in callbacks:
+            cb()
+
+    def on_request(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback`` (from whatever thread asks) on every request; returns a function that removes it."""
+        with self._lock:
+            self._callbacks.append(callback)
+
+        def remove() -> None:
+            with self._lock:
+                if callback in self._callbacks:
+                    self._callbacks.remove(callback)
+
+        return remove
+
+
+@contextmanager
+def stop_on_signals(stop: Stop | None = None) -> Iterator[Stop]:
+    """SIGINT and SIGTERM raise ``stop`` (a new :class:`Stop` by default) while the block runs.
+
+    The first signal stops the run after the token in flight, the second at once. Main thread only (Python
+    delivers signals there); elsewhere the block runs without handlers.
+    """
+    stop = stop or Stop()
+    if threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+
+    def handle(signum: int, _frame: object) -> None:
+        stop.request(signal.Signals(signum).name)
+
+    old = {sig: signal.signal(sig, handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield stop
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
+_frozen = threading.Event()
+
+
+@contextmanager
+def frozen_gc() -> Iterator[None]:
+    """While the block runs, everything alive after a model loads leaves the garbage collector's sight.
+
+    A model, torch and transformers are ~10^6 objects; with them frozen, a full collection scans only new
+    objects (measured: gc.collect() 180 ms -> 0.01 ms), so neither the sweep between requests nor an automatic
+    collection inside a timed request scans the model. On exit the objects are unfrozen.
+    """
+    _frozen.set()
+    freeze_now()
+    try:
+        yield
+    finally:
+        _frozen.clear()
+        gc.unfreeze()
+
+
+def freeze_now() -> None:
+    """Inside :func:`frozen_gc`: collect, then freeze what is alive (loaders call this after loading)."""
+    if _frozen.is_set():
+        gc.collect()
+        gc.freeze()
