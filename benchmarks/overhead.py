@@ -3,8 +3,10 @@
 Same model, same prompt, interleaved rounds (so machine drift hits every path alike) of:
   bare     model.generate() with no streamer, timed from outside, on the model's own thread:
            TTFT = time of generate(max_new_tokens=1); TPOT = (T(N) - T(1)) / (N - 1)
-  llmbench llmbench.measure(): the whole run path (the loop, the generation thread, the stop check in every
-           step, TokenStamper stamps in put()), one request a round
+  llmbench the request path of llmbench's run loop: the in-process backend's measure (templating and
+           tokenizing on the clock, gc between requests, the stop check in every step, TokenStamper stamps in
+           put()) on the model's thread. Per-run work (the calibration probes before and after a run, the
+           sampler) is outside every request and not part of it.
   seed     the seed article's TextIteratorStreamer + Thread, timed on the text chunks it yields
 
 Each round gives a paired ratio llmbench TPOT / bare TPOT; the 95% interval of their mean (bootstrap over
@@ -24,6 +26,8 @@ from pathlib import Path
 from threading import Thread
 
 import llmbench
+from llmbench.backends import Request
+from llmbench.backends.inprocess import InProcessBackend
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -65,9 +69,13 @@ def main() -> None:
         sync()
         return (time.perf_counter_ns() - t) / 1e6
 
+    backend = InProcessBackend(None, llmbench.RunOptions(max_new_tokens=n, ignore_eos=True, warmup=0), loaded=lm)
+    stop = llmbench.Stop()  # never raised: its check runs after every token, as in a run
+
     def llmbench_path() -> llmbench.RequestResult:
-        run = llmbench.measure([prompt], model=lm, max_new_tokens=n, ignore_eos=True, warmup=0)
-        return run.requests[0]
+        result = lm.call(backend.measure_now, Request(prompt, 0, 0), stop)
+        assert result is not None
+        return result
 
     def seed_path() -> tuple[float, float, int]:
         streamer = TextIteratorStreamer(lm.tokenizer, skip_prompt=True)

@@ -239,7 +239,11 @@ class RunLoop:
         async def worker() -> None:
             while queue and not self.stop.requested and self.fatal is None:
                 t, req = queue.pop()
-                if not await self._one(t, req):
+                try:
+                    if not await self._one(t, req):
+                        return
+                except Exception as e:  # saving failed (a full disk...): the run ends, saved as far as it can be
+                    self.fatal = e
                     return
 
         await asyncio.gather(*(worker() for _ in range(min(self.concurrency, len(todo)))))

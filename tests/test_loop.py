@@ -210,3 +210,25 @@ def test_a_run_loop_is_reusable_only_per_plan():
     run: Run = new_track(b, PROMPTS, None).run
     loop = RunLoop([Track(b, run, run)], PROMPTS)
     assert asyncio.run(loop.run(round_robin(loop.tracks, PROMPTS, 1)))[0].complete
+
+
+def test_a_failing_save_ends_the_run_and_the_error_is_raised(tmp_path, monkeypatch):
+    from llmbench import storage
+
+    b = FakeBackend(delay_s=0.05)
+    t = new_track(b, PROMPTS, tmp_path / "r.json")
+    calls = {"n": 0}
+    real_add = storage.RunWriter.add
+
+    def add(self, run, item, summarize=None):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise OSError(28, "No space left on device")
+        return real_add(self, run, item, summarize)
+
+    monkeypatch.setattr(storage.RunWriter, "add", add)
+    with pytest.raises(OSError, match="No space left"):
+        _run([t], round_robin([t], PROMPTS, 2), concurrency=2)
+    assert len(b.calls) < 8  # the workers stopped
+    kept = load_run(tmp_path / "r.json")
+    assert not kept.complete and len(kept.requests) >= 2
