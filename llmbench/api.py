@@ -54,6 +54,7 @@ async def ameasure(
     weights: str = "pretrained",
     device: str = "auto",
     dtype: str = "auto",
+    reprobe: bool = False,
     threads: int | None = None,
     endpoint: str | EndpointOptions | None = None,
     max_new_tokens: int = 256,
@@ -123,7 +124,7 @@ async def ameasure(
         target = model  # a LoadedModel
     else:
         target = ModelOptions(
-            model=model or DEFAULT_MODEL, weights=weights, device=device, dtype=dtype, threads=threads,
+            model=model or DEFAULT_MODEL, weights=weights, device=device, dtype=dtype, reprobe=reprobe, threads=threads,
             device_map=device_map, allow_offload=allow_offload, allow_pickle=allow_pickle,
             trust_remote_code=trust_remote_code, attn=attn, quantize=None if quantize in (None, "none") else quantize,
         )  # fmt: skip
@@ -144,6 +145,7 @@ def load_model(
     weights: str = "pretrained",
     device: str = "auto",
     dtype: str = "auto",
+    reprobe: bool = False,
     threads: int | None = None,
     attn: str | None = None,
     quantize: str | None = None,
@@ -158,8 +160,8 @@ def load_model(
     from llmbench.generation import generation_thread
     from llmbench.process import freeze_now
 
-    spec = ModelOptions(model=model, weights=weights, device=device, dtype=dtype, threads=threads, attn=attn,
-                        quantize=quantize, device_map=device_map, allow_offload=allow_offload,
+    spec = ModelOptions(model=model, weights=weights, device=device, dtype=dtype, reprobe=reprobe, threads=threads,
+                        attn=attn, quantize=quantize, device_map=device_map, allow_offload=allow_offload,
                         allow_pickle=allow_pickle, trust_remote_code=trust_remote_code)  # fmt: skip
     loaded = generation_thread().run(models.load_model, spec)
     freeze_now()

@@ -127,12 +127,17 @@ EndpointOpt = Annotated[
         "e.g. http://127.0.0.1:8000/v1. --model then names the model to send."
     ),
 ]
+ReprobeOpt = Annotated[
+    bool,
+    typer.Option("--reprobe", help="--dtype auto: measure the dtypes again instead of this machine's cached choice."),
+]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")]
 OverwriteOpt = Annotated[bool, typer.Option("--overwrite", help="Replace an existing output file.")]
 
 # run's flags that belong to one mode only: refused in the other, in one line
 IN_PROCESS_ONLY = (
-    *("weights", "device", "dtype", "threads", "device_map", "allow_offload", "allow_pickle", "trust_remote_code"),
+    *("weights", "device", "dtype", "reprobe", "threads", "device_map", "allow_offload", "allow_pickle"),
+    "trust_remote_code",
     *("compile_", "quantize", "attn", "cache", "truncate", "no_chat_template"),
 )
 ENDPOINT_ONLY = ("concurrency", "api_key_env", "tokenizer")
@@ -214,6 +219,7 @@ def run(
     ] = None,
     device: DeviceOpt = "auto",
     dtype: DTypeOpt = DType.auto,
+    reprobe: ReprobeOpt = False,
     threads: ThreadsOpt = None,
     max_new_tokens: MaxNewTokensOpt = 256,
     ignore_eos: IgnoreEosOpt = None,
@@ -363,6 +369,7 @@ def serve(
     weights: WeightsOpt = Weights.pretrained,
     device: DeviceOpt = "auto",
     dtype: DTypeOpt = DType.auto,
+    reprobe: ReprobeOpt = False,
     threads: ThreadsOpt = None,
     attn: AttnOpt = None,
     quantize: QuantizeOpt = Quantize.none,

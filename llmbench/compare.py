@@ -94,6 +94,7 @@ class Comparison:
     outputs_note: str
     machine: list[MachineNote] = field(default_factory=list)
     probes: dict[str, dict[str, float | None]] = field(default_factory=dict)
+    auto_diffs: list[str] = field(default_factory=list)  # config_diffs that automatic choices made, not the user
 
     def checks(
         self, fail_on_regression: float | None = None, fail_on: dict[str, float] | None = None, stat: str = "mean"
@@ -282,6 +283,8 @@ def compare_runs(
         outputs_changed=changed,
         outputs_note=note,
     )
+    both_auto = set(base.config.auto) & set(new.config.auto)
+    comp.auto_diffs = [k for k, _, _ in comp.config_diffs if k in both_auto]
     # probes are comparable when made the same way (torch on the run's threads, or numpy on one)
     method = _probe_method(base) if _probe_method(base) == _probe_method(new) else None
     comp.probes = {

@@ -148,7 +148,12 @@ def compare_lines(comp, checks: list[Any]) -> tuple[list[str], list[str]]:
     the terminal escapes it."""
     pairing = f"paired by (prompt_index, repeat): {comp.n_pairs} pairs" if comp.paired else "unpaired"
     head = [f"{comp.n_base} -> {comp.n_new} requests, {pairing}"]
-    head += [f"setup differs: {k}: {b} -> {n}" for k, b, n in comp.config_diffs]
+    head += [
+        f"setup differs: {k}: auto chose {b}, then {n} (an automatic choice, not an option that changed)"
+        if k in comp.auto_diffs
+        else f"setup differs: {k}: {b} -> {n}"
+        for k, b, n in comp.config_diffs
+    ]
     head += [f"environment differs: {k}: {b} -> {n}" for k, b, n in comp.env_diffs]
     if comp.paired and comp.outputs_compared:
         head.append(f"outputs: {comp.outputs_changed} of {comp.outputs_compared} changed ({comp.outputs_note})")

@@ -26,7 +26,7 @@ from typing import Any
 import psutil
 import torch
 
-from llmbench import builtin
+from llmbench import autodtype, builtin
 from llmbench.envinfo import cpu_flags
 from llmbench.errors import UserError
 from llmbench.options import ModelOptions
@@ -59,6 +59,10 @@ def validate(spec: ModelOptions) -> str:
     _device_map_arg(spec.device_map, device)
     if spec.quantize is not None:
         check_quantize(spec.quantize, device, resolve_dtype(spec.dtype, device, probe=False)[0])
+    if spec.reprobe and spec.dtype.strip().lower() != "auto":
+        raise UserError(
+            f"--reprobe measures the dtypes for --dtype auto; with --dtype {spec.dtype} it has nothing to do"
+        )
     return device
 
 
@@ -79,6 +83,7 @@ class LoadedModel:
     max_positions: int | None
     warnings: list[str] = field(default_factory=list)
     quantization: str | None = None  # "int8" when the linears were quantized
+    auto: list[str] = field(default_factory=list)  # config fields chosen automatically (automatic_choices)
 
     def call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         """Run ``fn(*args, **kwargs)`` on the thread this model generates on and return its result.
@@ -141,32 +146,12 @@ def cpu_native_dtypes() -> set[str]:
     return native
 
 
-def probe_cpu_dtypes(candidates: tuple[str, ...]) -> dict[str, float]:
-    """Milliseconds of one decode-shaped matrix-vector product (1x1024 by 1024x65536, 128-256 MB of weights,
-    more than any cache) per dtype: the operation that bounds TPOT. About 0.1 s per dtype."""
-    import torch.nn.functional as F
-
-    times = {}
-    for name in candidates:
-        dt = DTYPES[name]
-        w = torch.full((65536, 1024), 0.01, dtype=dt)  # normal values: denormals would slow some CPUs down
-        x = torch.full((1, 1024), 0.5, dtype=dt)
-        F.linear(x, w)
-        t = time.perf_counter()
-        for _ in range(5):
-            F.linear(x, w)
-        times[name] = (time.perf_counter() - t) / 5 * 1000
-        del w
-    return times
-
-
-def resolve_dtype(requested: str, device: str, *, probe: bool = True) -> tuple[str, str]:
-    """The dtype name to load in, and why. 'auto' picks what is fastest on that device.
-
-    On a CPU, which dtype is fastest depends on the chip (bfloat16 was 2.5x faster per token than float32
-    on one AMD EPYC, and no faster on an Intel Xeon with the same AVX512-BF16 flag), so 'auto' measures a
-    decode-shaped product in each native dtype and takes the fastest. ``probe=False`` only validates.
-    """
+def resolve_dtype(
+    requested: str, device: str, *, probe: bool = True, reprobe: bool = False, warnings: list[str] | None = None
+) -> tuple[str, str]:
+    """The dtype name to load in, and why. 'auto': bfloat16 on a GPU that has it; on a CPU the stable choice of
+    :mod:`llmbench.autodtype` (a preference order the probe overrides only beyond its noise, cached per
+    machine). ``probe=False`` only validates. Cache problems are appended to ``warnings``."""
     req = (requested or "auto").strip().lower()
     req = _DTYPE_ALIASES.get(req, req)
     if req != "auto":
@@ -184,11 +169,12 @@ def resolve_dtype(requested: str, device: str, *, probe: bool = True) -> tuple[s
     if len(candidates) == 1:
         return "float32", "auto: the CPU has no native bfloat16/float16, where float32 is fastest"
     if not probe:
-        return "float32", "auto (not probed)"
-    times = probe_cpu_dtypes(candidates)
-    best = min(times, key=lambda k: times[k])
-    shown = ", ".join(f"{k} {v:.1f} ms" for k, v in times.items())
-    return best, f"auto: fastest decode-shaped matvec on this CPU ({shown})"
+        return autodtype.preferred(candidates), "auto (not probed)"
+    key = autodtype.machine_key(torch.get_num_threads(), cpu_flags(), torch.__version__)
+    choice = autodtype.choose(candidates, key, reprobe=reprobe)
+    if warnings is not None:
+        warnings.extend(choice.warnings)
+    return choice.dtype, choice.reason
 
 
 def dtype_warnings(dtype: str, device: str) -> list[str]:
@@ -368,12 +354,13 @@ def load_model(spec: ModelOptions) -> LoadedModel:
 
     device = validate(spec)
     threads = configure_threads(spec.threads)  # before the dtype probe: it runs on these threads
+    warnings: list[str] = []
     if spec.quantize is not None:
         dtype_name, dtype_reason = "float32", f"{spec.quantize} weights compute in float32 (dynamic quantization)"
     else:
-        dtype_name, dtype_reason = resolve_dtype(spec.dtype, device)
+        dtype_name, dtype_reason = resolve_dtype(spec.dtype, device, reprobe=spec.reprobe, warnings=warnings)
     dtype = DTYPES[dtype_name]
-    warnings = dtype_warnings(dtype_name, device)
+    warnings += dtype_warnings(dtype_name, device)
     source, path = classify_source(spec.model, spec.weights)
 
     t0 = time.perf_counter()
@@ -426,7 +413,19 @@ def load_model(spec: ModelOptions) -> LoadedModel:
         max_positions=getattr(config, "max_position_embeddings", None),
         warnings=warnings,
         quantization=spec.quantize,
+        auto=automatic_choices(spec),
     )
+
+
+def automatic_choices(spec: ModelOptions) -> list[str]:
+    """The config fields llmbench (or transformers) chose because the user left them to it."""
+    chosen = {
+        "device": spec.device.strip().lower() == "auto",
+        "dtype": spec.dtype.strip().lower() == "auto" and spec.quantize is None,
+        "threads": spec.threads is None,
+        "attn_implementation": spec.attn is None,
+    }
+    return [k for k, v in chosen.items() if v]
 
 
 def _model_files(spec: ModelOptions, source: str, path: Path | None) -> tuple[Path | None, dict[str, Any]]:

@@ -91,6 +91,7 @@ class ModelOptions:
     trust_remote_code: bool = False
     attn: str | None = None  # attention kernel: eager, sdpa, ... (None: transformers' default)
     quantize: str | None = None  # "int8": dynamic int8 weights for every nn.Linear (CPU, float32 activations)
+    reprobe: bool = False  # --dtype auto: measure again instead of reusing this machine's cached choice
     # checked by llmbench.models.validate (it needs torch to know the devices)
 
 

@@ -11,7 +11,8 @@ Schema history (bump ``SCHEMA_VERSION`` on any change a reader of the old versio
     config.weights "unknown", config.endpoint, requests[].chunks/tokens_from/server_ttft_ms/server_queue_ms/
     stream_end_ms, summary.stream_*, client, failed_requests (0.1.0, endpoint runs);
     probe.method, failed_requests[].session, requests[].prompt_tokens null when unknown (0.2.0, one engine:
-    endpoint runs probe the client machine with numpy when the server is on loopback).
+    endpoint runs probe the client machine with numpy when the server is on loopback); config.auto (0.2.0,
+    automatic choices recorded).
 
 No torch here: compare, show and the endpoint client read and write runs without it.
 """
@@ -126,6 +127,9 @@ class RunConfig(_Model):
     compile: bool = _match(RESUME, COMPARE, default=False)  # decode steps run through torch.compile (static cache)
     quantization: str | None = _match(RESUME, COMPARE)  # "int8": dynamic int8 linear weights
     endpoint: EndpointConfig | None = None  # mode "endpoint": where and how the requests went (fields: own match)
+    # the fields above that llmbench or transformers chose because they were left to it (--dtype auto, no
+    # --threads, ...): compare says "auto chose X, then Y" for them
+    auto: list[str] = []
 
 
 class GPUInfo(_Model):

@@ -29,6 +29,18 @@ TINY = {
 }
 
 
+@pytest.fixture(scope="session", autouse=True)
+def private_cache_folder(tmp_path_factory):
+    """Tests never write into the user's cache folder (the --dtype auto cache): the session gets its own."""
+    old = os.environ.get("XDG_CACHE_HOME")
+    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("xdg-cache"))
+    yield
+    if old is None:
+        os.environ.pop("XDG_CACHE_HOME", None)
+    else:
+        os.environ["XDG_CACHE_HOME"] = old
+
+
 @pytest.fixture(scope="session")
 def qwen_tokenizer():
     from llmbench.builtin import qwen_tokenizer

@@ -41,23 +41,39 @@ def test_dtypes():
     assert models.resolve_dtype("auto", "cuda:0", probe=False)[0] == "bfloat16"
 
 
-def test_auto_dtype_on_cpu_takes_the_fastest_measured(monkeypatch):
+def test_auto_dtype_on_cpu_goes_through_the_stable_choice(monkeypatch, tmp_path):
+    from llmbench import autodtype
+
+    monkeypatch.setattr(autodtype, "cache_path", lambda: tmp_path / "dtype-auto.json")
     monkeypatch.setattr(models, "cpu_native_dtypes", lambda: {"bfloat16"})
-    monkeypatch.setattr(models, "probe_cpu_dtypes", lambda c: {"float32": 9.0, "bfloat16": 4.0})
-    dtype, reason = models.resolve_dtype("auto", "cpu")
-    assert dtype == "bfloat16" and "float32 9.0 ms" in reason and "bfloat16 4.0 ms" in reason
-    monkeypatch.setattr(models, "probe_cpu_dtypes", lambda c: {"float32": 7.0, "bfloat16": 8.0})
-    assert models.resolve_dtype("auto", "cpu")[0] == "float32"
+    seen = []
+
+    def fake_measure(candidates, rounds=autodtype.ROUNDS):
+        seen.append(candidates)
+        return {"float32": [9.0] * rounds, "bfloat16": [4.0] * rounds}, {d: [1.0] * rounds for d in candidates}
+
+    monkeypatch.setattr(autodtype, "measure", fake_measure)
+    warnings: list[str] = []
+    dtype, reason = models.resolve_dtype("auto", "cpu", warnings=warnings)
+    assert dtype == "bfloat16" and "float32 9.0 ms" in reason and "bfloat16 4.0 ms" in reason and not warnings
+    assert seen == [("float32", "bfloat16")]
+    assert models.resolve_dtype("auto", "cpu")[1].endswith("(--reprobe)") and len(seen) == 1  # from the cache
+    assert models.resolve_dtype("auto", "cpu", reprobe=True)[0] == "bfloat16" and len(seen) == 2
+    assert models.resolve_dtype("auto", "cpu", probe=False) == ("bfloat16", "auto (not probed)")
     monkeypatch.setattr(models, "cpu_native_dtypes", lambda: set())
-    assert models.resolve_dtype("auto", "cpu")[0] == "float32"  # nothing native: no probe needed
+    assert models.resolve_dtype("auto", "cpu")[0] == "float32" and len(seen) == 2  # nothing native: no probe
     assert models.dtype_warnings("float16", "cpu") and not models.dtype_warnings("bfloat16", "cpu")
     monkeypatch.setattr(models, "cpu_native_dtypes", lambda: {"float16"})
     assert not models.dtype_warnings("float16", "cpu")
 
 
-def test_probe_measures_every_candidate():
-    times = models.probe_cpu_dtypes(("float32", "bfloat16"))
-    assert set(times) == {"float32", "bfloat16"} and all(t > 0 for t in times.values())
+@pytest.mark.slow
+def test_the_probe_measures_every_candidate_in_interleaved_rounds():
+    from llmbench import autodtype
+
+    decode, prefill = autodtype.measure(("float32", "bfloat16"), rounds=3)
+    assert set(decode) == set(prefill) == {"float32", "bfloat16"}
+    assert all(len(v) == 3 and min(v) > 0 for v in (*decode.values(), *prefill.values()))
 
 
 def test_classify_source(tmp_path, tiny_model_dir):

@@ -135,6 +135,7 @@ class InProcessBackend:
             cache_implementation=o.cache,  # type: ignore[arg-type]
             compile=o.compile,
             quantization=lm.quantization,
+            auto=models.automatic_choices(self.spec) if self.spec else list(lm.auto),
         )
         return new_run_record(config, envinfo.collect(lm.device), load=lm.load, warnings=list(lm.warnings))
 
