@@ -38,6 +38,7 @@ class Stream:
     timing: dict | None = None  # llmbench serve's own stamps (the usage chunk's "llmbench")
     content_type: str | None = None  # set when the stream did not come as text/event-stream
     finish_reason: str | None = None
+    finish_ns: int | None = None  # arrival of the event that carried finish_reason
 
     @property
     def text(self) -> str:
@@ -164,12 +165,14 @@ def _take(s: Stream, t: int, data: str) -> None:
         s.timing = timing
     for choice in choices:
         delta = choice.get("delta") or {}
-        text = delta.get("content") or delta.get("reasoning_content") if isinstance(delta, dict) else None
+        if not isinstance(delta, dict):
+            raise RequestFailed(f"malformed event (delta is not an object): {data[:80]!r}")
+        text = delta.get("content") or delta.get("reasoning_content")
         if text and isinstance(text, str):  # a role-only first event (llama.cpp's server, vLLM) is not a token
             s.stamps_ns.append(t)
             s.pieces.append(text)
-        if choice.get("finish_reason"):
-            s.finish_reason = str(choice["finish_reason"])
+        if choice.get("finish_reason") and s.finish_reason is None:
+            s.finish_reason, s.finish_ns = str(choice["finish_reason"]), t
 
 
 def _reason(e: Exception) -> str:
@@ -206,15 +209,26 @@ class TokenCounter:
             except Exception as e:  # transformers raises many types for a missing or broken tokenizer
                 raise UserError(f"--tokenizer {tokenizer_name}: {_reason(e)}") from None
 
-    def count(self, s: Stream, prompt: str) -> tuple[int | None, int, str]:
-        """(prompt_tokens or None when unknown, output_tokens, where output_tokens came from)."""
+    @property
+    def templated(self) -> bool:
+        """Whether prompts are counted through the tokenizer's chat template (as a chat server applies one)."""
+        return self.tok is not None and bool(getattr(self.tok, "chat_template", None))
+
+    def count(self, s: Stream, messages: list[dict[str, str]]) -> tuple[int | None, int, str]:
+        """(prompt_tokens or None when unknown, output_tokens, where output_tokens came from). A tokenizer
+        counts the prompt through its chat template when it has one (what the server tokenizes), else the
+        messages' text."""
         usage = s.usage or {}
         if isinstance(usage.get("completion_tokens"), int):
             prompt_tokens = usage.get("prompt_tokens")
             return (prompt_tokens if isinstance(prompt_tokens, int) else None), usage["completion_tokens"], "usage"
         tok = self.tok
         if tok is not None:
-            n_prompt = len(tok(prompt, add_special_tokens=False)["input_ids"])
+            if self.templated:
+                text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+            else:
+                text = "\n\n".join(m["content"] for m in messages)
+            n_prompt = len(tok(text, add_special_tokens=False)["input_ids"])
             return n_prompt, len(tok(s.text, add_special_tokens=False)["input_ids"]), "tokenizer"
         return None, len(s.stamps_ns), "chunks"
 

@@ -35,6 +35,7 @@ from llmbench.schema import (
     RESUME,
     Environment,
     FailedRequest,
+    LoadInfo,
     Probe,
     RequestResult,
     Run,
@@ -90,9 +91,12 @@ class Track:
     expected: set[tuple[int, int]] = field(default_factory=set)
 
 
-def check_resumable(run: Run, path: Path | str, config: dict, environment: dict | None = None) -> None:
+def check_resumable(
+    run: Run, path: Path | str, config: dict, environment: dict | None = None, load: LoadInfo | None = None
+) -> None:
     """UserError unless ``run`` is incomplete and measured the same setup: every RESUME field of ``config``
-    (a full or partial config dict) and of ``environment`` (when given) equals the run's."""
+    (a full or partial config dict) and of ``environment`` (when given) equals the run's, and the weights are
+    offloaded (or not) as in the run (``load``, when given)."""
     if run.complete:
         raise UserError(f"{path} is already complete: nothing to resume")
     have = run.config.model_dump()
@@ -100,6 +104,8 @@ def check_resumable(run: Run, path: Path | str, config: dict, environment: dict 
     diffs = differences(have, config, keys)
     if environment is not None:
         diffs += differences(run.environment.model_dump(), environment, must_match(RESUME, Environment))
+    if load is not None and run.load is not None and _offloaded(run.load) != _offloaded(load):
+        diffs.append(("offloaded weights", _offloaded(run.load), _offloaded(load)))
     if diffs:
         shown = "; ".join(f"{k} {a!r} -> {b!r}" for k, a, b in diffs)
         raise UserError(
@@ -108,11 +114,18 @@ def check_resumable(run: Run, path: Path | str, config: dict, environment: dict 
         )
 
 
+def _offloaded(load: LoadInfo) -> list[str]:
+    """Where weights were off the computing device (empty: none were)."""
+    o = load.offload
+    return [name for name, modules in (("disk", o.disk), ("cpu", o.cpu), ("meta", o.meta)) if modules]
+
+
 def new_track(backend: Backend, prompts: PromptSet, path: Path | None, resume: Run | None = None) -> Track:
     """A track for ``backend`` (started): its fresh record, or ``resume`` after checking it measures the same."""
     fresh = backend.new_run(prompts)
     if resume is not None:
-        check_resumable(resume, path or "the run", fresh.config.model_dump(), fresh.environment.model_dump())
+        check_resumable(resume, path or "the run", fresh.config.model_dump(), fresh.environment.model_dump(),
+                        fresh.load)  # fmt: skip
     return Track(backend, resume if resume is not None else fresh, fresh, path)
 
 

@@ -40,6 +40,7 @@ def request_result(
     output_text: str,
     tokenized_ns: int | None = None,
     output_tokens: int | None = None,
+    last_token_ns: int | None = None,
     started_s: float = 0.0,
     **extra: Any,
 ) -> RequestResult:
@@ -47,12 +48,20 @@ def request_result(
 
     ``stamps_ns``: one stamp per token (in-process) or per content event (endpoint). ``output_tokens`` defaults
     to the number of stamps; an endpoint passes the count it got from usage or a tokenizer, and TPOT divides
-    by tokens, not events. ``tokenized_ns`` None: templating happened elsewhere (tokenize_ms 0). Times are
-    rounded to the microsecond once, so ``token_times_ms[0] == ttft_ms`` exactly.
+    by tokens, not events. ``last_token_ns``: the stamp of the last counted token when it is not the last
+    stamp (an end-of-sequence token that carried no text): TPOT's span ends there. ``tokenized_ns`` None:
+    templating happened elsewhere (tokenize_ms 0). Times are rounded to the microsecond once, so
+    ``token_times_ms[0] == ttft_ms`` exactly.
     """
     times = [round((t - start_ns) / _NS_PER_MS, 3) for t in stamps_ns]
     n = len(times) if output_tokens is None else output_tokens
-    tpot = round((times[-1] - times[0]) / (n - 1), 4) if n >= 2 and len(times) >= 2 else None
+    last = round((last_token_ns - start_ns) / _NS_PER_MS, 3) if last_token_ns is not None else None
+    span_end = last if last is not None else (times[-1] if times else None)
+    tpot = (
+        round((span_end - times[0]) / (n - 1), 4) if n >= 2 and span_end is not None and span_end > times[0] else None
+    )
+    if last is not None:
+        extra["eos_ms"] = last
     return RequestResult(
         prompt_index=prompt_index,
         repeat=repeat,

@@ -251,10 +251,17 @@ def hub_snapshot(repo_id: str, *, config_only: bool) -> Path:
         ) from None
 
 
-def check_weight_files(folder: Path, allow_pickle: bool) -> None:
-    """A folder must hold safetensors weights; pickle-only weights need --allow-pickle (pickle runs code)."""
+def check_weight_files(folder: Path, allow_pickle: bool, hub_id: str | None = None) -> None:
+    """A folder must hold safetensors weights; pickle-only weights need --allow-pickle (pickle runs code). A
+    hub model's snapshot never has pickles (only safetensors are fetched), so --allow-pickle can't help there."""
     if any(folder.glob("*.safetensors")):
         return
+    if hub_id is not None:
+        raise UserError(
+            f"'{hub_id}' has no safetensors weights in the cache (llmbench fetches safetensors only: pickle runs "
+            "code); download the repository yourself (huggingface-cli download ...) and pass its folder with "
+            "--allow-pickle if you trust it, or use --weights random"
+        )
     pickles = sorted(p.name for p in chain(folder.glob("*.bin"), folder.glob("*.pt"), folder.glob("*.pth")))
     if pickles and not allow_pickle:
         raise UserError(
@@ -387,6 +394,12 @@ def load_model(spec: ModelOptions) -> LoadedModel:
         quantize_s = round(time.perf_counter() - t1, 3)
 
     off = _checked_offload(model, device, spec.allow_offload, warnings)
+    moe = mixture_of_experts(config)
+    if moe:
+        warnings.append(
+            f"mixture of experts ({moe}): a decode step reads only the experts its tokens are routed to, so the "
+            "weights-per-step roofline (tpot_bound_ms, tpot_efficiency) is omitted rather than counting every expert"
+        )
     hf_map = getattr(model, "hf_device_map", None)
     load = LoadInfo(
         seconds=round(seconds, 3),
@@ -395,7 +408,7 @@ def load_model(spec: ModelOptions) -> LoadedModel:
         allowed_offload=spec.allow_offload,
         parameters=n_params,
         weights_bytes=weights_bytes,
-        decode_weight_bytes=decode_weight_bytes(model),
+        decode_weight_bytes=None if moe else decode_weight_bytes(model),
         quantize_s=quantize_s,
     )
     _prepare_generation(model, tokenizer)
@@ -468,7 +481,7 @@ def _pretrained_model(spec: ModelOptions, source: str, folder: Path | None, gguf
 
     assert folder is not None
     if source in ("folder", "hub"):
-        check_weight_files(folder, spec.allow_pickle)
+        check_weight_files(folder, spec.allow_pickle, spec.model if source == "hub" else None)
     kwargs: dict[str, Any] = dict(
         dtype=dtype,
         device_map=_device_map_arg(spec.device_map, device),
@@ -498,6 +511,14 @@ def _checked_offload(model, device: str, allowed: bool, warnings: list[str]) -> 
             )
         warnings.append("OFFLOADED: " + offload_message(off))
     return off
+
+
+def mixture_of_experts(config) -> str:
+    """'N experts, K per token' for a mixture-of-experts config (transformers' field names), else ''."""
+    experts = next((getattr(config, k, None) for k in ("num_local_experts", "num_experts", "n_routed_experts")
+                    if isinstance(getattr(config, k, None), int)), None)  # fmt: skip
+    per_token = getattr(config, "num_experts_per_tok", None)
+    return f"{experts} experts, {per_token} per token" if experts and experts > 1 else ""
 
 
 def decode_weight_bytes(model) -> int:

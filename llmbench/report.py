@@ -81,7 +81,8 @@ def itl_svg(runs: list[tuple[str, Run]]) -> str:
             )
     ax.set_xlabel("inter-token latency, ms (every gap between consecutive tokens)")
     ax.set_ylabel("gaps")
-    ax.legend(fontsize=7, frameon=False)
+    if ax.get_legend_handles_labels()[0]:  # a run of one-token answers has no gaps to draw
+        ax.legend(fontsize=7, frameon=False)
     return _svg(fig)
 
 

@@ -10,7 +10,8 @@ Schema history (bump ``SCHEMA_VERSION`` on any change a reader of the old versio
     (0.1.0, sweep);
     config.weights "unknown", config.endpoint, requests[].chunks/tokens_from/server_ttft_ms/server_queue_ms/
     stream_end_ms, summary.stream_*, client, failed_requests (0.1.0, endpoint runs);
-    probe.method, failed_requests[].session, requests[].prompt_tokens null when unknown (0.2.0, one engine:
+    probe.method, failed_requests[].session, requests[].prompt_tokens null when unknown, requests[].eos_ms
+    (0.2.0, one engine:
     endpoint runs probe the client machine with numpy when the server is on loopback); config.auto (0.2.0,
     automatic choices recorded).
 
@@ -61,14 +62,20 @@ ENDPOINT_METRIC_FORMULAS: dict[str, str] = {
     **METRIC_FORMULAS,
     "ttft_ms": "arrival of the first SSE event that carries content - request_start; request_start is taken "
     "before the HTTP request is built and sent (a role-only first event does not count)",
-    "tpot_ms": "(last_content_event - first_content_event) / (output_tokens - 1), output_tokens from the "
-    "server's usage, else from tokenizing the received text (requests[].tokens_from says which); as vLLM's TPOT",
+    "tpot_ms": "(last token's arrival - first content event) / (output_tokens - 1), output_tokens from the "
+    "server's usage, else from tokenizing the received text (requests[].tokens_from says which); as vLLM's TPOT. "
+    "The last token's arrival is the last content event, except when the count is the server's and the stream "
+    "ends with finish_reason 'stop' after that event: an end-of-sequence token carries no text but usage counts "
+    "it, so its finishing event is its arrival (requests[].eos_ms)",
     "itl_ms": "token_times_ms[i] - token_times_ms[i-1]: gaps between content events (an event may carry several "
     "tokens)",
     "e2e_ms": "last content event - request_start (stream_end_ms: when [DONE] or the end of the body arrived)",
     "tokenize_ms": "0: templating and tokenizing happen on the server, inside ttft_ms",
     "prefill_tokens_per_s": "prompt_tokens / ttft_ms * 1000: as the client sees it, transport and queue included; "
     "null when prompt_tokens is unknown",
+    "prompt_tokens": "the server's usage.prompt_tokens; else --tokenizer's count of the messages through its chat "
+    "template when it has one (what a chat server tokenizes), else of the prompt text alone (a warning says so); "
+    "null when unknown",
     "token_times_ms": "arrival of each content event, in ms since request_start; token_times_ms[0] == ttft_ms",
     "stamp": "time.perf_counter_ns() when the SSE parser hands over the event (httpx + httpx-sse, one process)",
     "stream_gaps_under_1ms_share": "share of gaps between consecutive content events under 1 ms, all requests",
@@ -192,6 +199,8 @@ class RequestResult(_Model):
     stream_end_ms: float | None = None  # [DONE] (or the body's end) arrived, ms since request_start
     server_ttft_ms: float | None = None  # llmbench serve's own stamp of the first token (from arrival)
     server_queue_ms: float | None = None  # llmbench serve: arrival until the model started on it (templating + wait)
+    eos_ms: float | None = None  # endpoint runs: arrival of the finishing event of an end-of-sequence token that
+    # carried no text but that usage counts (TPOT's span ends there)
 
     @model_validator(mode="after")
     def _invariants(self) -> RequestResult:

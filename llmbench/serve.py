@@ -145,6 +145,8 @@ class ModelServer:
         self.generating = False
         self.counters = _Counters()
         self.uses_template = bool(getattr(loaded.tokenizer, "chat_template", None))
+        eos = loaded.model.generation_config.eos_token_id
+        self.eos_ids = set(eos if isinstance(eos, list) else [] if eos is None else [eos])
 
     # -- admission ------------------------------------------------------------------------------------------
 
@@ -245,18 +247,26 @@ class ModelServer:
                 queue, fut = self._start(p, cancel)
                 yield _sse(self._chunk(rid, created, {"role": "assistant", "content": ""}))
                 text = IncrementalText(self.loaded.tokenizer)
+                ended = False  # the finishing chunk went out with the end-of-sequence token
                 while (item := await queue.get()) is not None:
                     stamp, ids = item
                     stamps.append(round((stamp - arrived_ns) / 1e6, 3))
                     piece = text.add(ids)
                     if piece:
                         yield _sse(self._chunk(rid, created, {"content": piece}))
+                    if not ended and self.eos_ids.intersection(ids):
+                        # EOS decodes to no text but usage counts it: its event is the finishing chunk, sent now
+                        # (not after generate() returns), so a client can stamp the last token it counts
+                        rest, ended = text.flush(), True
+                        if rest:
+                            yield _sse(self._chunk(rid, created, {"content": rest}))
+                        yield _sse(self._chunk(rid, created, {}, "stop"))
                 tokens = await fut
-                rest = text.flush()
-                if rest:
-                    yield _sse(self._chunk(rid, created, {"content": rest}))
-                finish = "length" if tokens >= p.max_new_tokens else "stop"
-                yield _sse(self._chunk(rid, created, {}, finish))
+                if not ended:
+                    rest = text.flush()
+                    if rest:
+                        yield _sse(self._chunk(rid, created, {"content": rest}))
+                    yield _sse(self._chunk(rid, created, {}, "length" if tokens >= p.max_new_tokens else "stop"))
                 usage = _usage(p.prompt_tokens, tokens)
                 timing = {
                     "queue_ms": round((started_ns - arrived_ns) / 1e6, 3),

@@ -18,10 +18,20 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 class DelayedConfig(PretrainedConfig):
     model_type = "llmbench-delayed"
 
-    def __init__(self, vocab_size: int = 151936, prefill_ms: float = 40.0, decode_ms: float = 15.0, **kw):
+    def __init__(
+        self,
+        vocab_size: int = 151936,
+        prefill_ms: float = 40.0,
+        decode_ms: float = 15.0,
+        eos_after: int | None = None,
+        eos_id: int = 151645,
+        **kw,
+    ):
         self.vocab_size = vocab_size
         self.prefill_ms = prefill_ms
         self.decode_ms = decode_ms
+        self.eos_after = eos_after  # the token of this number (1-based) is the end-of-sequence token
+        self.eos_id = eos_id
         self.num_hidden_layers = 1  # generate() sizes a (never filled) cache by it
         kw.setdefault("use_cache", False)
         super().__init__(**kw)
@@ -47,6 +57,7 @@ class DelayedLM(PreTrainedModel, GenerationMixin):
         self.ends_ns: list[int] = []
         self.kinds: list[str] = []
         self._last_len = -1
+        self._prompt_len = 0
         self.post_init()
 
     def _init_weights(self, module):  # nothing random to initialise
@@ -57,10 +68,14 @@ class DelayedLM(PreTrainedModel, GenerationMixin):
         n = int(input_ids.shape[-1])
         decode = n == 1 or n == self._last_len + 1
         self._last_len = n
+        if not decode:
+            self._prompt_len = n
         delay_ms = self.config.decode_ms if decode else self.config.prefill_ms
         wait_until(start + int(delay_ms * 1e6))
         logits = self.token_bias.detach().clone()[None, None, :]
         logits[..., 1000 + n % 500] = 1.0  # a different token each step, never a special token
+        if self.config.eos_after is not None and n - self._prompt_len + 1 == self.config.eos_after:
+            logits[..., self.config.eos_id] = 2.0
         self.starts_ns.append(start)
         self.kinds.append("decode" if decode else "prefill")
         self.ends_ns.append(time.perf_counter_ns())
@@ -70,12 +85,16 @@ class DelayedLM(PreTrainedModel, GenerationMixin):
         return {"input_ids": input_ids, "attention_mask": attention_mask}
 
 
-def delayed_loaded(tokenizer, prefill_ms: float, decode_ms: float):
-    """A DelayedLM behind the real tokenizer, as llmbench's loader would hand it over."""
+def delayed_loaded(tokenizer, prefill_ms: float, decode_ms: float, eos_after: int | None = None):
+    """A DelayedLM behind the real tokenizer, as llmbench's loader would hand it over. With ``eos_after`` it
+    ends every answer with the tokenizer's end-of-sequence token (which decodes to no text) at that token."""
     from llmbench.models import LoadedModel, _prepare_generation
     from llmbench.schema import LoadInfo
 
-    model = DelayedLM(DelayedConfig(vocab_size=4096, prefill_ms=prefill_ms, decode_ms=decode_ms)).eval()
+    vocab = 4096 if eos_after is None else 151936  # the real EOS id needs the real vocabulary's size
+    config = DelayedConfig(vocab_size=vocab, prefill_ms=prefill_ms, decode_ms=decode_ms, eos_after=eos_after,
+                           eos_id=tokenizer.eos_token_id)  # fmt: skip
+    model = DelayedLM(config).eval()
     _prepare_generation(model, tokenizer)
     return LoadedModel(
         model=model,

@@ -71,7 +71,18 @@ def buffering_relay(upstream: str, media_type: str | None = "keep") -> Starlette
 
 
 def faulty_server() -> Starlette:
-    """An OpenAI-like server that misbehaves on purpose: ``app.state.mode`` picks how; it records headers."""
+    """An OpenAI-like server that misbehaves on purpose: ``app.state.mode`` picks how (for every request, or,
+    for ``*-second`` modes, the second measured one); it records headers and bodies.
+
+    ok            4 content events 5 ms apart, no usage
+    fail-second   503 on the second measured request
+    500 / json / malformed   an error status, a JSON body, an event that is not JSON
+    break-second  the second measured stream stops mid-way: the connection closes without a chunked end
+    choices-second   the second measured stream sends ``choices: 5``
+    delta-second  the second measured stream sends a delta that is a string
+    eos-usage     4 content events 20 ms apart, 20 ms later a finish_reason "stop" event with no text (an
+                  end-of-sequence token), then usage counting 5 tokens
+    """
 
     def chunk(text: str) -> str:
         return 'data: {"choices":[{"index":0,"delta":{"content":"' + text + '"}}]}\n\n'
@@ -79,8 +90,9 @@ def faulty_server() -> Starlette:
     async def chat(request: Request):
         app.state.calls += 1
         app.state.headers.append(dict(request.headers))
-        mode = app.state.mode
-        if mode == "fail-second" and app.state.calls == 3:  # warm-up is call 1
+        app.state.bodies.append(await request.json())
+        mode, second = app.state.mode, app.state.calls == 3  # warm-up is call 1
+        if mode == "fail-second" and second:
             return JSONResponse({"error": {"message": "overloaded"}}, status_code=503)
         if mode == "500":
             return JSONResponse({"error": {"message": "model crashed"}}, status_code=500)
@@ -89,18 +101,66 @@ def faulty_server() -> Starlette:
         if mode == "malformed":
             body = chunk("a") + "data: {not json\n\n" + "data: [DONE]\n\n"
             return Response(body, media_type="text/event-stream")
+        if mode == "eos-usage":
+            return StreamingResponse(eos_events(), media_type="text/event-stream")
 
         async def events():  # no usage chunk: tokens are counted by the tokenizer or by events
             yield 'data: {"choices":[{"index":0,"delta":{"role":"assistant"}}]}\n\n'
-            for word in ("alpha", " beta", " gamma", " delta"):
+            for k, word in enumerate(("alpha", " beta", " gamma", " delta")):
                 await asyncio.sleep(0.005)
+                if second and k == 2:
+                    if mode == "break-second":
+                        raise RuntimeError("the worker died mid-stream")  # uvicorn drops the connection
+                    if mode == "choices-second":
+                        yield 'data: {"choices": 5}\n\n'
+                    if mode == "delta-second":
+                        yield 'data: {"choices":[{"index":0,"delta":"text"}]}\n\n'
                 yield chunk(word)
             yield "data: [DONE]\n\n"
 
         return StreamingResponse(events(), media_type="text/event-stream")
 
+    async def eos_events():
+        for word in ("alpha", " beta", " gamma", " delta"):
+            yield chunk(word)
+            await asyncio.sleep(0.02)
+        yield 'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\n'
+        yield 'data: {"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":5,"total_tokens":12}}\n\n'
+        yield "data: [DONE]\n\n"
+
     app = Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])])
     app.state.mode = "ok"
     app.state.calls = 0
     app.state.headers = []
+    app.state.bodies = []
     return app
+
+
+def markup_server(name: str, device: str) -> Starlette:
+    """A server whose /health and /v1/models carry names that are markup in Rich and in HTML."""
+
+    async def health(_request: Request) -> JSONResponse:
+        return JSONResponse({"model": name, "device": device, "dtype": "<b>bf16</b>", "weights": "random"})
+
+    async def models(_request: Request) -> JSONResponse:
+        return JSONResponse({"data": [{"id": name}]})
+
+    async def chat(_request: Request) -> Response:
+        body = 'data: {"choices":[{"index":0,"delta":{"content":"[bold]hi[/]"}}]}\n\ndata: [DONE]\n\n'
+        return Response(body, media_type="text/event-stream")
+
+    return Starlette(routes=[Route("/health", health), Route("/v1/models", models),
+                             Route("/v1/chat/completions", chat, methods=["POST"])])  # fmt: skip
+
+
+def slow_health_server(delay_s: float) -> Starlette:
+    """/health answers after ``delay_s``; /v1/models at once."""
+
+    async def health(_request: Request) -> JSONResponse:
+        await asyncio.sleep(delay_s)
+        return JSONResponse({"status": "ok"})
+
+    async def models(_request: Request) -> JSONResponse:
+        return JSONResponse({"data": [{"id": "listed-model"}]})
+
+    return Starlette(routes=[Route("/health", health), Route("/v1/models", models)])

@@ -17,6 +17,49 @@ def _row(comp, metric, stat="mean"):
     return next(r for r in comp.rows if r.metric == metric and r.stat == stat)
 
 
+def _spread_run(tpots: list[float], seed: int, noise: float = 0.005):
+    """A run whose prompt i decodes at tpots[i] ms (times a little noise): prompts differ a lot."""
+    import random
+
+    from llmbench.metrics import ids_sha256, request_result, summarize
+
+    rng, ms = random.Random(seed), 1_000_000
+    run = synthetic_run(n=len(tpots))
+    reqs = []
+    for i, tpot in enumerate(tpots):
+        t = tpot * (1 + rng.uniform(-noise, noise))
+        stamps = [int((50 + k * t) * ms) for k in range(16)]
+        reqs.append(request_result(prompt_index=i, repeat=0, start_ns=0, tokenized_ns=ms, stamps_ns=stamps,
+                                   prompt_tokens=30, output_sha256=ids_sha256([1]), output_text="x"))  # fmt: skip
+    run.requests, run.summary = reqs, summarize(reqs)
+    return run
+
+
+def test_pairing_finds_a_5_percent_change_that_the_spread_between_prompts_hides():
+    tpots = [10.0 + 3.0 * i for i in range(20)]  # 10 to 67 ms: prompts differ far more than 5%
+    base = _spread_run(tpots, seed=1)
+    new = _spread_run([t * 1.05 for t in tpots], seed=2)
+    paired = compare_runs(base, new)
+    row = _row(paired, "tpot_ms")
+    assert paired.paired and row.significant and 4.0 < row.change_pct < 6.0 and row.ci_low_pct > 3.0
+    assert [c.metric for c in paired.gate(fail_on={"tpot_ms": 3})] == ["tpot_ms"]
+    new.config.prompt_sha256 = "f" * 64  # other prompts: nothing to pair, the same numbers
+    unpaired = compare_runs(base, new)
+    row = _row(unpaired, "tpot_ms")
+    assert not unpaired.paired and not row.significant and row.ci_low_pct < 0 < row.ci_high_pct
+    assert unpaired.gate(fail_on={"tpot_ms": 3}) == []
+
+
+def test_a_change_beyond_the_threshold_that_is_not_significant_is_not_gated():
+    # +19% on average, but the pairs disagree: two got faster, four slower, by wildly different amounts
+    base = _spread_run([20.0, 12.0, 30.0, 18.0, 26.0, 14.0], seed=3)
+    new = _spread_run([30.0, 10.0, 36.0, 14.0, 33.0, 20.0], seed=4)
+    comp = compare_runs(base, new)
+    row = _row(comp, "tpot_ms")
+    assert row.change_pct > 10 and not row.significant
+    assert comp.gate(fail_on_regression=10) == []
+
+
 @pytest.mark.parametrize("seed", range(5))
 def test_a_a_is_not_flagged(seed):
     base = synthetic_run(n=20, noise=0.15, seed=seed)

@@ -120,6 +120,12 @@ def test_resume_refuses_a_changed_setup_or_environment(tmp_path):
     with pytest.raises(UserError, match=r"torch None -> '9.9'"):
         check_resumable(run, "r.json", run.config.model_dump(), {**env, "torch": "9.9"})
     check_resumable(run, "r.json", run.config.model_dump(), {**env, "platform": "after a reboot"})  # allowed
+    from llmbench.schema import LoadInfo, Offload
+
+    run.load = LoadInfo(seconds=1.0)
+    offloaded = LoadInfo(seconds=1.0, offload=Offload(disk=["model.layers.3"], missing_bytes=10))
+    with pytest.raises(UserError, match=r"offloaded weights \[\] -> \['disk'\]"):
+        check_resumable(run, "r.json", run.config.model_dump(), env, offloaded)
 
 
 def test_failures_are_recorded_and_the_run_goes_on_but_is_not_complete(tmp_path):

@@ -146,6 +146,48 @@ def test_pickle_only_folder_is_refused_unless_allowed(tiny_copy):
     assert lm.load.parameters > 0
 
 
+@pytest.mark.slow
+def test_the_commands_whose_errors_recommend_a_flag_have_it(cli, tiny_copy, prompt_file, tmp_path):
+    from safetensors.torch import load_file
+
+    state = load_file(str(tiny_copy / "model.safetensors"))
+    (tiny_copy / "model.safetensors").unlink()
+    torch.save(state, tiny_copy / "pytorch_model.bin")
+    base = ("sweep", prompt_file, "-m", tiny_copy, "--dtype", "float32", "--threads", "1", "--rounds", "1",
+            "--max-new-tokens", "2", "--warmup", "0", "-q")  # fmt: skip
+    r = cli(*base, "-o", tmp_path / "s1")
+    assert r.returncode == 2 and "--allow-pickle" in r.stderr  # the error recommends it ...
+    r = cli(*base, "--allow-pickle", "-o", tmp_path / "s2")
+    assert r.returncode == 0, r.stderr  # ... and sweep has it
+    r = cli("serve", "-m", tiny_copy, "--device-map", "{bad", "--port", "1")
+    assert r.returncode == 2 and "--device-map is not valid JSON" in r.stderr  # serve parses the flag too
+
+
+def test_a_hub_model_without_safetensors_is_not_told_to_allow_pickle(tmp_path):
+    (tmp_path / "pytorch_model.bin").write_bytes(b"")
+    with pytest.raises(UserError, match="fetches safetensors only.*download the repository") as e:
+        models.check_weight_files(tmp_path, allow_pickle=True, hub_id="someone/old-model")
+    assert "someone/old-model" in str(e.value)
+
+
+def test_a_mixture_of_experts_model_gets_no_dense_roofline(tmp_path, qwen_tokenizer):
+    from transformers import AutoModelForCausalLM, MixtralConfig
+
+    config = MixtralConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
+                           num_key_value_heads=2, vocab_size=151936, num_local_experts=4, num_experts_per_tok=2,
+                           max_position_embeddings=512, eos_token_id=151645)  # fmt: skip
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(config).save_pretrained(tmp_path)
+    qwen_tokenizer.save_pretrained(tmp_path)
+    lm = load_model(ModelSpec(model=str(tmp_path), device="cpu", dtype="float32", threads=1))
+    assert lm.load.decode_weight_bytes is None and any("4 experts, 2 per token" in w for w in lm.warnings)
+    import llmbench
+
+    run = llmbench.measure(["hi"], model=lm, max_new_tokens=3, ignore_eos=True, warmup=0)
+    assert run.summary.tpot_bound_ms is None and run.summary.tpot_efficiency is None
+    assert models.mixture_of_experts(AutoModelForCausalLM.from_pretrained(tmp_path).config)
+
+
 def test_folder_without_weights_or_config(tiny_copy, tmp_path):
     (tiny_copy / "model.safetensors").unlink()
     with pytest.raises(UserError, match="no weights"):

@@ -255,8 +255,8 @@ def test_endpoint_errors_are_one_line_or_recorded(cli, prompt_file, tmp_path, mo
         assert app.state.headers[-1]["authorization"] == "Bearer sk-secret-123"
         assert "sk-secret-123" not in out.read_text(encoding="utf-8")
         assert run.config.endpoint.api_key_env == "LLMBENCH_TEST_KEY"
-        # no usage from this server: tokens counted by the tokenizer named, else by events (and said so)
-        assert {q.tokens_from for q in run.requests} in ({"chunks"}, {"tokenizer"})
+        # no usage from this server and no --tokenizer: tokens are counted by events (and a warning says so)
+        assert {q.tokens_from for q in run.requests} == {"chunks"} and "TPOT is per event" in r.stderr
     r = cli("run", prompt_file, "--endpoint", url, "-o", tmp_path / "gone.json", "-q")  # the server is gone
     assert r.returncode == 2 and "cannot connect" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     r = cli("run", prompt_file, "--endpoint", "ftp://x", "-q")

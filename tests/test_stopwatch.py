@@ -1,13 +1,21 @@
 """Ground truth for the stopwatch: a model whose forward passes take known times, driven by the real generate()
 through llmbench's timing path (the in-process backend's measure, its stop check included, + TokenStamper).
 
-Tolerance: 1 ms + 2%. A loaded 2-core CI machine can preempt any single token, so these checks hold for the
-median and for 80-90% of tokens; benchmarks/stopwatch_accuracy.py checks every token, on a quiet machine.
+Each token's timeline is split in three, because they are different things:
+  forward end   the model's pass that produced the token ended (the model records it)
+  chosen        generate() has finished the token's scores (logits processors: min_new_tokens, ...); a
+                processor appended after generate()'s own records it, just before the argmax
+  stamp         llmbench's TokenStamper.put() read the clock
+chosen - forward end is generate()'s own per-step work: real time a user waits, part of TPOT, and it grows on a
+loaded machine. stamp - chosen is the stopwatch's own part (argmax, moving the id to the host, the clock read):
+asserted tightly. The known delays are floors for TTFT and each gap; the gaps are checked against the
+timeline's own "chosen" times.
 """
 
 import statistics
 
 import pytest
+from transformers import LogitsProcessor, LogitsProcessorList
 
 from llmbench.backends import Request
 from llmbench.process import Stop
@@ -16,46 +24,69 @@ from tests.delayed_model import delayed_backend
 P_MS, D_MS, TOKENS = 40.0, 15.0, 12
 
 
-def tol(ms: float) -> float:
-    return 1.0 + 0.02 * ms
+class ChosenStamp(LogitsProcessor):
+    """Records when generate() finished a token's scores (it runs after generate()'s own processors)."""
+
+    def __init__(self, clock) -> None:
+        self.clock, self.times_ns = clock, []
+
+    def __call__(self, input_ids, scores):
+        self.times_ns.append(self.clock())
+        return scores
 
 
 @pytest.fixture(scope="module")
 def delayed(qwen_tokenizer):
-    return delayed_backend(qwen_tokenizer, P_MS, D_MS, TOKENS)
+    import time
+
+    model, backend = delayed_backend(qwen_tokenizer, P_MS, D_MS, TOKENS)
+    chosen = ChosenStamp(time.perf_counter_ns)
+    kwargs = backend._generate_kwargs
+    backend._generate_kwargs = lambda: {**kwargs(), "logits_processor": LogitsProcessorList([chosen])}
+    return model, backend, chosen
 
 
-def _request(model, bench):
+def _request(model, backend, chosen):
     model.starts_ns.clear(), model.ends_ns.clear(), model.kinds.clear()
-    r = bench.measure_now(Request("某化工厂夜间偷排未经处理的工业废水", 0, 0), Stop())
-    raw = bench.raw[(0, 0)]
-    start, stamper = raw.start_ns, raw
+    chosen.times_ns.clear()
+    r = backend.measure_now(Request("某化工厂夜间偷排未经处理的工业废水", 0, 0), Stop())
+    raw = backend.raw[(0, 0)]
     assert model.kinds == ["prefill"] + ["decode"] * (TOKENS - 1)
-    return r, start, stamper
+    assert len(raw.stamps_ns) == len(chosen.times_ns) == len(model.ends_ns) == TOKENS
+    return r, raw
 
 
-def test_every_stamp_follows_its_token_within_1ms(delayed):
-    model, bench = delayed
-    lags = []
+def test_the_stopwatch_part_of_each_stamp_is_small(delayed):
+    model, backend, chosen = delayed
+    own, generate_work = [], []
     for _ in range(3):
-        _r, _start, stamper = _request(model, bench)
-        assert len(stamper.stamps_ns) == len(model.ends_ns) == TOKENS
-        lags += [(s - e) / 1e6 for s, e in zip(stamper.stamps_ns, model.ends_ns, strict=True)]
-    assert min(lags) >= 0  # a stamp never comes before the forward pass that produced the token
-    assert statistics.median(lags) <= 1.0
-    assert sum(lag <= 1.0 for lag in lags) >= 0.9 * len(lags), lags
+        _r, raw = _request(model, backend, chosen)
+        for end, ch, st in zip(model.ends_ns, chosen.times_ns, raw.stamps_ns, strict=True):
+            assert end <= ch <= st  # the order of events: never a stamp before its token exists
+            own.append((st - ch) / 1e6)
+            generate_work.append((ch - end) / 1e6)
+    # the stopwatch's own part: an argmax, a copy and a clock read
+    assert statistics.median(own) <= 0.25, own
+    assert sum(x <= 0.5 for x in own) >= 0.9 * len(own), own
+    # generate()'s own per-step work is real waiting time (part of TPOT), not stopwatch error: recorded, bounded
+    # only by a decode step, since it can't take longer than the step it belongs to on any sane day
+    assert statistics.median(generate_work) < D_MS, generate_work
 
 
-def test_ttft_and_itl_match_the_known_delays(delayed):
-    model, bench = delayed
-    ttft_ok, itls = 0, []
+def test_ttft_and_each_gap_follow_the_token_timeline(delayed):
+    model, backend, chosen = delayed
+    ttft_errors, gap_errors, gaps = [], [], []
     for _ in range(3):
-        r, start, _stamper = _request(model, bench)
-        truth_ttft = (model.ends_ns[0] - start) / 1e6  # the request's start to the end of the prefill pass
-        assert r.ttft_ms >= r.tokenize_ms + P_MS
-        ttft_ok += abs(r.ttft_ms - truth_ttft) <= tol(truth_ttft)
-        itls += [b - a for a, b in zip(r.token_times_ms, r.token_times_ms[1:], strict=False)]
+        r, raw = _request(model, backend, chosen)
+        start = raw.start_ns
+        assert r.ttft_ms >= r.tokenize_ms + P_MS  # the known prefill is a floor
+        ttft_errors.append(r.ttft_ms - (chosen.times_ns[0] - start) / 1e6)
+        for k in range(1, TOKENS):
+            gap = r.token_times_ms[k] - r.token_times_ms[k - 1]
+            truth = (chosen.times_ns[k] - chosen.times_ns[k - 1]) / 1e6
+            gaps.append(gap)
+            gap_errors.append(abs(gap - truth))
         assert r.tpot_ms == pytest.approx((r.token_times_ms[-1] - r.ttft_ms) / (TOKENS - 1), abs=1e-3)
-    assert ttft_ok >= 2
-    assert abs(statistics.median(itls) - D_MS) <= tol(D_MS), itls
-    assert sum(abs(x - D_MS) <= tol(D_MS) for x in itls) >= 0.8 * len(itls), itls
+    assert all(e >= 0 for e in ttft_errors) and statistics.median(ttft_errors) <= 0.25, ttft_errors
+    assert min(gaps) >= D_MS - 0.05  # every decode step waited its known time at least
+    assert statistics.median(gap_errors) <= 0.25 and sum(e <= 1.0 for e in gap_errors) >= 0.9 * len(gap_errors)

@@ -128,8 +128,10 @@ class EndpointBackend:
         s = await stream_one(self.client, self.url, body, self.headers)
         if s.content_type:
             self.odd_content_types.add(s.content_type)
-        prompt_tokens, n, source = self.counter.count(s, request.prompt)
+        prompt_tokens, n, source = self.counter.count(s, body["messages"])
         timing = s.timing or {}
+        # an end-of-sequence token has no text but usage counts it: its finishing event stamps it
+        eos = s.finish_reason == "stop" and source == "usage" and s.finish_ns and s.finish_ns > s.stamps_ns[-1]
         return request_result(
             prompt_index=request.prompt_index,
             repeat=request.repeat,
@@ -137,6 +139,7 @@ class EndpointBackend:
             stamps_ns=s.stamps_ns,
             prompt_tokens=prompt_tokens,
             output_tokens=max(n, 1),
+            last_token_ns=s.finish_ns if eos else None,
             output_sha256=text_sha256(s.text),  # endpoint runs receive text, not token ids
             output_text=s.text,
             started_s=started_s,
@@ -174,6 +177,11 @@ class EndpointBackend:
             warnings.append(
                 f"the stream came as {', '.join(sorted(self.odd_content_types))}, not text/event-stream; it was "
                 "read as SSE (a proxy in between rewrote it?)"
+            )
+        if self.counter is not None and self.counter.tok is not None and not self.counter.templated:
+            warnings.append(
+                "--tokenizer has no chat template: prompt_tokens counts the prompt text alone, without the template "
+                "the server applies"
             )
         if any(r.tokens_from == "chunks" for r in run.requests):
             warnings.append(
