@@ -41,6 +41,7 @@ def main() -> None:
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--no-seed", action="store_true", help="skip the seed's path (more rounds in the same time)")
     args = ap.parse_args()
 
     import numpy as np
@@ -55,7 +56,9 @@ def main() -> None:
     text = lm.tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
                                             add_generation_prompt=True)  # fmt: skip
     enc = lm.tokenizer(text, return_tensors="pt", add_special_tokens=False).to(lm.device)
-    greedy = {"do_sample": False, "temperature": None, "top_p": None, "top_k": None}
+    # the generate() arguments llmbench uses for a fixed-length greedy request (--ignore-eos: EOS stops nothing),
+    # so the paths differ only in what each adds
+    greedy = {"do_sample": False, "temperature": None, "top_p": None, "top_k": None, "eos_token_id": None}
 
     def sync() -> None:
         if lm.device.startswith("cuda"):
@@ -65,7 +68,7 @@ def main() -> None:
         sync()
         t = time.perf_counter_ns()
         with torch.inference_mode():
-            lm.model.generate(**enc, max_new_tokens=max_new, min_new_tokens=max_new, **greedy)
+            lm.model.generate(**enc, max_new_tokens=max_new, **greedy)
         sync()
         return (time.perf_counter_ns() - t) / 1e6
 
@@ -81,8 +84,7 @@ def main() -> None:
         streamer = TextIteratorStreamer(lm.tokenizer, skip_prompt=True)
         t0 = time.perf_counter_ns()
         inputs = lm.tokenizer(text, return_tensors="pt", add_special_tokens=False).to(lm.device)
-        th = Thread(target=lm.model.generate, kwargs={**inputs, **greedy, "max_new_tokens": n,
-                                                     "min_new_tokens": n, "streamer": streamer})  # fmt: skip
+        th = Thread(target=lm.model.generate, kwargs={**inputs, **greedy, "max_new_tokens": n, "streamer": streamer})
         th.start()
         stamps = [time.perf_counter_ns() for chunk in streamer if chunk]
         th.join()
@@ -96,9 +98,11 @@ def main() -> None:
     with llmbench.frozen_gc():  # as `llmbench run` measures
         lm.call(bare, n)  # warm every path once, unmeasured
         llmbench_path()
-        seed_path()
+        if not args.no_seed:
+            seed_path()
         for r in range(args.rounds):
-            order = [0, 1, 2][r % 3 :] + [0, 1, 2][: r % 3]  # rotate which path goes first
+            paths = [0, 1] if args.no_seed else [0, 1, 2]
+            order = paths[r % len(paths) :] + paths[: r % len(paths)]  # rotate which path goes first
             for which in order:
                 if which == 0:
                     t1, tn = lm.call(bare, 1), lm.call(bare, n)
@@ -113,13 +117,11 @@ def main() -> None:
                     rows["seed_ttft"].append(ttft)
                     rows["seed_tpot"].append(tpot)
                     rows["seed_chunks"].append(chunks)
-            print(
-                f"round {r + 1}/{args.rounds}: bare TPOT {rows['bare_tpot'][-1]:.2f} ms, llmbench "
-                f"{rows['lb_tpot'][-1]:.2f} ms, seed {rows['seed_tpot'][-1]:.2f} ms",
-                file=sys.stderr,
-            )
+            seed = f", seed {rows['seed_tpot'][-1]:.2f} ms" if rows["seed_tpot"] else ""
+            print(f"round {r + 1}/{args.rounds}: bare TPOT {rows['bare_tpot'][-1]:.2f} ms, llmbench "
+                  f"{rows['lb_tpot'][-1]:.2f} ms{seed}", file=sys.stderr)  # fmt: skip
 
-    med = {k: statistics.median(v) for k, v in rows.items()}
+    med = {k: statistics.median(v) if v else float("nan") for k, v in rows.items()}
     ratios = np.array(rows["lb_tpot"]) / np.array(rows["bare_tpot"])
     ci = stats.bootstrap((ratios,), np.mean, confidence_level=0.95, method="percentile",
                          rng=np.random.default_rng(0)).confidence_interval  # fmt: skip

@@ -50,18 +50,23 @@ class ProgressReporter:
 
     def warmup(self, done: int, total: int) -> None:
         self.progress.start_task(self.wtask)
-        self.progress.update(self.wtask, completed=done, total=total, visible=True)
+        self.progress.update(self.wtask, completed=done, total=total, visible=True, refresh=True)
 
     def request(self, result: RequestResult, done: int, total: int) -> None:
         tpot = f"{result.tpot_ms:.1f}" if result.tpot_ms is not None else "-"
         last = f"TTFT {result.ttft_ms:.1f} ms  TPOT {tpot} ms  {result.output_tokens} tok"
         self.progress.start_task(self.task)
-        self.progress.update(self.task, completed=done, total=total, last=last, visible=True)
+        self.progress.update(self.task, completed=done, total=total, last=last, visible=True, refresh=True)
 
 
 @contextmanager
 def reporter(quiet: bool = False) -> Iterator[ProgressReporter]:
-    """A :class:`ProgressReporter` on stderr (``quiet``: no bar and no status notes; warnings stay)."""
+    """A :class:`ProgressReporter` on stderr (``quiet``: no bar and no status notes; warnings stay).
+
+    The bar is drawn when a request finishes, never by rich's refresh thread: that thread woke 10 times a second
+    and competed with the model's threads during generation (on 2 cores: TPOT +1.8% [-2.3, +5.3], 12 rounds,
+    benchmarks/side_costs.py progress). Drawn between requests, it can't touch a timed one.
+    """
     progress = Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
@@ -72,6 +77,7 @@ def reporter(quiet: bool = False) -> Iterator[ProgressReporter]:
         console=err,
         disable=quiet,
         transient=False,
+        auto_refresh=False,
     )
     with progress:
         yield ProgressReporter(progress, quiet)

@@ -114,7 +114,10 @@ def generate_kwargs(
     """generate()'s keyword arguments for one request."""
     kw: dict[str, Any] = {"max_new_tokens": max_new_tokens, **sampling_kwargs(sample, temperature, top_p)}
     if ignore_eos:
-        kw["min_new_tokens"] = max_new_tokens  # EOS is masked until the length is reached: fixed length
+        # generate exactly max_new_tokens: EOS stops nothing (as vLLM's ignore_eos). Masking EOS instead
+        # (min_new_tokens) cost +1.4% TPOT here, a pass over the whole vocabulary per step
+        # (benchmarks/side_costs.py eos)
+        kw["eos_token_id"] = None
     if cache == "static":
         # one size for every request, so a compiled decode step is traced once, never per prompt length
         kw.update(cache_implementation="static", max_cache_len=max_cache_len)

@@ -69,6 +69,7 @@ class Prepared:
     prompt_tokens: int
     max_new_tokens: int
     seed: int | None
+    ignore_eos: bool = False  # then an EOS id is one more token (generation goes on), not the end
 
 
 class IncrementalText:
@@ -195,7 +196,7 @@ class ModelServer:
         kw = generate_kwargs(max_new, ignore_eos=req.ignore_eos, sample=bool(req.temperature),
                              temperature=req.temperature, top_p=req.top_p)  # fmt: skip
         kw["attention_mask"] = enc.get("attention_mask")
-        return Prepared(input_ids, kw, int(input_ids.shape[-1]), max_new, req.seed)
+        return Prepared(input_ids, kw, int(input_ids.shape[-1]), max_new, req.seed, req.ignore_eos)
 
     def _generate(self, p: Prepared, streamer: TokenStamper, done: Any, cancel: threading.Event) -> int:
         """On the generation thread. Returns the number of new tokens; always posts the end marker."""
@@ -254,7 +255,7 @@ class ModelServer:
                     piece = text.add(ids)
                     if piece:
                         yield _sse(self._chunk(rid, created, {"content": piece}))
-                    if not ended and self.eos_ids.intersection(ids):
+                    if not ended and not p.ignore_eos and self.eos_ids.intersection(ids):
                         # EOS decodes to no text but usage counts it: its event is the finishing chunk, sent now
                         # (not after generate() returns), so a client can stamp the last token it counts
                         rest, ended = text.flush(), True

@@ -105,7 +105,7 @@ class InProcessBackend:
             assert self.spec is not None
             self.loaded = models.load_model(self.spec)
             freeze_now()  # inside llmbench.frozen_gc(): the model's objects leave the collector's sight
-        self._apply()
+        self.apply_setup()
         self.check_prompts(prompts)
         self.compile_now(prompts)
         self.graphs_before = compiled_graphs()
@@ -141,10 +141,16 @@ class InProcessBackend:
 
     async def activate(self) -> None:
         """This backend's threads and attention kernel, before its turn (models shared by a sweep)."""
-        await asyncio.wrap_future(self.thread.submit(self._apply))
+        await asyncio.wrap_future(self.thread.submit(self.apply_setup))
 
-    def _apply(self) -> None:
-        torch.set_num_threads(self.lm.threads)
+    def apply_setup(self) -> None:
+        """On the generation thread: set this backend's thread count and attention kernel, and wake the thread
+        team. After a switch of torch's thread count the first request paid for resizing OpenMP's team (TTFT
+        +3.4% [+1.2, +5.7] here, benchmarks/side_costs.py threads); one small parallel product pays it now."""
+        if torch.get_num_threads() != self.lm.threads:
+            torch.set_num_threads(self.lm.threads)
+            a = torch.ones(256, 256)
+            torch.mm(a, a)
         if self.spec is not None and self.spec.attn is not None:
             models.set_attention(self.lm.model, self.spec.attn)
 
@@ -269,7 +275,7 @@ class InProcessBackend:
             return None
         enc = self._encode(prompts.prompts[0])
         kw = self._generate_kwargs()
-        kw.update(max_new_tokens=2, min_new_tokens=2)  # the first decode step compiles; more would only run
+        kw.update(max_new_tokens=2, eos_token_id=None)  # the first decode step compiles; more would only run
         t = time.perf_counter()
         with torch.inference_mode():
             self.lm.model.generate(input_ids=enc["input_ids"][:, -self._room() :].to(self.lm.device), **kw)
