@@ -416,36 +416,54 @@ def serve(
         sv.run_server(app_, host, port)
 
 
+FailOnRegressionOpt = Annotated[
+    Optional[float], typer.Option(help="Exit 1 when TTFT, TPOT or E2E regresses significantly by more than PCT %.")
+]
+FailOnOpt = Annotated[Optional[list[str]], typer.Option(help="METRIC=PCT, e.g. tpot_ms=5 (repeatable).")]
+GateStatOpt = Annotated[Stat, typer.Option(help="Statistic the gates test.")]
+FormatOpt = Annotated[CompareFormat, typer.Option("--format", help="Output format.")]
+
+
 @app.command()
 def compare(
     runs: Annotated[list[Path], typer.Argument(help="BASE.json NEW.json [MORE.json ...]: each NEW against BASE.")],
-    fail_on_regression: Annotated[
-        Optional[float], typer.Option(help="Exit 1 when TTFT, TPOT or E2E regresses significantly by more than PCT %.")
-    ] = None,
-    fail_on: Annotated[Optional[list[str]], typer.Option(help="METRIC=PCT, e.g. tpot_ms=5 (repeatable).")] = None,
-    gate_stat: Annotated[Stat, typer.Option(help="Statistic the gates test.")] = Stat.mean,
+    fail_on_regression: FailOnRegressionOpt = None,
+    fail_on: FailOnOpt = None,
+    gate_stat: GateStatOpt = Stat.mean,
     strict: Annotated[bool, typer.Option("--strict", help="Exit 2 when the setups differ.")] = False,
-    fmt: Annotated[CompareFormat, typer.Option("--format", help="Output format.")] = CompareFormat.table,
+    fmt: FormatOpt = CompareFormat.table,
 ) -> None:
     """Tell a real change from machine noise: change, 95% CI and verdict per metric; CI gates."""
-    import json
-
     from llmbench import compare as cmp
-    from llmbench import display
     from llmbench.storage import load_run
 
     with _user_errors():
         if len(runs) < 2:
             raise UserError("compare needs at least two run files: BASE.json NEW.json [MORE.json ...]")
-        thresholds = cmp.parse_fail_on(fail_on)
         loaded = [load_run(p, scalars_only=True) for p in runs]
         comps = [cmp.compare_runs(loaded[0], new, base_name=str(runs[0]), new_name=str(path))
                  for new, path in zip(loaded[1:], runs[1:], strict=True)]  # fmt: skip
-        checks = [c.checks(fail_on_regression, thresholds, gate_stat.value) for c in comps]
+        checks = _checks(comps, fail_on_regression, fail_on, gate_stat)
         for c in comps if strict else []:
             if c.config_diffs:
                 diffs = ", ".join(f"{k} {b} -> {n}" for k, b, n in c.config_diffs)
                 raise UserError(f"--strict: {c.new} was run with a different setup than {c.base}: {diffs}")
+    _render_comparisons(comps, checks, fmt)
+
+
+def _checks(comps: list[Any], fail_on_regression: float | None, fail_on: list[str] | None, stat: Stat) -> list[Any]:
+    from llmbench.compare import parse_fail_on
+
+    thresholds = parse_fail_on(fail_on)
+    return [c.checks(fail_on_regression, thresholds, stat.value) for c in comps]
+
+
+def _render_comparisons(comps: list[Any], checks: list[Any], fmt: CompareFormat) -> None:
+    """compare's output in ``fmt``, then its exit code: 1 when a gate found a regression."""
+    import json
+
+    from llmbench import display
+
     if fmt is CompareFormat.json:
         typer.echo(json.dumps([c.to_dict(k) for c, k in zip(comps, checks, strict=True)], indent=2, default=str))
     for c, k in zip(comps, checks, strict=True):
@@ -454,6 +472,80 @@ def compare(
         elif fmt is CompareFormat.markdown:
             typer.echo(display.comparison_markdown(c, k))
     raise typer.Exit(1 if any(x.regression for k in checks for x in k) else 0)
+
+
+@app.command()
+def ab(
+    prompts: PromptsArg,
+    base: Annotated[str, typer.Option(help="A server URL, or a command line starting `llmbench worker ...`.")],
+    head: Annotated[str, typer.Option(help="The same, for the side under test.")],
+    output: Annotated[
+        Optional[Path],
+        typer.Option("--output", "-o", help="Folder for base.json and head.json (default: results/ab-<UTC time>)."),
+    ] = None,
+    repeats: Annotated[int, typer.Option(help="Times to go round the prompt list (pairs per prompt).")] = 1,
+    warmup: WarmupOpt = 1,
+    max_new_tokens: MaxNewTokensOpt = 64,
+    ignore_eos: Annotated[
+        bool, typer.Option("--ignore-eos/--stop-at-eos", help="Generate exactly --max-new-tokens.")
+    ] = True,
+    system_prompt: SystemPromptOpt = None,
+    fail_on_regression: FailOnRegressionOpt = None,
+    fail_on: FailOnOpt = None,
+    gate_stat: GateStatOpt = Stat.mean,
+    fmt: FormatOpt = CompareFormat.table,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue the interrupted ab run in -o's folder.")] = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Base and head side by side, request by request (ABBA), so machine drift cancels; compare's verdict and
+    gate on the pair."""
+    from llmbench.compare import compare_runs
+    from llmbench.drivers.ab import ab as ab_driver
+    from llmbench.options import RunOptions
+    from llmbench.prompts import load_prompts
+
+    with _user_errors():
+        if resume and output is None:
+            raise UserError("--resume continues the ab run in a folder: give it with -o")
+        options = RunOptions(max_new_tokens=max_new_tokens, ignore_eos=ignore_eos, warmup=warmup, repeats=repeats,
+                             system_prompt=system_prompt)  # fmt: skip
+        prompt_set = load_prompts(prompts)
+        with _measuring(quiet) as (stop, reporter):
+            coro = ab_driver(prompt_set, base, head, options, output, resume=resume, stop=stop, reporter=reporter)
+            base_run, head_run, folder = _run_async(coro)
+        comp = compare_runs(base_run, head_run, base_name=str(folder / "base.json"), new_name=str(folder / "head.json"))
+        checks = _checks([comp], fail_on_regression, fail_on, gate_stat)
+    _render_comparisons([comp], checks, fmt)
+
+
+@app.command()
+def worker(
+    model: ModelOpt = None,
+    weights: WeightsOpt = Weights.pretrained,
+    device: DeviceOpt = "auto",
+    dtype: DTypeOpt = DType.auto,
+    reprobe: ReprobeOpt = False,
+    threads: ThreadsOpt = None,
+    attn: AttnOpt = None,
+    cache: Annotated[Cache, typer.Option(help="KV cache: dynamic, or static (preallocated).")] = Cache.dynamic,
+    compile_: Annotated[bool, typer.Option("--compile", help="torch.compile the decode step (static cache).")] = False,
+    quantize: QuantizeOpt = Quantize.none,
+    device_map: DeviceMapOpt = None,
+    allow_offload: AllowOffloadOpt = False,
+    allow_pickle: AllowPickleOpt = False,
+    trust_remote_code: TrustRemoteCodeOpt = False,
+) -> None:
+    """A model in a process of its own, measuring on command over stdin/stdout (JSON lines): one side of
+    `llmbench ab`. Not for typing at: ab starts it."""
+    from llmbench import models
+    from llmbench import worker as w
+    from llmbench.options import ModelOptions
+
+    args = locals()
+    with _user_errors():
+        spec = _pick(ModelOptions, args, model=model or DEFAULT_MODEL, quantize=_none(quantize))
+        models.validate(spec)
+    raise typer.Exit(w.main(spec, "static" if compile_ else cache.value, compile_))
 
 
 @app.command()

@@ -13,7 +13,7 @@ Schema history (bump ``SCHEMA_VERSION`` on any change a reader of the old versio
     probe.method, failed_requests[].session, requests[].prompt_tokens null when unknown, requests[].eos_ms
     (0.2.0, one engine:
     endpoint runs probe the client machine with numpy when the server is on loopback); config.auto (0.2.0,
-    automatic choices recorded).
+    automatic choices recorded); config.ab (0.2.0, llmbench ab).
 
 No torch here: compare, show and the endpoint client read and write runs without it.
 """
@@ -106,6 +106,16 @@ class EndpointConfig(_Model):
     request_extra: dict = _match(RESUME, COMPARE, default_factory=dict)
 
 
+class ABConfig(_Model):
+    """``llmbench ab``: this run was measured interleaved with another, request by request."""
+
+    role: Literal["base", "head"]
+    side: str  # the worker command (VAR=*** for assignments) or the server URL (no credentials)
+    other_file: str  # the other run, in the same folder
+    other_run_id: str
+    order: str = "ABBA"  # each (prompt, repeat) on both sides back to back; who goes first alternates
+
+
 class RunConfig(_Model):
     mode: Literal["in-process", "endpoint"] = _match(RESUME, COMPARE, default="in-process")
     model: str = _match(RESUME, COMPARE, default=...)
@@ -137,6 +147,7 @@ class RunConfig(_Model):
     # the fields above that llmbench or transformers chose because they were left to it (--dtype auto, no
     # --threads, ...): compare says "auto chose X, then Y" for them
     auto: list[str] = []
+    ab: ABConfig | None = None  # llmbench ab: the run it was interleaved with
 
 
 class GPUInfo(_Model):

@@ -83,7 +83,7 @@ class EndpointBackend:
         try:
             self.health, listed = await probe_server(self.url, self.headers)
         except BackendUnavailable as e:  # before any request: the setup is wrong, one line
-            raise UserError(str(e)) from None
+            raise UserError(f"{self.label}{e}") from None
         self.model = self.endpoint.model or listed or (self.health or {}).get("model")
         self.counter = TokenCounter(self.endpoint.tokenizer)
         c = self.endpoint.concurrency

@@ -98,9 +98,10 @@ class InProcessBackend:
 
     async def start(self, prompts: PromptSet) -> None:
         """Load (on the generation thread), check every prompt fits the context, compile when asked."""
-        await asyncio.wrap_future(self.thread.submit(self._start, prompts))
+        await asyncio.wrap_future(self.thread.submit(self.start_now, prompts))
 
-    def _start(self, prompts: PromptSet) -> None:
+    def start_now(self, prompts: PromptSet) -> None:
+        """:meth:`start`, on the calling thread (which must be the generation thread)."""
         if self.loaded is None:
             assert self.spec is not None
             self.loaded = models.load_model(self.spec)
@@ -164,6 +165,10 @@ class InProcessBackend:
         return await asyncio.wrap_future(self.thread.submit(machine.probe, self.lm.threads, self.lm.device))
 
     def finish(self, run: Run) -> list[str]:
+        return self.warnings()
+
+    def warnings(self) -> list[str]:
+        """What this backend saw while measuring: graphs torch.compile compiled inside timed requests."""
         graphs = compiled_graphs() - self.graphs_before
         return [recompile_warning(graphs)] if graphs else []
 

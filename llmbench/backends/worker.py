@@ -1,0 +1,180 @@
+"""A model in another process (``llmbench worker``), driven over its stdin/stdout: the in-process backend at a
+distance. Each worker has its own Python environment, package versions, model and options, which is what lets
+``llmbench ab`` measure base and head side by side. No torch here: the parent stays light."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import json
+import os
+import shlex
+import signal
+from collections.abc import Hashable
+from typing import Any
+
+from llmbench.backends import Request
+from llmbench.errors import BackendUnavailable, RequestFailed, UserError
+from llmbench.options import RunOptions
+from llmbench.process import Stop
+from llmbench.prompts import PromptSet
+from llmbench.schema import Probe, RequestResult, Run
+from llmbench.worker import PROTOCOL
+
+
+class WorkerBackend:
+    """Starts ``command`` (an ``llmbench worker ...`` command line, maybe through ``env`` or another venv's
+    ``llmbench``) and measures through it. Errors name the side, the command and the worker's last stderr line."""
+
+    cancel_on_stop = False  # the worker stops after the token in flight (it gets the SIGINT), then says so
+
+    def __init__(self, command: list[str], options: RunOptions, *, label: str = "") -> None:
+        options.validate()
+        if not command:
+            raise UserError(f"{label}an empty worker command")
+        self.command = command
+        self.options = options
+        self.label = label
+        self.proc: asyncio.subprocess.Process | None = None
+        self.stderr_tail: collections.deque[str] = collections.deque(maxlen=20)
+        self._stderr_task: asyncio.Task | None = None
+        self._record: Run | None = None
+        self._warnings: list[str] = []
+        self._remove_stop: Any = None
+
+    # -- the pipe ---------------------------------------------------------------------------------------------
+
+    def _where(self) -> str:
+        last = next((line for line in reversed(self.stderr_tail) if line.strip()), "")
+        return f"(worker: {shlex.join(self.command)}" + (f"; its last line: {last.strip()[:200]})" if last else ")")
+
+    async def _read_stderr(self) -> None:
+        assert self.proc is not None and self.proc.stderr is not None
+        while line := await self.proc.stderr.readline():
+            self.stderr_tail.append(line.decode("utf-8", "replace"))
+
+    async def _receive(self) -> dict[str, Any]:
+        assert self.proc is not None and self.proc.stdout is not None
+        line = await self.proc.stdout.readline()
+        if not line:
+            code = await self.proc.wait()
+            if self._stderr_task is not None:
+                await self._stderr_task  # the last lines, for the message
+            raise BackendUnavailable(f"the worker exited (code {code}) {self._where()}")
+        try:
+            msg = json.loads(line)
+        except json.JSONDecodeError:
+            raise BackendUnavailable(f"the worker wrote a line that is not the protocol: {line[:80]!r} "
+                                     f"{self._where()}") from None  # fmt: skip
+        if msg.get("v") != PROTOCOL:
+            raise BackendUnavailable(f"the worker speaks protocol {msg.get('v')!r}, this llmbench {PROTOCOL} "
+                                     f"(upgrade one of them) {self._where()}")  # fmt: skip
+        if msg.get("event") == "error":
+            raise BackendUnavailable(f"{msg.get('message')} {self._where()}")
+        return msg
+
+    async def _ask(self, **msg: Any) -> dict[str, Any]:
+        assert self.proc is not None and self.proc.stdin is not None
+        try:
+            self.proc.stdin.write((json.dumps({"v": PROTOCOL, **msg}) + "\n").encode())
+            await self.proc.stdin.drain()
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the worker is gone: _receive says how
+        return await self._receive()
+
+    # -- the backend ----------------------------------------------------------------------------------------
+
+    def early_config(self, prompts: PromptSet) -> dict[str, Any]:
+        o = self.options
+        return {"max_new_tokens": o.max_new_tokens, "ignore_eos": o.ignore_eos, "repeats": o.repeats,
+                "prompt_sha256": prompts.sha256, "system_prompt": o.system_prompt}  # fmt: skip
+
+    async def start(self, prompts: PromptSet) -> None:
+        """Start the worker, wait until its model is loaded, hand it the prompts and the run options."""
+        try:
+            # a session of its own: a terminal's Ctrl-C reaches the parent only, which forwards it (see stop)
+            self.proc = await asyncio.create_subprocess_exec(
+                *self.command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE, start_new_session=True,
+            )  # fmt: skip
+        except OSError as e:
+            raise UserError(
+                f"{self.label}cannot start the worker {shlex.join(self.command)}: {e.strerror or e}"
+            ) from None
+        self._stderr_task = asyncio.ensure_future(self._read_stderr())
+        try:
+            await self._receive()  # ready
+            o = self.options
+            options = {k: getattr(o, k) for k in ("max_new_tokens", "ignore_eos", "warmup", "repeats", "sample",
+                                                  "seed", "temperature", "top_p", "system_prompt", "chat_template",
+                                                  "truncate")}  # fmt: skip
+            msg = await self._ask(op="prepare", prompts=list(prompts.prompts), prompt_file=prompts.path,
+                                  prompt_sha256=prompts.sha256, options=options)  # fmt: skip
+        except BackendUnavailable as e:
+            await self.close()
+            raise UserError(f"{self.label}{e}") from None
+        self._record = Run.model_validate(msg["run"])
+
+    def new_run(self, prompts: PromptSet) -> Run:
+        assert self._record is not None, "start() first"
+        return self._record.model_copy(deep=True)
+
+    async def activate(self) -> None:
+        pass  # the worker's process holds its own threads and kernel
+
+    def _forward_stop(self, stop: Stop) -> None:
+        """Once per run: a stop asked of the parent reaches the worker as SIGINT (it stops after the token)."""
+        if self._remove_stop is None:
+
+            def forward() -> None:
+                if self.proc is not None and self.proc.returncode is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(self.proc.pid, signal.SIGINT)
+
+            self._remove_stop = stop.on_request(forward)
+
+    async def measure(self, request: Request, stop: Stop, started_s: float) -> RequestResult | None:
+        self._forward_stop(stop)
+        msg = await self._ask(op="measure", prompt_index=request.prompt_index, repeat=request.repeat)
+        event = msg.get("event")
+        if event == "stopped":
+            return None
+        if event == "failed":
+            raise RequestFailed(str(msg.get("error")))
+        self._warnings = list(msg.get("warnings") or [])
+        result = RequestResult.model_validate(msg["result"])
+        result.started_s = round(started_s, 6)  # the parent's clock orders both sides' requests
+        return result
+
+    def probe_key(self) -> Hashable:
+        return ("worker", id(self))  # each worker probes on its own threads, in its own process
+
+    async def probe(self) -> Probe | None:
+        msg = await self._ask(op="probe")
+        return Probe.model_validate(msg["probe"])
+
+    def finish(self, run: Run) -> list[str]:
+        return list(self._warnings)  # as of the worker's last result
+
+    async def close(self) -> None:
+        """Tell the worker to exit; kill it if it does not within 10 s."""
+        if self._remove_stop is not None:
+            self._remove_stop()
+        proc = self.proc
+        if proc is None or proc.returncode is not None:
+            return
+        if proc.stdin is not None:
+            try:
+                proc.stdin.write((json.dumps({"v": PROTOCOL, "op": "exit"}) + "\n").encode())
+                await proc.stdin.drain()
+                proc.stdin.close()
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # gone already
+        try:
+            await asyncio.wait_for(proc.wait(), 10)
+        except asyncio.TimeoutError:
+            proc.kill()
+            await proc.wait()
+        if self._stderr_task is not None:
+            await self._stderr_task

@@ -1,0 +1,144 @@
+"""``llmbench ab``: base and head measured side by side, request by request, so the machine's drift cancels.
+
+Each side is a server URL (an endpoint backend) or a command line that starts ``llmbench worker`` (a worker
+backend: its own environment, packages, model and options). Every (prompt, repeat) is measured on both sides
+back to back, and the order alternates (ABBA: base first for one pair, head first for the next), so drift, a
+neighbour's burst or heat lands on both alike; while one side generates the other is idle. The two runs are
+ordinary run JSONs (``DIR/base.json``, ``DIR/head.json``) whose ``config.ab`` names the other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import shlex
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Literal
+
+from llmbench.backends import Backend, Request
+from llmbench.errors import UserError
+from llmbench.loop import Reporter, Track, check_resumable, execute, new_track
+from llmbench.options import EndpointOptions, RunOptions
+from llmbench.process import Stop
+from llmbench.prompts import PromptSet
+from llmbench.schema import ABConfig, Run
+from llmbench.storage import load_run, prepare_dir
+
+Role = Literal["base", "head"]
+ROLES: tuple[Role, ...] = ("base", "head")
+_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+
+
+def is_url(side: str) -> bool:
+    return side.strip().lower().startswith(("http://", "https://"))
+
+
+def side_backend(side: str, options: RunOptions, role: str) -> Backend:
+    """The backend of one side: a server URL, or a worker command line."""
+    label = f"{role}: "
+    if not side.strip():
+        raise UserError(f"--{role} is empty: give a server URL or an `llmbench worker ...` command line")
+    if is_url(side):
+        from llmbench.backends.endpoint import EndpointBackend
+
+        return EndpointBackend(EndpointOptions(url=side.strip()), options, label=label)
+    from llmbench.backends.worker import WorkerBackend
+
+    try:
+        command = shlex.split(side)
+    except ValueError as e:
+        raise UserError(f"--{role} '{side}': not a command line ({e})") from None
+    return WorkerBackend(command, options, label=label)
+
+
+def recorded_side(side: str) -> str:
+    """What ``config.ab.side`` holds: a URL without credentials or query; a command with ``VAR=value``
+    assignments (``env TOKEN=...``) reduced to ``VAR=***``, so no secret reaches the JSON."""
+    if is_url(side):
+        from llmbench.client import redact
+
+        return redact(side.strip())
+    return shlex.join(t.split("=", 1)[0] + "=***" if _ASSIGNMENT.match(t) else t for t in shlex.split(side))
+
+
+def abba(base: Track, head: Track, prompts: PromptSet, repeats: int) -> list[tuple[Track, Request]]:
+    """The plan: every (prompt, repeat) on both sides back to back; base first for even pairs, head first for
+    odd ones."""
+    plan: list[tuple[Track, Request]] = []
+    k = 0
+    for rep in range(repeats):
+        for i, p in enumerate(prompts.prompts):
+            first, second = (base, head) if k % 2 == 0 else (head, base)
+            plan += [(first, Request(p, i, rep)), (second, Request(p, i, rep))]
+            k += 1
+    return plan
+
+
+def prepare_ab_dir(out: Path | None, resume: bool) -> Path:
+    """``results/ab-<UTC time>`` by default; an existing pair of runs is never overwritten (resume it)."""
+    if out is None:
+        out = Path("results") / f"ab-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}"
+    out = out.expanduser()
+    if out.exists() and not out.is_dir():
+        raise UserError(f"{out} is a file; give a folder for the two runs")
+    present = [r for r in ROLES if (out / f"{r}.json").exists()]
+    if resume and len(present) < 2:
+        raise UserError(f"--resume {out}: it holds no base.json and head.json to continue")
+    if not resume and present:
+        raise UserError(f"{out} already holds an ab run ({', '.join(present)}.json); resume it with --resume or "
+                        "choose another -o folder")  # fmt: skip
+    return prepare_dir(out)
+
+
+async def _start_all(backends: list[Backend], prompts: PromptSet) -> None:
+    """Start both sides at once (two models load in parallel); if one fails, close both and say why."""
+    results = await asyncio.gather(*(b.start(prompts) for b in backends), return_exceptions=True)
+    errors = [r for r in results if isinstance(r, BaseException)]
+    if errors:
+        for b in backends:
+            await b.close()
+        raise errors[0]
+
+
+async def ab(
+    prompts: PromptSet,
+    base: str,
+    head: str,
+    options: RunOptions,
+    out: Path | None = None,
+    *,
+    resume: bool = False,
+    stop: Stop | None = None,
+    reporter: Reporter | None = None,
+) -> tuple[Run, Run, Path]:
+    """Measure ``prompts`` on both sides in ABBA pairs; (base run, head run, their folder)."""
+    options.validate()
+    folder = prepare_ab_dir(out, resume)
+    sides = {"base": base, "head": head}
+    backends = [side_backend(sides[r], options, r) for r in ROLES]
+    previous = {r: load_run(folder / f"{r}.json") if resume else None for r in ROLES}
+    for r, b in zip(ROLES, backends, strict=True):
+        if previous[r] is not None:
+            check_resumable(previous[r], folder / f"{r}.json", b.early_config(prompts))  # type: ignore[arg-type]
+    await _start_all(backends, prompts)
+    try:
+        tracks = [
+            new_track(b, prompts, folder / f"{r}.json", previous[r]) for r, b in zip(ROLES, backends, strict=True)
+        ]
+        for t, r in zip(tracks, ROLES, strict=True):
+            other = tracks[1] if r == "base" else tracks[0]
+            t.run.config.ab = ABConfig(role=r, side=recorded_side(sides[r]), other_file=f"{_other(r)}.json",
+                                       other_run_id=other.run.run_id)  # fmt: skip
+        if reporter is not None:
+            reporter.status(f"{len(prompts.prompts) * options.repeats} pairs, ABBA -> {folder}")
+        runs = await execute(tracks, abba(tracks[0], tracks[1], prompts, options.repeats), prompts,
+                             warmup=options.warmup, stop=stop, reporter=reporter)  # fmt: skip
+    finally:
+        for b in backends:
+            await b.close()
+    return runs[0], runs[1], folder
+
+
+def _other(role: Role) -> Role:
+    return "head" if role == "base" else "base"

@@ -1,0 +1,105 @@
+"""``llmbench worker``: a model in a process of its own, measuring one request at a time on command.
+
+It is the in-process backend behind a pipe: ``llmbench ab`` starts one per side, each with its own Python
+environment, package versions, model and options, and drives both from one run loop. The worker loads its
+model as ``run`` does (offload check included) and then answers JSON lines on stdin with JSON lines on stdout.
+Stamps are taken here, in the worker, so the pipe costs nothing per token. Protocol (version ``PROTOCOL``;
+every message carries ``"v"``):
+
+    worker -> {"v": 1, "event": "ready", "llmbench_version": ..., "pid": ...}        once loaded
+              {"v": 1, "event": "error", "message": ...}                            a load or input error; exit 2
+    parent -> {"v": 1, "op": "prepare", "prompts": [...], "prompt_file": ..., "prompt_sha256": ..., "options": {...}}
+    worker -> {"v": 1, "event": "prepared", "run": {run record: config, environment, load, warnings}}
+    parent -> {"v": 1, "op": "measure", "prompt_index": i, "repeat": r}
+    worker -> {"v": 1, "event": "result", "result": {...}, "warnings": [...]}  (what it saw so far: recompiles)
+              | {"v": 1, "event": "stopped"}                 SIGINT stopped it (after the token in flight)
+    parent -> {"v": 1, "op": "probe"}     worker -> {"v": 1, "event": "probe", "probe": {...}}
+    parent -> {"v": 1, "op": "exit"}      (or end of stdin): the worker exits 0
+
+The worker writes nothing else on stdout (everything else goes to stderr).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import IO, Any
+
+from llmbench.errors import UserError
+
+PROTOCOL = 1
+
+
+def serve_forever(spec: Any, cache: str, compile_: bool, inp: IO[str], out: IO[str]) -> int:
+    """Load ``spec`` and answer commands from ``inp`` on ``out`` until told to exit; the exit code."""
+    from llmbench import machine, models
+    from llmbench.backends import Request
+    from llmbench.backends.inprocess import InProcessBackend
+    from llmbench.generation import generation_thread
+    from llmbench.options import RunOptions
+    from llmbench.process import freeze_now, frozen_gc, stop_on_signals
+    from llmbench.prompts import PromptSet
+    from llmbench.version import __version__
+
+    def send(**msg: Any) -> None:
+        out.write(json.dumps({"v": PROTOCOL, **msg}, default=str) + "\n")
+        out.flush()
+
+    thread = generation_thread()
+    with stop_on_signals() as stop, frozen_gc():
+        try:
+            loaded = thread.run(models.load_model, spec)
+        except UserError as e:
+            send(event="error", message=str(e))
+            return 2
+        freeze_now()
+        send(event="ready", llmbench_version=__version__, pid=os.getpid())
+        backend: InProcessBackend | None = None
+        prompts: PromptSet | None = None
+        for line in inp:
+            msg = json.loads(line)
+            if msg.get("v") != PROTOCOL:
+                send(event="error", message=f"the parent speaks protocol {msg.get('v')!r}; this worker {PROTOCOL}")
+                return 2
+            op = msg.get("op")
+            if op == "exit":
+                return 0
+            try:
+                if op == "prepare":
+                    options = RunOptions(**{**msg["options"], "cache": cache, "compile": compile_})
+                    prompts = PromptSet(msg["prompt_file"], msg["prompt_sha256"], tuple(msg["prompts"]),
+                                        tuple(range(1, len(msg["prompts"]) + 1)))  # fmt: skip
+                    backend = InProcessBackend(spec, options, loaded=loaded)
+                    thread.run(backend.start_now, prompts)
+                    send(event="prepared", run=json.loads(backend.new_run(prompts).model_dump_json()))
+                elif op == "measure":
+                    assert backend is not None and prompts is not None, "prepare first"
+                    i, rep = int(msg["prompt_index"]), int(msg["repeat"])
+                    result = None if stop.requested else thread.run(
+                        backend.measure_now, Request(prompts.prompts[i], i, rep), stop
+                    )  # fmt: skip
+                    if result is None:
+                        send(event="stopped")
+                    else:
+                        send(event="result", result=json.loads(result.model_dump_json()), warnings=backend.warnings())
+                elif op == "probe":
+                    assert backend is not None, "prepare first"
+                    probe = thread.run(machine.probe, backend.lm.threads, backend.lm.device)
+                    send(event="probe", probe=json.loads(probe.model_dump_json()))
+                else:
+                    send(event="error", message=f"unknown op {op!r}")
+            except UserError as e:
+                send(event="error", message=str(e))
+                return 2
+    return 0
+
+
+def main(spec: Any, cache: str, compile_: bool) -> int:
+    """The ``llmbench worker`` command: the protocol on the real stdout, anything else printed on stderr."""
+    protocol_out = os.fdopen(os.dup(sys.stdout.fileno()), "w", encoding="utf-8", buffering=1)
+    sys.stdout = sys.stderr  # a library's print() must not break a protocol line
+    try:
+        return serve_forever(spec, cache, compile_, sys.stdin, protocol_out)
+    finally:
+        protocol_out.close()

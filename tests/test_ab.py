@@ -1,0 +1,182 @@
+"""llmbench ab and its worker: the protocol, ABBA interleaving, pairing, the gate's exits, failures, resume, and
+an A/A under a load that comes and goes. Workers are real `llmbench worker` processes on a tiny real Qwen2."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from llmbench.storage import load_run
+from llmbench.worker import PROTOCOL
+from tests.helpers import cli_process, wait_for_requests
+
+INJECT = Path(__file__).resolve().parents[1] / "benchmarks" / "inject"
+
+
+def _worker(tiny_model_dir, *env: str, threads: int = 1) -> str:
+    command = (
+        f"{sys.executable} -m llmbench worker -m {tiny_model_dir} --device cpu --dtype float32 --threads {threads}"
+    )
+    return f"env PYTHONPATH={INJECT} {' '.join(env)} {command}" if env else command
+
+
+@pytest.mark.subprocess
+def test_the_worker_protocol(tiny_model_dir):
+    proc = subprocess.Popen([sys.executable, "-m", "llmbench", "worker", "-m", str(tiny_model_dir), "--device", "cpu",
+                             "--dtype", "float32", "--threads", "1"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+
+    def ask(**msg):
+        proc.stdin.write(json.dumps({"v": PROTOCOL, **msg}) + "\n")
+        proc.stdin.flush()
+        return json.loads(proc.stdout.readline())
+
+    try:
+        ready = json.loads(proc.stdout.readline())
+        assert ready["event"] == "ready" and ready["v"] == PROTOCOL and ready["pid"] == proc.pid
+        options = {"max_new_tokens": 5, "ignore_eos": True, "warmup": 0, "repeats": 1}
+        prepared = ask(op="prepare", prompts=["one", "two"], prompt_file="p.txt", prompt_sha256="ab" * 32,
+                       options=options)  # fmt: skip
+        run = prepared["run"]
+        assert prepared["event"] == "prepared" and run["config"]["prompt_sha256"] == "ab" * 32
+        assert run["config"]["max_new_tokens"] == 5 and run["load"]["parameters"] > 0
+        result = ask(op="measure", prompt_index=1, repeat=0)
+        r = result["result"]
+        assert result["event"] == "result" and r["prompt_index"] == 1 and r["output_tokens"] == 5
+        assert r["token_times_ms"][0] == r["ttft_ms"] and result["warnings"] == []  # stamped in the worker
+        probe = ask(op="probe")
+        assert probe["event"] == "probe" and probe["probe"]["threads"] == 1
+        bad = ask(op="dance")
+        assert bad["event"] == "error" and "unknown op" in bad["message"]
+        proc.stdin.write(json.dumps({"v": PROTOCOL + 1, "op": "probe"}) + "\n")
+        proc.stdin.flush()
+        newer = json.loads(proc.stdout.readline())
+        assert newer["event"] == "error" and "protocol" in newer["message"]
+        assert proc.wait(30) == 2  # it refuses a protocol it doesn't speak, and says so first
+    finally:
+        proc.kill()
+
+
+def test_ab_interleaves_pairs_and_gates_like_compare(cli, tiny_model_dir, prompt_file, tmp_path):
+    out = tmp_path / "ab"
+    r = cli("ab", prompt_file, "--base", _worker(tiny_model_dir), "--head", _worker(tiny_model_dir),
+            "--max-new-tokens", "6", "--repeats", "2", "-o", out, "--fail-on-regression", "25", "-q")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    base, head = load_run(out / "base.json"), load_run(out / "head.json")
+    assert base.complete and head.complete and len(base.requests) == len(head.requests) == 6
+    assert base.config.ab.role == "base" and base.config.ab.other_run_id == head.run_id
+    assert head.config.ab.other_file == "base.json" and "llmbench worker" in head.config.ab.side
+    # ABBA: each pair back to back, the first side alternating
+    events = sorted([(q.started_s, "B", q.prompt_index, q.repeat) for q in base.requests]
+                    + [(q.started_s, "H", q.prompt_index, q.repeat) for q in head.requests])  # fmt: skip
+    assert "".join(e[1] for e in events) == "BHHBBHHBBHHB"
+    assert all(events[k][2:] == events[k + 1][2:] for k in range(0, 12, 2))  # a pair is one (prompt, repeat)
+    assert base.machine.probe_before.threads == 1 and head.machine.probe_after is not None
+    assert "paired by (prompt_index, repeat): 6 pairs" in r.stdout and "would be called significant" in r.stdout
+    assert "outputs: 0 of 6 changed" in r.stdout and "gate tpot_ms mean" in r.stdout
+    # ordinary runs: compare, report and export read them
+    assert cli("compare", out / "base.json", out / "head.json", "--strict").returncode == 0
+    assert cli("report", out / "base.json", out / "head.json", "-o", tmp_path / "r.html").returncode == 0
+    assert cli("export", out / "head.json", "-o", tmp_path / "h.csv").returncode == 0
+    again = cli("ab", prompt_file, "--base", "x", "--head", "y", "-o", out)
+    assert again.returncode == 2 and "already holds an ab run" in again.stderr  # never overwritten
+
+
+def test_a_head_slowed_through_its_environment_fails_the_gate(cli, tiny_model_dir, prompt_file, tmp_path):
+    slow = _worker(tiny_model_dir, "LLMBENCH_INJECT_SLEEP_MS=2")  # + 2 ms per token on a ~3-5 ms TPOT
+    r = cli("ab", prompt_file, "--base", _worker(tiny_model_dir), "--head", slow, "--max-new-tokens", "6",
+            "--repeats", "2", "-o", tmp_path / "ab", "--fail-on", "tpot_ms=10", "--format", "json", "-q")  # fmt: skip
+    assert r.returncode == 1, r.stderr
+    [comp] = json.loads(r.stdout)
+    assert comp["regression"] and [g["metric"] for g in comp["gate"] if g["regression"]] == ["tpot_ms"]
+    assert "PYTHONPATH=***" in load_run(tmp_path / "ab" / "head.json").config.ab.side  # no value recorded
+
+
+def test_a_worker_that_cannot_start_or_dies_is_one_line_and_keeps_the_other_side(cli, tiny_model_dir, prompt_file,
+                                                                                   tmp_path):  # fmt: skip
+    failing = f"{sys.executable} -c 'import sys; print(\"no GPU here\", file=sys.stderr); sys.exit(3)'"
+    r = cli("ab", prompt_file, "--base", _worker(tiny_model_dir), "--head", failing, "-o", tmp_path / "a", "-q")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "head: the worker exited (code 3)" in r.stderr and "no GPU here" in r.stderr and sys.executable in r.stderr
+    r = cli("ab", prompt_file, "--base", "no-such-program-xyz", "--head", _worker(tiny_model_dir), "-o", tmp_path / "b",
+            "-q")  # fmt: skip
+    assert r.returncode == 2 and "base: cannot start the worker no-such-program-xyz" in r.stderr
+    dies = _worker(tiny_model_dir, "LLMBENCH_INJECT_EXIT_AFTER=25")  # dies in its third measured request
+    r = cli("ab", prompt_file, "--base", _worker(tiny_model_dir), "--head", dies, "--max-new-tokens", "6",
+            "--repeats", "2", "-o", tmp_path / "c", "-q")  # fmt: skip
+    assert (
+        r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "head: the worker exited (code 9)" in r.stderr
+    )
+    base, head = load_run(tmp_path / "c" / "base.json"), load_run(tmp_path / "c" / "head.json")
+    assert len(base.requests) >= 2 and len(head.requests) >= 2 and not base.complete and not head.complete
+    r = cli("ab", prompt_file, "--base", _worker(tiny_model_dir), "--head", "http://127.0.0.1:9/v1", "-o",
+            tmp_path / "d", "-q")  # fmt: skip
+    assert r.returncode == 2 and "head: cannot connect" in r.stderr
+
+
+@pytest.mark.subprocess
+def test_an_interrupted_ab_run_keeps_its_pairs_and_resumes(tiny_model_dir, many_prompts, tmp_path):
+    out = tmp_path / "ab"
+    args = ("ab", many_prompts, "--base", _worker(tiny_model_dir), "--head", _worker(tiny_model_dir),
+            "--max-new-tokens", "8", "-q")  # fmt: skip
+    proc = cli_process(*args, "-o", out)
+    wait_for_requests(out / "head.json", 4, proc)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "interrupted by SIGINT" in err and "Traceback" not in err, err
+    base, head = load_run(out / "base.json"), load_run(out / "head.json")
+    assert not base.complete and not head.complete and abs(len(base.requests) - len(head.requests)) <= 1
+    resumed = subprocess.run([sys.executable, "-m", "llmbench", *map(str, args), "-o", str(out), "--resume"],
+                             capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr
+    base, head = load_run(out / "base.json"), load_run(out / "head.json")
+    for run in (base, head):
+        keys = sorted((q.prompt_index, q.repeat) for q in run.requests)
+        assert run.complete and keys == [(i, 0) for i in range(60)] and len(run.sessions) == 2
+
+
+@pytest.mark.slow
+def test_an_a_a_run_under_a_load_that_comes_and_goes_stays_green(cli, tiny_model_dir, tmp_path):
+    """A CPU burner switches on and off every 2 s: ab's pairs see it alike and the gate stays green; two runs one
+    after the other, one of them beside the burner, fail the same gate. Two threads on two cores: a burner then
+    makes the model's two OpenMP threads wait on each other (3x slower here), as on a shared CI runner."""
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("".join(f"prompt number {i} about a river\n" for i in range(24)), encoding="utf-8")
+    stop_burner = threading.Event()
+
+    def toggle() -> None:
+        while not stop_burner.is_set():
+            burner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+            stop_burner.wait(2.0)
+            burner.kill()
+            burner.wait()
+            stop_burner.wait(2.0)
+
+    common = ("--max-new-tokens", "12", "-q")
+    t = threading.Thread(target=toggle, daemon=True)
+    t.start()
+    try:
+        worker = _worker(tiny_model_dir, threads=2)
+        r = cli("ab", prompts, "--base", worker, "--head", worker, *common, "--repeats", "2", "-o", tmp_path / "ab",
+                "--fail-on-regression", "10")  # fmt: skip
+    finally:
+        stop_burner.set()
+        t.join()
+    assert r.returncode == 0, r.stdout + r.stderr
+    run = ("run", prompts, "-m", tiny_model_dir, "--device", "cpu", "--dtype", "float32", "--threads", "2", *common)
+    assert cli(*run, "-o", tmp_path / "quiet.json").returncode == 0
+    burner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.5)
+        assert cli(*run, "-o", tmp_path / "busy.json").returncode == 0
+    finally:
+        burner.kill()
+    r = cli("compare", tmp_path / "quiet.json", tmp_path / "busy.json", "--fail-on-regression", "10")
+    assert r.returncode == 1 and "REGRESSION" in r.stdout
