@@ -492,7 +492,9 @@ def ab(
     system_prompt: SystemPromptOpt = None,
     fail_on_regression: FailOnRegressionOpt = None,
     fail_on: FailOnOpt = None,
-    gate_stat: GateStatOpt = Stat.mean,
+    gate_stat: Annotated[
+        Stat, typer.Option(help="Statistic the gates test: the median by default, robust to a pair a burst hit.")
+    ] = Stat.p50,
     fmt: FormatOpt = CompareFormat.table,
     resume: Annotated[bool, typer.Option("--resume", help="Continue the interrupted ab run in -o's folder.")] = False,
     quiet: QuietOpt = False,

@@ -96,11 +96,11 @@ class Comparison:
     probes: dict[str, dict[str, float | None]] = field(default_factory=dict)
     auto_diffs: list[str] = field(default_factory=list)  # config_diffs that automatic choices made, not the user
 
-    def detectable_pct(self, metric: str) -> float | None:
-        """The minimum detectable change of ``metric``'s mean at this sample size: half the width of its 95%
-        interval. A change larger than this would be called significant; one much smaller can't be told
+    def detectable_pct(self, metric: str, stat: str = "mean") -> float | None:
+        """The minimum detectable change of ``metric``'s ``stat`` at this sample size: half the width of its
+        95% interval. A change larger than this would be called significant; one much smaller can't be told
         from noise. (About 1.4 times it is detected with 80% power.)"""
-        row = next((r for r in self.rows if r.metric == metric and r.stat == "mean"), None)
+        row = next((r for r in self.rows if r.metric == metric and r.stat == stat), None)
         if row is None or row.ci_low_pct != row.ci_low_pct:  # NaN: too few requests for an interval
             return None
         return (row.ci_high_pct - row.ci_low_pct) / 2

@@ -154,11 +154,14 @@ def compare_lines(comp, checks: list[Any]) -> tuple[list[str], list[str]]:
     the terminal escapes it."""
     pairing = f"paired by (prompt_index, repeat): {comp.n_pairs} pairs" if comp.paired else "unpaired"
     head = [f"{comp.n_base} -> {comp.n_new} requests, {pairing}"]
-    detectable = [(label, comp.detectable_pct(m)) for m, label in (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"))]
+    stat = checks[0].stat if checks else "mean"  # the statistic the gate tests, else the mean
+    detectable = [(label, comp.detectable_pct(m, stat)) for m, label in (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"))]
     shown = ", ".join(f"{d:.1f}% in {label}" for label, d in detectable if d is not None)
     if shown:
         size = f"{comp.n_pairs} pairs" if comp.paired else f"{min(comp.n_base, comp.n_new)} requests a side"
-        head.append(f"with {size}, changes above {shown} would be called significant (half the 95% interval)")
+        head.append(
+            f"with {size}, changes of the {stat} above {shown} would be called significant (half the 95% interval)"
+        )
     head += [
         f"setup differs: {k}: auto chose {b}, then {n} (an automatic choice, not an option that changed)"
         if k in comp.auto_diffs

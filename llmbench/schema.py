@@ -110,7 +110,7 @@ class ABConfig(_Model):
     """``llmbench ab``: this run was measured interleaved with another, request by request."""
 
     role: Literal["base", "head"]
-    side: str  # the worker command (VAR=*** for assignments) or the server URL (no credentials)
+    side: str  # the worker command (VAR=redacted for assignments) or the server URL (no credentials)
     other_file: str  # the other run, in the same folder
     other_run_id: str
     order: str = "ABBA"  # each (prompt, repeat) on both sides back to back; who goes first alternates

@@ -80,7 +80,7 @@ def test_ab_interleaves_pairs_and_gates_like_compare(cli, tiny_model_dir, prompt
     assert all(events[k][2:] == events[k + 1][2:] for k in range(0, 12, 2))  # a pair is one (prompt, repeat)
     assert base.machine.probe_before.threads == 1 and head.machine.probe_after is not None
     assert "paired by (prompt_index, repeat): 6 pairs" in r.stdout and "would be called significant" in r.stdout
-    assert "outputs: 0 of 6 changed" in r.stdout and "gate tpot_ms mean" in r.stdout
+    assert "outputs: 0 of 6 changed" in r.stdout and "gate tpot_ms p50" in r.stdout  # ab gates the median
     # ordinary runs: compare, report and export read them
     assert cli("compare", out / "base.json", out / "head.json", "--strict").returncode == 0
     assert cli("report", out / "base.json", out / "head.json", "-o", tmp_path / "r.html").returncode == 0
@@ -96,7 +96,7 @@ def test_a_head_slowed_through_its_environment_fails_the_gate(cli, tiny_model_di
     assert r.returncode == 1, r.stderr
     [comp] = json.loads(r.stdout)
     assert comp["regression"] and [g["metric"] for g in comp["gate"] if g["regression"]] == ["tpot_ms"]
-    assert "PYTHONPATH=***" in load_run(tmp_path / "ab" / "head.json").config.ab.side  # no value recorded
+    assert "PYTHONPATH=redacted" in load_run(tmp_path / "ab" / "head.json").config.ab.side  # no value recorded
 
 
 def test_a_worker_that_cannot_start_or_dies_is_one_line_and_keeps_the_other_side(cli, tiny_model_dir, prompt_file,
@@ -180,3 +180,29 @@ def test_an_a_a_run_under_a_load_that_comes_and_goes_stays_green(cli, tiny_model
         burner.kill()
     r = cli("compare", tmp_path / "quiet.json", tmp_path / "busy.json", "--fail-on-regression", "10")
     assert r.returncode == 1 and "REGRESSION" in r.stdout
+
+
+def test_what_config_ab_records_of_a_side_holds_no_secret():
+    from llmbench.drivers.ab import recorded_side
+
+    assert recorded_side("env HF_TOKEN=hf_abc OTHER=1 llmbench worker --model m") == (
+        "env HF_TOKEN=redacted OTHER=redacted llmbench worker --model m"
+    )
+    assert recorded_side("https://user:pw@api.example.com/v1?key=k") == "https://api.example.com/v1"
+
+
+def test_the_plan_alternates_who_goes_first():
+    from llmbench.drivers.ab import abba
+    from llmbench.loop import Track
+    from llmbench.prompts import PromptSet
+
+    prompts = PromptSet.from_list(["a", "b", "c"])
+    base, head = Track(None, None, None), Track(None, None, None)  # type: ignore[arg-type]
+    plan = abba(base, head, prompts, 2)
+    who = "".join("B" if t is base else "H" for t, _ in plan)
+    assert who == "BHHBBHHBBHHB" and [(r.prompt_index, r.repeat) for _, r in plan[:4]] == [
+        (0, 0),
+        (0, 0),
+        (1, 0),
+        (1, 0),
+    ]

@@ -115,3 +115,12 @@ def test_a_journal_of_another_run_or_a_damaged_one_is_refused(tmp_path):
     journal_path(p).write_bytes(run.requests[0].model_dump_json().encode() + b"\n")
     with pytest.raises(UserError, match="belongs to run None"):
         load_run(p)
+
+
+def test_a_run_written_by_llmbench_0_1_still_loads():
+    """The retired regression baseline, written by 0.1.0: every reader must keep reading old files."""
+    from pathlib import Path
+
+    run = load_run(Path(__file__).parent / "data" / "run-0.1.0.json")
+    assert run.llmbench_version == "0.1.0" and run.complete and len(run.requests) == 20
+    assert run.config.auto == [] and run.config.ab is None and run.summary.tpot_ms.mean > 0

@@ -54,12 +54,12 @@ def side_backend(side: str, options: RunOptions, role: str) -> Backend:
 
 def recorded_side(side: str) -> str:
     """What ``config.ab.side`` holds: a URL without credentials or query; a command with ``VAR=value``
-    assignments (``env TOKEN=...``) reduced to ``VAR=***``, so no secret reaches the JSON."""
+    assignments (``env TOKEN=...``) reduced to ``VAR=redacted``, so no secret reaches the JSON."""
     if is_url(side):
         from llmbench.client import redact
 
         return redact(side.strip())
-    return shlex.join(t.split("=", 1)[0] + "=***" if _ASSIGNMENT.match(t) else t for t in shlex.split(side))
+    return shlex.join(t.split("=", 1)[0] + "=redacted" if _ASSIGNMENT.match(t) else t for t in shlex.split(side))
 
 
 def abba(base: Track, head: Track, prompts: PromptSet, repeats: int) -> list[tuple[Track, Request]]:
