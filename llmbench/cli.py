@@ -206,7 +206,20 @@ def _interrupted(e: Any, resumable: bool) -> None:
 @app.command()
 def run(
     ctx: typer.Context,
-    prompts: PromptsArg,
+    prompts: Annotated[
+        Optional[Path],
+        typer.Argument(
+            help='Prompt file: one prompt a line (.txt) or {"prompt": ...} a line (.jsonl). Blank lines and # '
+            "comments are skipped. Or --synthetic instead."
+        ),
+    ] = None,
+    synthetic: Annotated[
+        Optional[str],
+        typer.Option(
+            help="TOKENSxCOUNT, e.g. 512x20: COUNT different prompts of exactly TOKENS tokens each (chat template "
+            "included), cut from a text llmbench ships, reproducible from --seed."
+        ),
+    ] = None,
     model: ModelOpt = None,
     weights: WeightsOpt = Weights.pretrained,
     endpoint: EndpointOpt = None,
@@ -226,7 +239,7 @@ def run(
     warmup: WarmupOpt = 1,
     repeats: Annotated[int, typer.Option(help="Times to go round the whole prompt list.")] = 1,
     sample: Annotated[bool, typer.Option("--sample", help="Sample instead of greedy decoding.")] = False,
-    seed: Annotated[int, typer.Option(help="Seed for --sample (each request derives its own).")] = 0,
+    seed: Annotated[int, typer.Option(help="Seed for --sample (each request derives its own) and --synthetic.")] = 0,
     temperature: Annotated[float, typer.Option(help="Temperature for --sample.")] = 1.0,
     top_p: Annotated[float, typer.Option(help="Top-p for --sample.")] = 1.0,
     system_prompt: SystemPromptOpt = None,
@@ -253,7 +266,6 @@ def run(
     from llmbench import display
     from llmbench.drivers.run import run as run_driver
     from llmbench.options import EndpointOptions, ModelOptions, RunOptions
-    from llmbench.prompts import load_prompts
 
     args = locals()
     with _user_errors():
@@ -266,7 +278,7 @@ def run(
         ignore = (weights is Weights.random) if ignore_eos is None else ignore_eos
         options = _pick(RunOptions, args, ignore_eos=ignore, chat_template=not no_chat_template,
                         cache="static" if compile_ else cache.value, compile=compile_)  # fmt: skip
-        prompt_set = load_prompts(prompts)
+        prompt_set = _prompt_source(prompts, synthetic, seed)
         with _measuring(quiet) as (stop, reporter):
             coro = run_driver(prompt_set, target, options, output=output, overwrite=overwrite, default_dir="results",
                               resume=resume, stop=stop, reporter=reporter)  # fmt: skip
@@ -275,6 +287,16 @@ def run(
     if result.client:
         display.info(display.client_line(result.client))
     display.out.print(f"wrote {path}", markup=False)
+
+
+def _prompt_source(prompts: Path | None, synthetic: str | None, seed: int) -> Any:
+    """A prompt file's prompts, or the spec of synthetic ones (made once the tokenizer is loaded)."""
+    from llmbench.prompts import load_prompts
+    from llmbench.synthetic import SyntheticSpec
+
+    if (prompts is None) == (synthetic is None):
+        raise UserError("give either a prompt file or --synthetic TOKENSxCOUNT")
+    return load_prompts(prompts) if prompts is not None else SyntheticSpec.parse(synthetic or "", seed)
 
 
 def _none(q: Quantize) -> str | None:
@@ -361,6 +383,65 @@ def sweep(
 async def _load_and_sweep(the_sweep: Any, prompts: Any, stop: Any) -> dict:
     await the_sweep.load(prompts)
     return await the_sweep.run(prompts, stop)
+
+
+@app.command()
+def scan(
+    prompt_tokens: Annotated[
+        str, typer.Option(help="Prompt lengths for the TTFT curve (comma list; '' for none).")
+    ] = "16,64,256,1024",
+    depth: Annotated[str, typer.Option(help="Context depths for the TPOT curve (comma list).")] = "0,512,2048",
+    batch: Annotated[str, typer.Option(help="Batch sizes for the throughput curve (comma list).")] = "1,2,4,8",
+    rounds: Annotated[int, typer.Option(help="Rounds; each visits every point, the order rotating.")] = 3,
+    max_new_tokens: MaxNewTokensOpt = 32,
+    prompts_per_point: Annotated[int, typer.Option(help="Different prompts per length or depth point.")] = 3,
+    batch_prompt_tokens: Annotated[int, typer.Option(help="Length of each prompt of a batch.")] = 128,
+    seed: Annotated[int, typer.Option(help="Seed of the synthetic prompts.")] = 0,
+    warmup: WarmupOpt = 1,
+    model: ModelOpt = None,
+    weights: WeightsOpt = Weights.pretrained,
+    device: DeviceOpt = "auto",
+    dtype: DTypeOpt = DType.auto,
+    reprobe: ReprobeOpt = False,
+    threads: ThreadsOpt = None,
+    attn: AttnOpt = None,
+    quantize: QuantizeOpt = Quantize.none,
+    device_map: DeviceMapOpt = None,
+    allow_offload: AllowOffloadOpt = False,
+    allow_pickle: AllowPickleOpt = False,
+    trust_remote_code: TrustRemoteCodeOpt = False,
+    system_prompt: SystemPromptOpt = None,
+    output: Annotated[
+        Optional[Path], typer.Option("--output", "-o", help="Folder (default: results/scan-<time>).")
+    ] = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """TTFT against prompt length, TPOT against context depth, throughput against batch size: controlled prompts,
+    interleaved rounds, fitted curves."""
+    from llmbench import display, models
+    from llmbench.drivers import scan as sc
+    from llmbench.options import ModelOptions, RunOptions
+
+    args = locals()
+    with _user_errors():
+        points = sc.grid(sc.parse_values(prompt_tokens, "--prompt-tokens"), sc.parse_values(depth, "--depth"),
+                         sc.parse_values(batch, "--batch"))  # fmt: skip
+        if rounds < 1 or prompts_per_point < 1:
+            raise UserError("--rounds and --prompts-per-point must be at least 1")
+        options = RunOptions(max_new_tokens=max_new_tokens, ignore_eos=True, warmup=warmup, repeats=rounds,
+                             system_prompt=system_prompt)  # fmt: skip
+        options.validate()
+        spec = _pick(ModelOptions, args, model=model or DEFAULT_MODEL, quantize=_none(quantize))
+        models.validate(spec)
+        sc.check_context(points, models.context_length(spec), max_new_tokens, batch_prompt_tokens)  # before loading
+        out_dir = sc.prepare_scan_dir(output)
+        with _measuring(quiet) as (stop, reporter):
+            the_scan = sc.Scan(points, spec, options, out_dir, prompts_per_point=prompts_per_point,
+                               batch_prompt_tokens=batch_prompt_tokens, seed=seed, reporter=reporter)  # fmt: skip
+            record = _run_async(the_scan.run_all(stop))
+    for line in display.scan_lines(record):
+        display.out.print(line, markup=False, soft_wrap=True)
+    display.out.print(f"wrote {out_dir / 'scan.json'} and {len(points)} run files", markup=False)
 
 
 @app.command()
@@ -551,12 +632,17 @@ def worker(
 
 
 @app.command()
-def show(run_file: Annotated[Path, typer.Argument(help="A run JSON.")]) -> None:
-    """The summary table of a saved run."""
+def show(run_file: Annotated[Path, typer.Argument(help="A run JSON, or a scan.json.")]) -> None:
+    """The summary table of a saved run (or a scan's curves and fits)."""
     from llmbench import display
-    from llmbench.storage import load_run
+    from llmbench.storage import load_run, read_scan
 
     with _user_errors():
+        scan_record = read_scan(run_file)
+        if scan_record is not None:
+            for line in display.scan_lines(scan_record):
+                display.out.print(line, markup=False, soft_wrap=True)
+            return
         run = load_run(run_file)
     for w in run.warnings:
         display.warn(w)
@@ -588,19 +674,28 @@ def export(
 
 @app.command()
 def report(
-    runs: Annotated[list[Path], typer.Argument(help="RUN.json [MORE.json ...]; the first is the base.")],
+    runs: Annotated[
+        list[Path], typer.Argument(help="RUN.json [MORE.json ...]; the first is the base. Or a scan.json.")
+    ],
     output: Annotated[Path, typer.Option("--output", "-o", help="The HTML file to write.")] = Path("report.html"),
     overwrite: OverwriteOpt = False,
 ) -> None:
-    """One self-contained HTML file: tables, token timelines, ITL histogram, TTFT vs prompt length, compare."""
-    from llmbench.storage import load_run, prepare_output
+    """One self-contained HTML file: tables, token timelines, ITL histogram, TTFT vs prompt length, compare; for a
+    scan.json, its curves with their fits."""
+    from llmbench.storage import load_run, prepare_output, read_scan
 
     with _user_errors():
         from llmbench.errors import require
 
         require("llmbench report", "report", "matplotlib")
-        from llmbench.report import build_report
+        from llmbench.report import build_report, build_scan_report
 
+        scan_record = read_scan(runs[0]) if len(runs) == 1 else None
+        if scan_record is not None:
+            path = prepare_output(output, overwrite)
+            path.write_text(build_scan_report(scan_record), encoding="utf-8")
+            typer.echo(f"wrote {path} ({path.stat().st_size / 1024:.0f} KiB)")
+            return
         loaded = [(str(p), load_run(p)) for p in runs]
         for name, run in loaded:
             if not run.requests:

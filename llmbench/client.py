@@ -224,13 +224,17 @@ class TokenCounter:
             return (prompt_tokens if isinstance(prompt_tokens, int) else None), usage["completion_tokens"], "usage"
         tok = self.tok
         if tok is not None:
-            if self.templated:
-                text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-            else:
-                text = "\n\n".join(m["content"] for m in messages)
-            n_prompt = len(tok(text, add_special_tokens=False)["input_ids"])
-            return n_prompt, len(tok(s.text, add_special_tokens=False)["input_ids"]), "tokenizer"
+            return self.prompt_tokens(messages), len(tok(s.text, add_special_tokens=False)["input_ids"]), "tokenizer"
         return None, len(s.stamps_ns), "chunks"
+
+    def prompt_tokens(self, messages: list[dict[str, str]]) -> int:
+        """The tokenizer's count of ``messages``: through its chat template when it has one, else their text."""
+        assert self.tok is not None
+        if self.templated:
+            text = self.tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        else:
+            text = "\n\n".join(m["content"] for m in messages)
+        return len(self.tok(text, add_special_tokens=False)["input_ids"])
 
 
 async def probe_server(url: str, headers: dict, timeout: float = 5.0) -> tuple[dict | None, str | None]:

@@ -323,3 +323,53 @@ def client_line(c: Any) -> str:
     """What the endpoint client itself cost (it shares the machine with a co-located server)."""
     per_event = f", {c.cpu_ms_per_event:.3f} ms per event" if c.cpu_ms_per_event is not None else ""
     return f"client: {c.cpu_s:.2f} s CPU in {c.wall_s:.1f} s ({c.cpu_pct_of_one_core:.1f}% of one core{per_event})"
+
+
+def scan_lines(record: dict) -> list[str]:
+    """A scan's curves and fits as plain lines (the terminal prints them as text)."""
+    lines = [f"scan of {record['model']} on {record['device']} ({record['dtype']}, {record['threads']} threads), "
+             f"{record['rounds']} rounds{'' if record['complete'] else ' (INCOMPLETE)'}"]  # fmt: skip
+    by_kind: dict[str, list[dict]] = {}
+    for p in record["points"]:
+        by_kind.setdefault(p["kind"], []).append(p)
+    fits = record["fits"]
+    if "length" in by_kind:
+        cells = ", ".join(f"{p['value']} tokens {_num(p.get('ttft_ms_mean'), 1)} ms" for p in by_kind["length"])
+        lines.append(f"TTFT by prompt length: {cells}")
+        f = fits.get("length")
+        if f:
+            lo, hi = (1000 * v for v in f["ci95"]["b_ms_per_token"])
+            half = f["quadratic_half_at_tokens"]
+            where = (f"the quadratic term is half the cost at {half:.0f} tokens" if half
+                     else "the quadratic term stays under half the cost in the range measured")  # fmt: skip
+            lines.append(
+                f"  fit: TTFT = {f['a_ms']:.1f} ms + {f['b_ms_per_token']:.4f} ms x L + "
+                f"{f['c_ms_per_token2']:.3g} ms x L^2 (R\u00b2 {f['r2']:.3f}): "
+                f"{f['prefill_ms_per_1k_tokens']:.1f} ms of prefill per 1,000 tokens [{lo:.1f}, {hi:.1f}]; {where}"
+            )
+    if "depth" in by_kind:
+        cells = ", ".join(f"{p.get('prompt_tokens', p['value'])} tokens {_num(p.get('tpot_ms_mean'))} ms"
+                          for p in by_kind["depth"])  # fmt: skip
+        lines.append(f"TPOT by context depth: {cells}")
+        f = fits.get("depth")
+        if f:
+            lines.append(f"  fit: TPOT = {f['t0_ms']:.2f} ms + {f['ms_per_1k_context_tokens']:.3f} ms per 1,000 tokens "
+                         f"of context (R\u00b2 {f['r2']:.3f}); roofline: "
+                         + ", ".join(f"{d} -> {v} ms" for d, v in f["roofline_tpot_ms"].items()))  # fmt: skip
+    f = fits.get("batch")
+    if f:
+        cells = ", ".join(
+            f"{r['batch']}: {r['aggregate_decode_tokens_per_s']:.1f} tok/s"
+            + (
+                f" (roofline {r['roofline_aggregate_tokens_per_s']:.0f})"
+                if r["roofline_aggregate_tokens_per_s"]
+                else ""
+            )
+            for r in f["table"]
+        )
+        lines.append(f"decode throughput by batch: {cells}")
+        sat = f["saturation_batch"]
+        lines.append(
+            f"  throughput stops growing after batch {sat}" if sat else "  throughput still grows at the largest batch"
+        )
+    return lines

@@ -61,6 +61,10 @@ class TokenStamper(BaseStreamer):
             ids.extend(int(x) for x in t.reshape(-1).tolist())
         return ids
 
+    def sequence_ids(self, b: int) -> list[int]:
+        """Sequence ``b``'s ids in a batched generate(): each step hands over one token per sequence."""
+        return [int(t.reshape(-1)[b]) for t in self.tokens]
+
 
 class StopCriterion(StoppingCriteria):
     """Stops generate() after the current token once ``is_set()`` is true (a Stop was requested, a client left).

@@ -89,6 +89,7 @@ class Track:
     probe_before: Probe | None = None
     probe_after: Probe | None = None
     expected: set[tuple[int, int]] = field(default_factory=set)
+    prompts: PromptSet | None = None  # this track's own prompts (a scan's points), else the loop's
 
 
 def check_resumable(
@@ -215,18 +216,19 @@ class RunLoop:
         return todo
 
     async def _warm_up(self) -> None:
-        n = len(self.prompts.prompts)
         for t in self.tracks:
+            prompts = (t.prompts or self.prompts).prompts
+            n = len(prompts)
             await self._activate(t)
             for w in range(self.warmup):
                 i = n - 1 - w % n
                 try:
-                    r = await self._call(t, Request(self.prompts.prompts[i], i, -1 - w // n), 0.0)
+                    r = await self._call(t, Request(prompts[i], i, -1 - w // n), 0.0)
                 except (RequestFailed, BackendUnavailable) as e:
                     raise UserError(f"{t.backend.label}warm-up request failed: {e}") from None
                 if r is None:
                     return
-                t.run.warmup_requests.append(r)
+                t.run.warmup_requests += r if isinstance(r, list) else [r]
                 self.reporter.warmup(w + 1, self.warmup)
 
     async def _probe(self, when: str) -> None:
@@ -284,10 +286,14 @@ class RunLoop:
             return False
         if result is None:  # a stop cut it short: a partial request is not a measurement
             return False
-        await self._record(t, result)
+        results = result if isinstance(result, list) else [result]
+        for r in results:
+            await self._record(t, r)
+        self.done += 1
+        self.reporter.request(results[-1], self.done, self.total)
         return True
 
-    async def _call(self, t: Track, req: Request, started: float) -> RequestResult | None:
+    async def _call(self, t: Track, req: Request, started: float) -> RequestResult | list[RequestResult] | None:
         """``measure`` as a task that a stop can cancel; None when a stop dropped it."""
         task = asyncio.ensure_future(t.backend.measure(req, self.stop, started))
         self.inflight.add(task)
@@ -318,8 +324,6 @@ class RunLoop:
         run = t.run
         if isinstance(item, RequestResult):
             run.requests.append(item)
-            self.done += 1
-            self.reporter.request(item, self.done, self.total)
         else:
             run.failed_requests.append(item)
         if t.path is None:

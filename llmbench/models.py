@@ -430,6 +430,22 @@ def load_model(spec: ModelOptions) -> LoadedModel:
     )
 
 
+def context_length(spec: ModelOptions) -> int | None:
+    """The model's context (max_position_embeddings) from its config alone, without loading weights, for a
+    built-in model or a local folder; None where that would need more (a hub download, a GGUF parse)."""
+    source, path = classify_source(spec.model, spec.weights)
+    if source == "builtin":
+        facts = builtin.builtin_config(spec.model) or {}
+        return facts.get("max_position_embeddings")
+    if source == "folder" and path is not None and (path / "config.json").is_file():
+        try:
+            value = json.loads((path / "config.json").read_text(encoding="utf-8")).get("max_position_embeddings")
+        except (OSError, ValueError):
+            return None
+        return value if isinstance(value, int) else None
+    return None
+
+
 def automatic_choices(spec: ModelOptions) -> list[str]:
     """The config fields llmbench (or transformers) chose because the user left them to it."""
     chosen = {

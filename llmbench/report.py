@@ -219,3 +219,59 @@ def build_report(runs: list[tuple[str, Run]]) -> str:
         parts.append("<h2>Distributions and compare's verdict</h2>" + distributions_svg(runs) + verdicts_html(runs))
     parts.append("</body></html>")
     return "\n".join(parts)
+
+
+def build_scan_report(record: dict) -> str:
+    """The HTML of a scan: TTFT against prompt length, TPOT against depth, throughput against batch, with the
+    fits and the roofline drawn beside the measurements."""
+    from llmbench.display import scan_lines
+
+    parts = [
+        "<!doctype html><html lang=en><head><meta charset=utf-8><title>llmbench scan</title>"
+        f"<style>{CSS}</style></head><body><h1>llmbench scan</h1>"
+    ]
+    parts += [f"<p>{html.escape(line)}</p>" for line in scan_lines(record)]
+    points = {k: [p for p in record["points"] if p["kind"] == k and p.get("ttft_ms_mean") is not None]
+              for k in ("length", "depth", "batch")}  # fmt: skip
+    fits = record["fits"]
+    if points["length"]:
+        fig, ax = _figure(height=3.4)
+        x = np.array([p["prompt_tokens"] for p in points["length"]], dtype=float)
+        ax.plot(x, [p["ttft_ms_mean"] for p in points["length"]], "o", label="measured (mean)")
+        f = fits.get("length")
+        if f:
+            grid = np.linspace(0, x.max(), 200)
+            ax.plot(grid, f["a_ms"] + f["b_ms_per_token"] * grid + f["c_ms_per_token2"] * grid**2, "-",
+                    label=f"fit a + bL + cL\u00b2, R\u00b2 {f['r2']:.3f}")  # fmt: skip
+        ax.set_xlabel("prompt tokens")
+        ax.set_ylabel("TTFT, ms")
+        ax.legend(fontsize=7, frameon=False)
+        parts.append("<h2>TTFT against prompt length</h2>" + _svg(fig))
+    if points["depth"]:
+        fig, ax = _figure(height=3.4)
+        x = np.array([p["prompt_tokens"] for p in points["depth"]], dtype=float)
+        ax.plot(x, [p["tpot_ms_mean"] for p in points["depth"]], "o", label="measured (mean)")
+        f = fits.get("depth")
+        if f:
+            ax.plot(x, f["t0_ms"] + f["k_ms_per_token"] * x, "-", label=f"fit t0 + kD, R\u00b2 {f['r2']:.3f}")
+            if f["roofline_tpot_ms"]:
+                d = np.array([float(k) for k in f["roofline_tpot_ms"]])
+                ax.plot(d, list(f["roofline_tpot_ms"].values()), "--", label="roofline: weights + KV cache read")
+        ax.set_xlabel("context tokens before decoding")
+        ax.set_ylabel("TPOT, ms")
+        ax.legend(fontsize=7, frameon=False)
+        parts.append("<h2>TPOT against context depth</h2>" + _svg(fig))
+    f = fits.get("batch")
+    if f:
+        fig, ax = _figure(height=3.4)
+        b = [r["batch"] for r in f["table"]]
+        ax.plot(b, [r["aggregate_decode_tokens_per_s"] for r in f["table"]], "o-", label="measured")
+        roof = [r["roofline_aggregate_tokens_per_s"] for r in f["table"]]
+        if all(v is not None for v in roof):
+            ax.plot(b, roof, "--", label="roofline: weights once + B x KV per step")
+        ax.set_xlabel("batch (sequences per generate() call)")
+        ax.set_ylabel("decode tokens/s, all sequences")
+        ax.legend(fontsize=7, frameon=False)
+        parts.append("<h2>Throughput against batch size</h2>" + _svg(fig))
+    parts.append("</body></html>")
+    return "\n".join(parts)

@@ -13,7 +13,7 @@ Schema history (bump ``SCHEMA_VERSION`` on any change a reader of the old versio
     probe.method, failed_requests[].session, requests[].prompt_tokens null when unknown, requests[].eos_ms
     (0.2.0, one engine:
     endpoint runs probe the client machine with numpy when the server is on loopback); config.auto (0.2.0,
-    automatic choices recorded); config.ab (0.2.0, llmbench ab).
+    automatic choices recorded); config.ab (0.2.0, llmbench ab); config.synthetic (0.2.0, --synthetic, scan).
 
 No torch here: compare, show and the endpoint client read and write runs without it.
 """
@@ -26,6 +26,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 SCHEMA_VERSION = 1
+SCAN_VERSION = 1  # scan.json (llmbench scan); history: 1 (llmbench 0.2.0) first version
 
 # Which fields of the setup must be equal, and for what. A field's ``match`` says it: RESUME (a resumed run
 # continues the same measurement), COMPARE (compare lists it as "setup differs"), ENV (compare lists it as
@@ -148,6 +149,9 @@ class RunConfig(_Model):
     # --threads, ...): compare says "auto chose X, then Y" for them
     auto: list[str] = []
     ab: ABConfig | None = None  # llmbench ab: the run it was interleaved with
+    # --synthetic / scan: {tokens, count, seed, generator, corpus_sha256[, scan_point]}: the prompts are a
+    # function of these and the model's tokenizer (prompt_sha256 covers them)
+    synthetic: dict | None = None
 
 
 class GPUInfo(_Model):

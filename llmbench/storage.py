@@ -18,7 +18,15 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from llmbench.errors import UserError, read_user_file
-from llmbench.schema import SCHEMA_VERSION, FailedRequest, RequestResult, Run, RunScalars, llmbench_version
+from llmbench.schema import (
+    SCAN_VERSION,
+    SCHEMA_VERSION,
+    FailedRequest,
+    RequestResult,
+    Run,
+    RunScalars,
+    llmbench_version,
+)
 
 _UMASK = os.umask(0)
 os.umask(_UMASK)
@@ -232,6 +240,21 @@ def _diagnose(p: Path, data: bytes) -> None:
         err = e.errors()[0]
         loc = ".".join(str(x) for x in err["loc"])
         raise UserError(f"{p} is not a valid run JSON: {loc}: {err['msg']}") from None
+
+
+def read_scan(path: str | Path) -> dict | None:
+    """A scan.json's record, or None when ``path`` is something else (a run file: read it with load_run).
+    UserError for a scan of another version."""
+    try:
+        data = json.loads(read_user_file(path, "file"))
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(data, dict) or "scan_version" not in data:
+        return None
+    if data["scan_version"] != SCAN_VERSION:
+        raise UserError(f"{path} has scan_version {data['scan_version']!r}; this llmbench ({llmbench_version()}) "
+                        f"reads version {SCAN_VERSION}")  # fmt: skip
+    return data
 
 
 def default_output_path(model: str, device: str, folder: str | Path = "results") -> Path:

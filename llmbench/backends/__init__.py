@@ -18,11 +18,15 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Request:
-    """One measurement to take: a prompt of the run's prompt set, and which repeat of it (< 0: a warm-up)."""
+    """One measurement to take: a prompt of the run's prompt set, and which repeat of it (< 0: a warm-up).
+
+    ``batch``: several prompts generated together in one call (a backend that batches returns one result per
+    sequence, ``prompt_index`` = the sequence's place in the batch)."""
 
     prompt: str
     prompt_index: int
     repeat: int
+    batch: tuple[str, ...] = ()
 
 
 @runtime_checkable
@@ -49,9 +53,11 @@ class Backend(Protocol):
 
     async def activate(self) -> None: ...
 
-    async def measure(self, request: Request, stop: Stop, started_s: float) -> RequestResult | None:
-        """One request's result; None when ``stop`` cut it short. Raises RequestFailed (recorded, the run goes
-        on) or BackendUnavailable (the run ends)."""
+    async def measure(
+        self, request: Request, stop: Stop, started_s: float
+    ) -> RequestResult | list[RequestResult] | None:
+        """One request's result (a batched request: one per sequence); None when ``stop`` cut it short. Raises
+        RequestFailed (recorded, the run goes on) or BackendUnavailable (the run ends)."""
         ...
 
     def probe_key(self) -> Hashable | None:

@@ -40,6 +40,8 @@ from llmbench.schema import (
     RunConfig,
     new_run_record,
 )
+from llmbench.synthetic import SyntheticSpec
+from llmbench.synthetic import make as make_synthetic
 
 _NS_PER_MS = 1_000_000
 
@@ -78,6 +80,20 @@ class EndpointBackend:
                          "request_extra": request_extra(o)},
         }  # fmt: skip
 
+    async def synthesize(self, spec: SyntheticSpec) -> PromptSet:
+        """Prompts of exactly ``spec.tokens`` tokens as ``--tokenizer`` counts them (with its chat template):
+        the server's own count (usage) is what the run records, so use the server's tokenizer."""
+        if not self.endpoint.tokenizer:
+            raise UserError("--synthetic with --endpoint needs --tokenizer (the server's, to count prompt tokens)")
+        counter = self.counter = self.counter or TokenCounter(self.endpoint.tokenizer)
+        system = self.options.system_prompt
+
+        def count(text: str) -> int:
+            messages = [{"role": "system", "content": system}] if system else []
+            return counter.prompt_tokens([*messages, {"role": "user", "content": text}])
+
+        return make_synthetic(spec, counter.tok, count)
+
     async def start(self, prompts: PromptSet) -> None:
         """Ask the server what it serves (GET /health, /v1/models); load ``--tokenizer`` before any request."""
         try:
@@ -85,7 +101,7 @@ class EndpointBackend:
         except BackendUnavailable as e:  # before any request: the setup is wrong, one line
             raise UserError(f"{self.label}{e}") from None
         self.model = self.endpoint.model or listed or (self.health or {}).get("model")
-        self.counter = TokenCounter(self.endpoint.tokenizer)
+        self.counter = self.counter or TokenCounter(self.endpoint.tokenizer)
         c = self.endpoint.concurrency
         self.client = httpx.AsyncClient(
             timeout=httpx.Timeout(self.endpoint.timeout_s, connect=10.0),

@@ -36,6 +36,8 @@ from llmbench.options import ModelOptions, RunOptions
 from llmbench.process import Stop, freeze_now
 from llmbench.prompts import PromptSet
 from llmbench.schema import Probe, RequestResult, Run, RunConfig, new_run_record
+from llmbench.synthetic import SyntheticSpec
+from llmbench.synthetic import make as make_synthetic
 
 
 @dataclasses.dataclass
@@ -64,10 +66,14 @@ class InProcessBackend:
         loaded: LoadedModel | None = None,
         label: str = "",
         keep_raw: bool = False,
+        batch: int = 1,
     ) -> None:
         options.validate()
         if spec is None and loaded is None:
             raise ValueError("InProcessBackend needs a ModelOptions or a loaded model")
+        if batch < 1:
+            raise UserError(f"a batch of {batch}: must be at least 1")
+        self.batch = batch  # > 1: every request generates this many sequences in one generate() call
         self.spec = spec
         self.options = options
         self.loaded = loaded
@@ -103,14 +109,26 @@ class InProcessBackend:
 
     def start_now(self, prompts: PromptSet) -> None:
         """:meth:`start`, on the calling thread (which must be the generation thread)."""
-        if self.loaded is None:
-            assert self.spec is not None
-            self.loaded = models.load_model(self.spec)
-            freeze_now()  # inside llmbench.frozen_gc(): the model's objects leave the collector's sight
+        self._load()
         self.apply_setup()
         self.check_prompts(prompts)
         self.compile_now(prompts)
         self.graphs_before = compiled_graphs()
+
+    def _load(self) -> None:
+        if self.loaded is None:
+            assert self.spec is not None
+            self.loaded = models.load_model(self.spec)
+            freeze_now()  # inside llmbench.frozen_gc(): the model's objects leave the collector's sight
+
+    async def synthesize(self, spec: SyntheticSpec) -> PromptSet:
+        """Prompts of exactly ``spec.tokens`` tokens as this backend counts them (loads the model first)."""
+        await asyncio.wrap_future(self.thread.submit(self._load))
+        return make_synthetic(spec, self.lm.tokenizer, self.count_prompt_tokens)
+
+    def count_prompt_tokens(self, prompt: str) -> int:
+        """The ``prompt_tokens`` a request of ``prompt`` will have (template and system prompt included)."""
+        return int(self._encode(prompt)["input_ids"].shape[-1])
 
     @property
     def lm(self) -> LoadedModel:
@@ -156,7 +174,9 @@ class InProcessBackend:
         if self.spec is not None and self.spec.attn is not None:
             models.set_attention(self.lm.model, self.spec.attn)
 
-    async def measure(self, request: Request, stop: Stop, started_s: float) -> RequestResult | None:
+    async def measure(
+        self, request: Request, stop: Stop, started_s: float
+    ) -> RequestResult | list[RequestResult] | None:
         return await asyncio.wrap_future(self.thread.submit(self.measure_now, request, stop, started_s))
 
     def probe_key(self) -> Hashable:
@@ -198,9 +218,14 @@ class InProcessBackend:
             max_cache_len=self.max_cache_len,
         )
 
-    def measure_now(self, request: Request, stop: Stop | None = None, started_s: float = 0.0) -> RequestResult | None:
+    def measure_now(
+        self, request: Request, stop: Stop | None = None, started_s: float = 0.0
+    ) -> RequestResult | list[RequestResult] | None:
         """Send one prompt on this thread; its stamped result. The clock starts before templating and
-        tokenizing. None when ``stop`` was raised mid-request (a partial request is not a measurement)."""
+        tokenizing. None when ``stop`` was raised mid-request (a partial request is not a measurement). With
+        ``batch`` > 1 the request's prompts (or its prompt, repeated) generate together: one result each."""
+        if self.batch > 1:
+            return self._measure_batch(request, stop, started_s)
         model, device, o = self.lm.model, self.lm.device, self.options
         kw = self._generate_kwargs()
         if stop is not None:
@@ -240,6 +265,45 @@ class InProcessBackend:
             started_s=started_s,
             truncated_tokens=cut,
         )
+
+    def _measure_batch(self, request: Request, stop: Stop | None, started_s: float) -> list[RequestResult] | None:
+        """B prompts in one generate() call (left-padded): each step hands over B tokens at once, so every
+        sequence's token is stamped at the same moment, the moment it exists. TTFT is the batch's first token."""
+        texts = request.batch or (request.prompt,) * self.batch
+        kw = self._generate_kwargs()
+        if stop is not None:
+            kw["stopping_criteria"] = [StopCriterion(lambda: stop.requested)]
+        gc.collect()
+        stamper = TokenStamper()
+        start = time.perf_counter_ns()
+        encoded = [self._encode(t)["input_ids"][0] for t in texts]
+        for i, ids in enumerate(encoded):
+            self._fit(len(ids), f"batch prompt {i + 1}")
+        width = max(len(ids) for ids in encoded)
+        pad = self.lm.model.generation_config.pad_token_id or 0
+        input_ids = torch.full((len(encoded), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(encoded), width), dtype=torch.long)
+        for b, ids in enumerate(encoded):  # decoder-only models continue from the right: pad on the left
+            input_ids[b, width - len(ids) :], mask[b, width - len(ids) :] = ids, 1
+        input_ids, mask = input_ids.to(self.lm.device), mask.to(self.lm.device)
+        tokenized = time.perf_counter_ns()
+        with torch.inference_mode(), _collector_paused():
+            self.lm.model.generate(input_ids=input_ids, attention_mask=mask, streamer=stamper, **kw)
+        if stop is not None and stop.requested:
+            return None
+        eos = self.lm.model.generation_config.eos_token_id
+        eos_ids = set(eos if isinstance(eos, list) else [] if eos is None else [eos])
+        results = []
+        for b, ids in enumerate(encoded):
+            seq = stamper.sequence_ids(b)
+            if not self.options.ignore_eos:  # a sequence that ended early is padded after its EOS
+                seq = seq[: next((k + 1 for k, t in enumerate(seq) if t in eos_ids), len(seq))]
+            results.append(request_result(
+                prompt_index=b, repeat=request.repeat, start_ns=start, tokenized_ns=tokenized,
+                stamps_ns=stamper.times_ns[: len(seq)], prompt_tokens=len(ids), output_sha256=ids_sha256(seq),
+                output_text=self.lm.tokenizer.decode(seq, skip_special_tokens=True), started_s=started_s,
+            ))  # fmt: skip
+        return results
 
     def _room(self) -> int:
         limit = self.lm.max_positions

@@ -13,6 +13,7 @@ from llmbench.process import Stop
 from llmbench.prompts import PromptSet
 from llmbench.schema import Run
 from llmbench.storage import default_output_path, load_run, prepare_dir, prepare_output
+from llmbench.synthetic import SyntheticSpec, synthetic_record
 
 if TYPE_CHECKING:
     from llmbench.models import LoadedModel
@@ -35,7 +36,7 @@ def make_backend(target: Target, options: RunOptions, label: str = "") -> Backen
 
 
 async def run(
-    prompts: PromptSet,
+    prompts: PromptSet | SyntheticSpec,
     target: Target,
     options: RunOptions,
     *,
@@ -60,14 +61,24 @@ async def run(
             raise UserError("--resume writes into the run it continues: drop -o/--output")
         path = Path(resume)
         previous = load_run(path)
-        check_resumable(previous, path, backend.early_config(prompts))
+        if isinstance(prompts, PromptSet):  # synthetic prompts are known once the tokenizer is: checked then
+            check_resumable(previous, path, backend.early_config(prompts))
     elif output is not None:
         path = prepare_output(output, overwrite)
     elif default_dir is not None:
         prepare_dir(default_dir)  # before loading: a place that can't be written fails now
+    synthetic = prompts if isinstance(prompts, SyntheticSpec) else None
+    if synthetic is not None:
+        if not hasattr(backend, "synthesize"):
+            raise UserError("--synthetic needs a model in this process or --endpoint with --tokenizer")
+        prompts = await backend.synthesize(synthetic)
+    assert isinstance(prompts, PromptSet)
     await backend.start(prompts)
     try:
         track = new_track(backend, prompts, path, previous)
+        if synthetic is not None:
+            for record in (track.fresh, track.run):
+                record.config.synthetic = synthetic_record(synthetic)
         if path is None and default_dir is not None:
             track.path = default_output_path(track.fresh.config.model, track.fresh.config.device, default_dir)
         if reporter is not None:

@@ -1,0 +1,149 @@
+"""Exact-length synthetic prompts and llmbench scan: controlled inputs, interleaved points, fitted curves."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import llmbench
+from llmbench.drivers.scan import fit_batch, fit_depth, fit_length, kv_bytes_per_token
+from llmbench.errors import UserError
+from llmbench.storage import load_run
+from llmbench.synthetic import SyntheticSpec, corpus_text, make
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_model_dir):
+    return llmbench.load_model(str(tiny_model_dir), device="cpu", dtype="float32", threads=1)
+
+
+def _counter(lm, system_prompt=None):
+    from llmbench.backends.inprocess import InProcessBackend
+
+    return InProcessBackend(None, llmbench.RunOptions(system_prompt=system_prompt), loaded=lm).count_prompt_tokens
+
+
+@pytest.mark.parametrize("tokens", [30, 31, 64, 100, 257])
+def test_synthetic_prompts_have_exactly_the_length_asked(tiny, tokens):
+    count = _counter(tiny)
+    prompts = make(SyntheticSpec(tokens, 4, seed=3), tiny.tokenizer, count)
+    assert [count(p) for p in prompts.prompts] == [tokens] * 4
+    assert len(set(prompts.prompts)) == 4  # different prompts, cut from different places
+    for p in prompts.prompts:
+        ids = tiny.tokenizer(p, add_special_tokens=False)["input_ids"]
+        assert len(set(ids)) > len(ids) // 4  # varied text, not one token repeated
+    again = make(SyntheticSpec(tokens, 4, seed=3), tiny.tokenizer, count)
+    assert again.prompts == prompts.prompts and again.sha256 == prompts.sha256  # reproducible from the seed
+    other = make(SyntheticSpec(tokens, 4, seed=4), tiny.tokenizer, count)
+    assert other.sha256 != prompts.sha256 and prompts.path == f"synthetic:{tokens}x4:seed3"
+
+
+def test_the_length_counts_the_system_prompt_and_template_too(tiny):
+    count = _counter(tiny, system_prompt="You are terse.")
+    prompts = make(SyntheticSpec(80, 2), tiny.tokenizer, count)
+    assert [count(p) for p in prompts.prompts] == [80, 80]
+    assert all(len(tiny.tokenizer(p)["input_ids"]) < 80 for p in prompts.prompts)  # the text alone is shorter
+
+
+def test_bad_synthetic_specs_are_one_line():
+    for bad in ("100", "x5", "100x0", "0x5", "ten x five"):
+        with pytest.raises(UserError, match="--synthetic"):
+            SyntheticSpec.parse(bad)
+    assert SyntheticSpec.parse(" 512X20 ", seed=7) == SyntheticSpec(512, 20, 7)
+    assert "River" in corpus_text() or "river" in corpus_text()
+
+
+def test_run_synthetic_gives_exact_prompt_and_output_lengths(cli, tiny_model_dir, tmp_path):
+    out = tmp_path / "s.json"
+    r = cli("run", "--synthetic", "100x5", "-m", tiny_model_dir, "--device", "cpu", "--dtype", "float32",
+            "--max-new-tokens", "8", "--ignore-eos", "-o", out, "-q")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    run = load_run(out)
+    assert len(run.requests) == 5 and {q.prompt_tokens for q in run.requests} == {100}
+    assert {q.output_tokens for q in run.requests} == {8}
+    assert run.config.prompt_file == "synthetic:100x5:seed0" and run.config.synthetic["tokens"] == 100
+    again = tmp_path / "t.json"
+    assert cli("run", "--synthetic", "100x5", "-m", tiny_model_dir, "--device", "cpu", "--dtype", "float32",
+               "--max-new-tokens", "8", "--ignore-eos", "-o", again, "-q").returncode == 0  # fmt: skip
+    assert load_run(again).config.prompt_sha256 == run.config.prompt_sha256  # the same prompts: compare pairs them
+    r = cli("run", "--synthetic", "600x2", "-m", tiny_model_dir, "--device", "cpu", "-q", "-o", tmp_path / "x.json")
+    assert r.returncode == 2 and "context of 512" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    r = cli("run", tmp_path / "p.txt", "--synthetic", "10x2", "-m", tiny_model_dir, "-q")
+    assert r.returncode == 2 and "either a prompt file or --synthetic" in r.stderr
+
+
+def test_fits_recover_known_curves():
+    rng = np.random.default_rng(0)
+    lengths = [16, 64, 256, 1024, 4096] * 6
+    data = [(n, 20 + 0.05 * n + 2e-5 * n * n + rng.normal(0, 0.5)) for n in lengths]
+    f = fit_length(data)
+    assert f["r2"] > 0.999 and abs(f["b_ms_per_token"] - 0.05) < 0.002 and f["prefill_ms_per_1k_tokens"] > 45
+    assert f["ci95"]["b_ms_per_token"][0] < 0.05 < f["ci95"]["b_ms_per_token"][1]
+    # 2e-5 L^2 = 20 + 0.05 L at L = (2500 + sqrt(2500^2 + 4e6)) / 2 = 2851
+    assert f["quadratic_half_at_tokens"] == pytest.approx(2851, rel=0.05)
+    flatter = fit_length([(n, 20 + 0.05 * n + 2e-6 * n * n) for n in lengths])
+    assert flatter["quadratic_half_at_tokens"] is None  # at ~25,400 tokens: outside the range measured
+    d = fit_depth(
+        [(n, 40 + 0.002 * n + rng.normal(0, 0.1)) for n in [10, 512, 2048, 8192] * 5], 1_000_000_000, 24_576, 20.0
+    )
+    assert abs(d["ms_per_1k_context_tokens"] - 2.0) < 0.1 and d["roofline_tpot_ms"]["10"] == pytest.approx(
+        50.01, abs=0.02
+    )
+    b = fit_batch([{"kind": "batch", "value": v, "aggregate_decode_tokens_per_s": t, "tpot_ms_mean": v * 1000 / t}
+                   for v, t in ((1, 20.0), (2, 39.0), (4, 70.0), (8, 74.0))], None, None, None, 128, 16)  # fmt: skip
+    assert b["saturation_batch"] == 4  # 8 adds only 6% over 4
+    assert fit_length(data[:2]) is None  # two lengths can't carry a quadratic
+
+
+def test_kv_bytes_per_token_follow_the_config(tiny):
+    # 2 (K, V) x 2 layers x 2 key/value heads x 16 head dim x 4 bytes
+    assert kv_bytes_per_token(tiny.model.config, "float32") == 2 * 2 * 2 * 16 * 4
+
+
+def test_scan_measures_curves_and_writes_runs(cli, tiny_model_dir, tmp_path):
+    out = tmp_path / "scan"
+    r = cli("scan", "-m", tiny_model_dir, "--device", "cpu", "--dtype", "float32", "--threads", "1",
+            "--prompt-tokens", "32,128,400", "--depth", "0,200", "--batch", "1,4", "--rounds", "2",
+            "--max-new-tokens", "6", "--prompts-per-point", "2", "--batch-prompt-tokens", "40",
+            "-o", out, "-q")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    record = json.loads((out / "scan.json").read_text(encoding="utf-8"))
+    assert record["complete"] and record["grid"] == {"length": [32, 128, 400], "depth": [0, 200], "batch": [1, 4]}
+    by = {p["label"]: p for p in record["points"]}
+    assert [by[f"length-{n}"]["prompt_tokens"] for n in (32, 128, 400)] == [32, 128, 400]
+    assert by["length-32"]["ttft_ms_mean"] < by["length-400"]["ttft_ms_mean"]  # 12x the tokens
+    assert record["fits"]["length"]["r2"] is not None and record["fits"]["length"]["requests"] == 12
+    assert by["batch-4"]["aggregate_decode_tokens_per_s"] > 2.0 * by["batch-1"]["aggregate_decode_tokens_per_s"]
+    assert record["fits"]["depth"]["roofline_tpot_ms"] and record["fits"]["batch"]["table"][1]["batch"] == 4
+    batch = load_run(out / "batch-4.json")
+    assert len(batch.requests) == 2 * 4 and {q.prompt_tokens for q in batch.requests} == {40}
+    assert all(len(q.token_times_ms) == 6 for q in batch.requests)  # every sequence's tokens stamped
+    # interleaved: every point finished round 0 before any started round 1
+    runs = [load_run(out / p["run_file"]) for p in record["points"]]
+    assert max(q.started_s for run in runs for q in run.requests if q.repeat == 0) < min(
+        q.started_s for run in runs for q in run.requests if q.repeat == 1
+    )
+    assert cli("compare", out / "length-32.json", out / "length-400.json").returncode == 0
+    assert cli("report", out / "scan.json", "-o", tmp_path / "scan.html").returncode == 0
+    html = (tmp_path / "scan.html").read_text(encoding="utf-8")
+    assert "TTFT against prompt length" in html and "<svg" in html and "R²" in html
+    shown = cli("show", out / "scan.json")
+    assert shown.returncode == 0 and "prefill" in shown.stdout and "ms per 1,000" in shown.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--prompt-tokens", "600"), "context of 512"),
+        (("--depth", "510"), "context of 512"),
+        (("--batch", "0"), "--batch 0: must be at least 1"),
+        (("--prompt-tokens", ""), "nothing to measure"),
+        (("--prompt-tokens", "a,b"), "not a whole number"),
+    ],
+)
+def test_bad_scans_are_one_line(cli, tiny_model_dir, tmp_path, args, message):
+    r = cli("scan", "-m", tiny_model_dir, "--device", "cpu", "--depth", "", "--batch", "", *args,
+            "-o", tmp_path / "s", "-q")  # fmt: skip
+    assert r.returncode == 2 and message in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
