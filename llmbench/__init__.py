@@ -21,6 +21,11 @@ from llmbench.version import __version__
 _EXPORTS = {
     "measure": "llmbench.api",
     "ameasure": "llmbench.api",
+    "measure_quality": "llmbench.api",
+    "ameasure_quality": "llmbench.api",
+    "measure_load": "llmbench.api",
+    "ameasure_load": "llmbench.api",
+    "OpenLoop": "llmbench.options",
     "load_model": "llmbench.api",
     "LoadedModel": "llmbench.models",
     "load_run": "llmbench.storage",
@@ -49,6 +54,7 @@ __all__ = [
     "GateCheck",
     "LoadedModel",
     "ModelOptions",
+    "OpenLoop",
     "PromptSet",
     "RequestResult",
     "Run",
@@ -59,23 +65,35 @@ __all__ = [
     "UserError",
     "__version__",
     "ameasure",
+    "ameasure_load",
+    "ameasure_quality",
     "compare_runs",
     "frozen_gc",
     "load_model",
     "load_prompts",
     "load_run",
     "measure",
+    "measure_load",
+    "measure_quality",
     "save_run",
     "stop_on_signals",
 ]
 assert set(__all__) == {"__version__", *_EXPORTS}
 
 if TYPE_CHECKING:
-    from llmbench.api import ameasure, load_model, measure
+    from llmbench.api import (
+        ameasure,
+        ameasure_load,
+        ameasure_quality,
+        load_model,
+        measure,
+        measure_load,
+        measure_quality,
+    )
     from llmbench.compare import Comparison, GateCheck, compare_runs
     from llmbench.errors import RunInterrupted, UserError
     from llmbench.models import LoadedModel
-    from llmbench.options import EndpointOptions, ModelOptions, RunOptions
+    from llmbench.options import EndpointOptions, ModelOptions, OpenLoop, RunOptions
     from llmbench.process import Stop, frozen_gc, stop_on_signals
     from llmbench.prompts import PromptSet, load_prompts
     from llmbench.schema import RequestResult, Run, Summary

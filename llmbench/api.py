@@ -166,3 +166,70 @@ def load_model(
     loaded = generation_thread().run(models.load_model, spec)
     freeze_now()
     return loaded
+
+
+async def ameasure_quality(
+    candidate: ModelOptions,
+    options: RunOptions | None = None,
+    *,
+    reference_dtype: str = "float32",
+    reference_model: str | None = None,
+    text: str | Path | None = None,
+    prompts: Sequence[str] | str | Path | PromptSet | None = None,
+    chunk_tokens: int = 512,
+    reference_cache: str | Path | None = None,
+    output: str | Path | None = None,
+) -> dict[str, Any]:
+    """``candidate`` against a reference setup of the same model (float32, no quantization, by default): KL
+    divergence, top-1 agreement and perplexity teacher-forced on ``text`` (default: the one llmbench ships), and
+    where greedy continuations of ``prompts`` part. Returns the quality record (see ``llmbench quality``)."""
+    from llmbench.drivers.quality import quality
+
+    return await quality(
+        candidate, options or RunOptions(max_new_tokens=32), reference_dtype=reference_dtype,
+        reference_model=reference_model, text=text, prompts=as_prompt_set(prompts) if prompts is not None else None,
+        chunk_tokens=chunk_tokens, reference_cache=Path(reference_cache) if reference_cache else None,
+        output=Path(output) if output else None,
+    )  # fmt: skip
+
+
+measure_quality = _sync(ameasure_quality)
+measure_quality.__doc__ = "The blocking form of :func:`ameasure_quality` (same arguments)."
+
+
+async def ameasure_load(
+    prompts: Sequence[str] | str | Path | PromptSet,
+    endpoint: str | EndpointOptions,
+    slos: Sequence[str],
+    *,
+    rates: Sequence[float] | None = None,
+    output: str | Path,
+    options: RunOptions | None = None,
+    duration_s: float | None = 30.0,
+    requests: int | None = None,
+    arrival: str = "poisson",
+    seed: int = 0,
+    workers: int = 1,
+    min_attainment: float = 0.9,
+    one_token_passes: bool = False,
+    stop: Stop | None = None,
+    reporter: Reporter | None = None,
+) -> dict[str, Any]:
+    """``endpoint`` under open-loop load at each of ``rates`` (None: search for the saturation point) against
+    ``slos`` (``"ttft_ms:p90=1000"``, ...): the load.json record (written into the folder ``output``, with a
+    run file per rate). See ``llmbench load``."""
+    from llmbench.drivers import load as ld
+
+    spec = ld.LoadSpec(
+        rates=sorted(rates) if rates is not None else None, slos=[ld.Slo.parse(s) for s in slos], arrival=arrival,
+        duration_s=None if requests is not None else duration_s, requests=requests, seed=seed, workers=workers,
+        min_attainment=min_attainment, one_token_passes=one_token_passes,
+    )  # fmt: skip
+    target = endpoint if isinstance(endpoint, EndpointOptions) else EndpointOptions(url=endpoint)
+    record, _path = await ld.load(as_prompt_set(prompts), target, options or RunOptions(max_new_tokens=64), spec,
+                                  output, stop=stop, reporter=reporter)  # fmt: skip
+    return record
+
+
+measure_load = _sync(ameasure_load)
+measure_load.__doc__ = "The blocking form of :func:`ameasure_load` (same arguments)."

@@ -58,6 +58,7 @@ class Attn(str, Enum):
 class Quantize(str, Enum):
     none = "none"
     int8 = "int8"
+    int8_dynamic = "int8-dynamic"
 
 
 class CompareFormat(str, Enum):
@@ -119,7 +120,11 @@ DeviceMapOpt = Annotated[
                  "is still refused)."),
 ]  # fmt: skip
 AttnOpt = Annotated[Optional[Attn], typer.Option(help="Attention kernel (default: the model's).")]
-QuantizeOpt = Annotated[Quantize, typer.Option(help="int8: dynamic int8 weights for every linear layer (CPU).")]
+_QUANTIZE_HELP = (
+    "int8: int8 weights per output channel, activations in --dtype; "
+    "int8-dynamic: int8 weights and activations, float32 only (CPU)."
+)
+QuantizeOpt = Annotated[Quantize, typer.Option(help=_QUANTIZE_HELP)]
 EndpointOpt = Annotated[
     Optional[str],
     typer.Option(
@@ -131,6 +136,17 @@ ReprobeOpt = Annotated[
     bool,
     typer.Option("--reprobe", help="--dtype auto: measure the dtypes again instead of this machine's cached choice."),
 ]
+ArrivalOpt = Annotated[
+    str, typer.Option(help="Open loop: gaps between arrivals: poisson, constant or gamma:CV (CV > 1 burstier).")
+]
+RequestsOpt = Annotated[Optional[int], typer.Option(help="Open loop: how many requests to send.")]
+DurationOpt = Annotated[Optional[float], typer.Option(help="Open loop: send for this many seconds (default 30).")]
+WorkersOpt = Annotated[int, typer.Option(help="Open loop: client processes sharing the schedule.")]
+RayOpt = Annotated[
+    Optional[str],
+    typer.Option(help="Open loop: run the --workers as Ray tasks on this cluster (address, 'auto' or 'local'; "
+                 "pip install llmbench[ray])."),
+]  # fmt: skip
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")]
 OverwriteOpt = Annotated[bool, typer.Option("--overwrite", help="Replace an existing output file.")]
 
@@ -140,7 +156,7 @@ IN_PROCESS_ONLY = (
     "trust_remote_code",
     *("compile_", "quantize", "attn", "cache", "truncate", "no_chat_template"),
 )
-ENDPOINT_ONLY = ("concurrency", "api_key_env", "tokenizer")
+ENDPOINT_ONLY = ("concurrency", "api_key_env", "tokenizer", "rate", "arrival", "requests", "duration", "workers", "ray")
 
 
 def _version(value: bool) -> None:
@@ -230,6 +246,15 @@ def run(
     tokenizer: Annotated[
         Optional[str], typer.Option(help="With --endpoint: hub id, folder or .gguf to count tokens without usage.")
     ] = None,
+    rate: Annotated[
+        Optional[float],
+        typer.Option(help="With --endpoint: open loop, requests per second on a schedule drawn in advance."),
+    ] = None,
+    arrival: ArrivalOpt = "poisson",
+    requests: RequestsOpt = None,
+    duration: DurationOpt = None,
+    workers: WorkersOpt = 1,
+    ray: RayOpt = None,
     device: DeviceOpt = "auto",
     dtype: DTypeOpt = DType.auto,
     reprobe: ReprobeOpt = False,
@@ -239,7 +264,9 @@ def run(
     warmup: WarmupOpt = 1,
     repeats: Annotated[int, typer.Option(help="Times to go round the whole prompt list.")] = 1,
     sample: Annotated[bool, typer.Option("--sample", help="Sample instead of greedy decoding.")] = False,
-    seed: Annotated[int, typer.Option(help="Seed for --sample (each request derives its own) and --synthetic.")] = 0,
+    seed: Annotated[
+        int, typer.Option(help="Seed for --sample (each request derives its own), --synthetic and --rate's schedule.")
+    ] = 0,
     temperature: Annotated[float, typer.Option(help="Temperature for --sample.")] = 1.0,
     top_p: Annotated[float, typer.Option(help="Top-p for --sample.")] = 1.0,
     system_prompt: SystemPromptOpt = None,
@@ -271,7 +298,7 @@ def run(
     with _user_errors():
         if endpoint is not None:
             _refuse_given(ctx, IN_PROCESS_ONLY, "in-process run options only; with --endpoint the server decides them")
-            target = _pick(EndpointOptions, args, url=endpoint)
+            target = _pick(EndpointOptions, args, url=endpoint, open_loop=_open_loop(ctx, args))
         else:
             _refuse_given(ctx, ENDPOINT_ONLY, "options of --endpoint runs only")
             target = _pick(ModelOptions, args, model=model or DEFAULT_MODEL, quantize=_none(quantize))
@@ -287,6 +314,18 @@ def run(
     if result.client:
         display.info(display.client_line(result.client))
     display.out.print(f"wrote {path}", markup=False)
+
+
+def _open_loop(ctx: typer.Context, args: dict[str, Any]) -> Any:
+    """--rate's schedule, or None (a closed loop: then its companions are refused)."""
+    from llmbench.options import OpenLoop
+
+    if args["rate"] is None:
+        _refuse_given(ctx, ("arrival", "requests", "duration", "workers", "ray"), "options of an open loop (--rate)")
+        return None
+    duration = args["duration"] if args["duration"] is not None or args["requests"] is not None else 30.0
+    return OpenLoop(rate_rps=args["rate"], arrival=args["arrival"], requests=args["requests"], duration_s=duration,
+                    seed=args["seed"], workers=args["workers"], ray=args["ray"])  # fmt: skip
 
 
 def _prompt_source(prompts: Path | None, synthetic: str | None, seed: int) -> Any:
@@ -330,7 +369,7 @@ def sweep(
     attn: Annotated[Optional[str], typer.Option(help="Comma-separated attention kernels, e.g. eager,sdpa.")] = None,
     cache: Annotated[str, typer.Option(help="Comma-separated KV caches: dynamic,static.")] = "dynamic",
     compile_: Annotated[bool, typer.Option("--compile", help="Also sweep torch.compile'd decoding.")] = False,
-    quantize: Annotated[str, typer.Option(help="Comma-separated: none,int8 (int8 with float32 only).")] = "none",
+    quantize: Annotated[str, typer.Option(help="Comma-separated: none,int8,int8-dynamic.")] = "none",
     model: ModelOpt = None,
     weights: WeightsOpt = Weights.pretrained,
     device: DeviceOpt = "auto",
@@ -339,6 +378,12 @@ def sweep(
     warmup: WarmupOpt = 1,
     rounds: Annotated[int, typer.Option(help="Rounds; each runs every setup once over all prompts.")] = 3,
     rank_by: Annotated[RankBy, typer.Option(help="Statistic that picks the best (p50: robust).")] = RankBy.mean,
+    quality: Annotated[
+        bool, typer.Option("--quality", help="Also measure KL divergence and agreement against float32.")
+    ] = False,
+    max_kld: Annotated[
+        Optional[float], typer.Option(help="Setups above this mean KL divergence can't be best (implies --quality).")
+    ] = None,
     system_prompt: SystemPromptOpt = None,
     no_chat_template: NoChatTemplateOpt = False,
     device_map: DeviceMapOpt = None,
@@ -371,7 +416,8 @@ def sweep(
         out_dir = sw.prepare_sweep_dir(output)
         with _measuring(quiet) as (stop, reporter):
             reporter.status(f"{len(setups)} setups x {rounds} rounds x {len(prompt_set.prompts)} prompts -> {out_dir}")
-            the_sweep = sw.Sweep(setups, spec, options, out_dir, reporter=reporter, rank_by=rank_by.value)
+            the_sweep = sw.Sweep(setups, spec, options, out_dir, reporter=reporter, rank_by=rank_by.value,
+                                 quality=quality, max_kld=max_kld)  # fmt: skip
             record = _run_async(_load_and_sweep(the_sweep, prompt_set, stop))
     for t in display.sweep_tables(record):
         display.out.print(t, width=max(display.out.width, 100))  # setups don't wrap, even in a CI log
@@ -388,8 +434,8 @@ async def _load_and_sweep(the_sweep: Any, prompts: Any, stop: Any) -> dict:
 @app.command()
 def scan(
     prompt_tokens: Annotated[
-        str, typer.Option(help="Prompt lengths for the TTFT curve (comma list; '' for none).")
-    ] = "16,64,256,1024",
+        str, typer.Option(help="Prompt lengths for the TTFT curve, template included (comma list; '' for none).")
+    ] = "64,256,1024",
     depth: Annotated[str, typer.Option(help="Context depths for the TPOT curve (comma list).")] = "0,512,2048",
     batch: Annotated[str, typer.Option(help="Batch sizes for the throughput curve (comma list).")] = "1,2,4,8",
     rounds: Annotated[int, typer.Option(help="Rounds; each visits every point, the order rotating.")] = 3,
@@ -411,6 +457,7 @@ def scan(
     allow_pickle: AllowPickleOpt = False,
     trust_remote_code: TrustRemoteCodeOpt = False,
     system_prompt: SystemPromptOpt = None,
+    no_chat_template: NoChatTemplateOpt = False,
     output: Annotated[
         Optional[Path], typer.Option("--output", "-o", help="Folder (default: results/scan-<time>).")
     ] = None,
@@ -429,7 +476,7 @@ def scan(
         if rounds < 1 or prompts_per_point < 1:
             raise UserError("--rounds and --prompts-per-point must be at least 1")
         options = RunOptions(max_new_tokens=max_new_tokens, ignore_eos=True, warmup=warmup, repeats=rounds,
-                             system_prompt=system_prompt)  # fmt: skip
+                             system_prompt=system_prompt, chat_template=not no_chat_template)  # fmt: skip
         options.validate()
         spec = _pick(ModelOptions, args, model=model or DEFAULT_MODEL, quantize=_none(quantize))
         models.validate(spec)
@@ -442,6 +489,131 @@ def scan(
     for line in display.scan_lines(record):
         display.out.print(line, markup=False, soft_wrap=True)
     display.out.print(f"wrote {out_dir / 'scan.json'} and {len(points)} run files", markup=False)
+
+
+@app.command()
+def load(
+    prompts: PromptsArg,
+    endpoint: Annotated[str, typer.Option(help="The server's base URL, e.g. http://127.0.0.1:8000/v1.")],
+    rates: Annotated[
+        str, typer.Option(help="Offered rates, requests/s (comma list), or auto: search for the saturation point.")
+    ] = "auto",
+    slo: Annotated[
+        Optional[list[str]],
+        typer.Option(help="METRIC:pNN=LIMIT, e.g. ttft_ms:p90=1000 (repeatable; metrics: ttft_ms, tpot_ms, e2e_ms)."),
+    ] = None,
+    duration: Annotated[float, typer.Option(help="Seconds of arrivals per rate (unless --requests).")] = 30.0,
+    requests: RequestsOpt = None,
+    arrival: ArrivalOpt = "poisson",
+    seed: Annotated[int, typer.Option(help="Seed of the arrival schedule.")] = 0,
+    workers: WorkersOpt = 1,
+    ray: RayOpt = None,
+    min_attainment: Annotated[
+        float, typer.Option(help="A rate holds when this share of requests meets every SLO.")
+    ] = 0.9,
+    one_token_passes: Annotated[
+        bool, typer.Option("--one-token-passes", help="A one-token answer (no TPOT) passes a TPOT limit.")
+    ] = False,
+    auto_start: Annotated[float, typer.Option(help="auto: the first rate tried (then doubled or halved).")] = 1.0,
+    auto_steps: Annotated[int, typer.Option(help="auto: bisections after the ramp.")] = 3,
+    model: Annotated[Optional[str], typer.Option("--model", "-m", help="The model name to send.")] = None,
+    api_key_env: Annotated[Optional[str], typer.Option(help="The variable holding the API key.")] = None,
+    tokenizer: Annotated[Optional[str], typer.Option(help="Hub id, folder or .gguf to count tokens.")] = None,
+    max_new_tokens: MaxNewTokensOpt = 64,
+    ignore_eos: Annotated[bool, typer.Option("--ignore-eos", help="Ask for exactly --max-new-tokens.")] = False,
+    warmup: WarmupOpt = 1,
+    system_prompt: SystemPromptOpt = None,
+    output: Annotated[
+        Optional[Path], typer.Option("--output", "-o", help="Folder (default: results/load-<time>).")
+    ] = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """A server under open-loop load, rate by rate: latency percentiles, 429s, goodput under SLOs, and the
+    saturation point."""
+    from datetime import datetime, timezone
+
+    from llmbench import display
+    from llmbench.drivers import load as ld
+    from llmbench.options import EndpointOptions, RunOptions
+    from llmbench.prompts import load_prompts
+
+    with _user_errors():
+        spec = ld.LoadSpec(
+            rates=ld.parse_rates(rates), slos=[ld.Slo.parse(s) for s in slo or []], arrival=arrival,
+            duration_s=None if requests is not None else duration, requests=requests, seed=seed, workers=workers,
+            ray=ray, min_attainment=min_attainment, one_token_passes=one_token_passes, auto_start=auto_start,
+            auto_steps=auto_steps,
+        )  # fmt: skip
+        spec.validate()
+        target = EndpointOptions(url=endpoint, model=model, api_key_env=api_key_env, tokenizer=tokenizer)
+        options = RunOptions(max_new_tokens=max_new_tokens, ignore_eos=ignore_eos, warmup=warmup,
+                             system_prompt=system_prompt)  # fmt: skip
+        prompt_set = load_prompts(prompts)
+        out_dir = output or Path("results") / f"load-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}"
+        with _measuring(quiet) as (stop, reporter):
+            record, path = _run_async(ld.load(prompt_set, target, options, spec, out_dir, stop=stop,
+                                              reporter=reporter))  # fmt: skip
+    display.out.print(display.load_table(record))
+    for line in display.load_lines(record):
+        display.out.print(line, markup=False, soft_wrap=True)
+    display.out.print(f"wrote {path} and {len(record['rates'])} run files", markup=False)
+
+
+@app.command()
+def quality(
+    model: ModelOpt = None,
+    weights: WeightsOpt = Weights.pretrained,
+    device: DeviceOpt = "auto",
+    dtype: DTypeOpt = DType.auto,
+    threads: ThreadsOpt = None,
+    attn: AttnOpt = None,
+    quantize: QuantizeOpt = Quantize.none,
+    compile_: Annotated[bool, typer.Option("--compile", help="The candidate decodes through torch.compile.")] = False,
+    reference_dtype: Annotated[
+        DType, typer.Option(help="The reference setup's dtype (no quantization).")
+    ] = DType.float32,
+    reference_model: Annotated[
+        Optional[str], typer.Option(help="Another model as the reference (same tokenizer).")
+    ] = None,
+    text: Annotated[
+        Optional[Path], typer.Option(help="Evaluation text (UTF-8); default: the one llmbench ships.")
+    ] = None,
+    prompts: Annotated[Optional[Path], typer.Option(help="Prompts for the greedy continuations.")] = None,
+    max_new_tokens: MaxNewTokensOpt = 32,
+    chunk_tokens: Annotated[int, typer.Option(help="Teacher-forced chunk length (capped by the context).")] = 512,
+    reference_cache: Annotated[
+        Optional[Path], typer.Option(help="Keep the reference's top-256 log-probs here, reuse them next time.")
+    ] = None,
+    device_map: DeviceMapOpt = None,
+    allow_offload: AllowOffloadOpt = False,
+    allow_pickle: AllowPickleOpt = False,
+    trust_remote_code: TrustRemoteCodeOpt = False,
+    output: Annotated[Path, typer.Option("--output", "-o", help="The quality JSON to write.")] = Path("quality.json"),
+    overwrite: OverwriteOpt = False,
+) -> None:
+    """Faster, but still the same model? KL divergence, top-1 agreement and perplexity against a reference setup
+    (teacher-forced on a text), and where greedy answers part."""
+    from llmbench import display, models
+    from llmbench.drivers.quality import quality as quality_driver
+    from llmbench.options import ModelOptions, RunOptions
+    from llmbench.prompts import load_prompts
+    from llmbench.storage import prepare_output
+
+    args = locals()
+    with _user_errors():
+        spec = _pick(ModelOptions, args, model=model or DEFAULT_MODEL, quantize=_none(quantize))
+        models.validate(spec)
+        options = RunOptions(max_new_tokens=max_new_tokens, cache="static" if compile_ else "dynamic", compile=compile_)
+        options.validate()
+        path = prepare_output(output, overwrite)
+        prompt_set = load_prompts(prompts) if prompts is not None else None
+        record = _run_async(quality_driver(
+            spec, options, reference_dtype=reference_dtype.value, reference_model=reference_model, text=text,
+            prompts=prompt_set, chunk_tokens=chunk_tokens, reference_cache=reference_cache, output=path,
+        ))  # fmt: skip
+    for line in display.quality_lines(record):
+        display.out.print(line, markup=False, soft_wrap=True)
+    display.out.print(f"wrote {path}", markup=False)
 
 
 @app.command()
@@ -461,6 +633,9 @@ def serve(
     host: Annotated[str, typer.Option(help="Address to listen on (loopback: no one else can reach it).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
     max_queue: Annotated[int, typer.Option(help="Requests that may wait while one generates; more get 429.")] = 4,
+    test_reasoning_tokens: Annotated[
+        int, typer.Option(hidden=True, help="For tests: send each answer's first N tokens as reasoning.")
+    ] = 0,
     max_tokens: Annotated[int, typer.Option(help="max_tokens when a request gives none.")] = 256,
 ) -> None:
     """Serve a model over an OpenAI-compatible SSE endpoint, with a page at / that shows tokens, TTFT and TPOT live."""
@@ -486,7 +661,8 @@ def serve(
             loaded = generation_thread().run(models.load_model, spec)  # on the thread that will generate
         for w in loaded.warnings:
             display.warn(w)
-        app_ = sv.create_app(loaded, max_queue=max_queue, max_tokens=max_tokens)
+        app_ = sv.create_app(loaded, max_queue=max_queue, max_tokens=max_tokens,
+                             reasoning_tokens=test_reasoning_tokens)  # fmt: skip
     url = f"http://{f'[{host}]' if ':' in host else host}:{port}"
     display.info(
         f"serving {spec.model} on {loaded.device} ({loaded.dtype}, {loaded.threads} threads) at {url}\n"
@@ -516,11 +692,14 @@ def compare(
 ) -> None:
     """Tell a real change from machine noise: change, 95% CI and verdict per metric; CI gates."""
     from llmbench import compare as cmp
-    from llmbench.storage import load_run
+    from llmbench.storage import load_run, read_load
 
     with _user_errors():
         if len(runs) < 2:
             raise UserError("compare needs at least two run files: BASE.json NEW.json [MORE.json ...]")
+        if (base_load := read_load(runs[0])) is not None:
+            _compare_loads(base_load, runs)
+            return
         loaded = [load_run(p, scalars_only=True) for p in runs]
         comps = [cmp.compare_runs(loaded[0], new, base_name=str(runs[0]), new_name=str(path))
                  for new, path in zip(loaded[1:], runs[1:], strict=True)]  # fmt: skip
@@ -530,6 +709,29 @@ def compare(
                 diffs = ", ".join(f"{k} {b} -> {n}" for k, b, n in c.config_diffs)
                 raise UserError(f"--strict: {c.new} was run with a different setup than {c.base}: {diffs}")
     _render_comparisons(comps, checks, fmt)
+
+
+def _compare_loads(base: dict, paths: list[Path]) -> None:
+    """Two load.json at the offered rates both measured; each rate's runs can be compared as runs."""
+    from llmbench import display
+    from llmbench.storage import read_load
+
+    if len(paths) != 2:
+        raise UserError("compare takes two load.json files: BASE/load.json NEW/load.json")
+    new = read_load(paths[1])
+    if new is None:
+        raise UserError(f"{paths[1]} is not a load.json; compare a load.json with another load.json")
+    common = {r["offered_rate_rps"] for r in base["rates"]} & {r["offered_rate_rps"] for r in new["rates"]}
+    if not common:
+        raise UserError("the two load tests share no offered rate: run them with the same --rates")
+    display.out.print(display.load_comparison(base, new))
+    b, n = base["saturation"]["rate_rps"], new["saturation"]["rate_rps"]
+    display.out.print(f"saturation: {b} -> {n} requests/s; SLOs {[s['text'] for s in base['slos']]} -> "
+                      f"{[s['text'] for s in new['slos']]}", markup=False, soft_wrap=True)  # fmt: skip
+    rate = min(common)
+    runs = " ".join(f"{p.parent}/rate-{rate:g}.json" for p in paths)
+    display.out.print(f"for intervals per rate, compare the runs: llmbench compare {runs}", markup=False,
+                      soft_wrap=True)  # fmt: skip
 
 
 def _checks(comps: list[Any], fail_on_regression: float | None, fail_on: list[str] | None, stat: Stat) -> list[Any]:
@@ -632,15 +834,21 @@ def worker(
 
 
 @app.command()
-def show(run_file: Annotated[Path, typer.Argument(help="A run JSON, or a scan.json.")]) -> None:
-    """The summary table of a saved run (or a scan's curves and fits)."""
+def show(run_file: Annotated[Path, typer.Argument(help="A run JSON, a scan.json or a load.json.")]) -> None:
+    """The summary table of a saved run (or a scan's curves and fits, or a load test's rates)."""
     from llmbench import display
-    from llmbench.storage import load_run, read_scan
+    from llmbench.storage import load_run, read_load, read_scan
 
     with _user_errors():
         scan_record = read_scan(run_file)
         if scan_record is not None:
             for line in display.scan_lines(scan_record):
+                display.out.print(line, markup=False, soft_wrap=True)
+            return
+        load_record = read_load(run_file)
+        if load_record is not None:
+            display.out.print(display.load_table(load_record))
+            for line in display.load_lines(load_record):
                 display.out.print(line, markup=False, soft_wrap=True)
             return
         run = load_run(run_file)
@@ -682,18 +890,23 @@ def report(
 ) -> None:
     """One self-contained HTML file: tables, token timelines, ITL histogram, TTFT vs prompt length, compare; for a
     scan.json, its curves with their fits."""
-    from llmbench.storage import load_run, prepare_output, read_scan
+    from llmbench.storage import load_run, prepare_output, read_load, read_scan
 
     with _user_errors():
         from llmbench.errors import require
 
         require("llmbench report", "report", "matplotlib")
-        from llmbench.report import build_report, build_scan_report
+        from llmbench.report import build_load_report, build_report, build_scan_report
 
         scan_record = read_scan(runs[0]) if len(runs) == 1 else None
-        if scan_record is not None:
+        load_records = [r for p in runs if (r := read_load(p)) is not None]
+        if scan_record is not None or load_records:
+            if load_records and len(load_records) != len(runs):
+                raise UserError("report draws load.json files alone, or run files alone: not both at once")
             path = prepare_output(output, overwrite)
-            path.write_text(build_scan_report(scan_record), encoding="utf-8")
+            page = build_scan_report(scan_record) if scan_record is not None else build_load_report(
+                [(str(p), r) for p, r in zip(runs, load_records, strict=True)])  # fmt: skip
+            path.write_text(page, encoding="utf-8")
             typer.echo(f"wrote {path} ({path.stat().st_size / 1024:.0f} KiB)")
             return
         loaded = [(str(p), load_run(p)) for p in runs]

@@ -39,6 +39,7 @@ class Stream:
     content_type: str | None = None  # set when the stream did not come as text/event-stream
     finish_reason: str | None = None
     finish_ns: int | None = None  # arrival of the event that carried finish_reason
+    reasoning_ns: list[int] = field(default_factory=list)  # one per reasoning event (never a content stamp)
 
     @property
     def text(self) -> str:
@@ -167,7 +168,12 @@ def _take(s: Stream, t: int, data: str) -> None:
         delta = choice.get("delta") or {}
         if not isinstance(delta, dict):
             raise RequestFailed(f"malformed event (delta is not an object): {data[:80]!r}")
-        text = delta.get("content") or delta.get("reasoning_content")
+        # reasoning (DeepSeek/vLLM "reasoning_content", OpenRouter/Ollama "reasoning") is stamped apart: TTFT is
+        # the first *answer* text a user reads
+        thought = delta.get("reasoning_content") or delta.get("reasoning")
+        if thought and isinstance(thought, str):
+            s.reasoning_ns.append(t)
+        text = delta.get("content")
         if text and isinstance(text, str):  # a role-only first event (llama.cpp's server, vLLM) is not a token
             s.stamps_ns.append(t)
             s.pieces.append(text)
@@ -188,6 +194,18 @@ def _error_text(body: bytes | dict) -> str:
         return " ".join(str(msg).split())[:200]
     except (ValueError, AttributeError):
         return " ".join(body.decode("utf-8", "replace").split())[:200] if isinstance(body, bytes) else str(body)
+
+
+@dataclass
+class Counts:
+    """One request's token counts (see :meth:`TokenCounter.count`)."""
+
+    prompt_tokens: int | None
+    output_tokens: int  # what the metrics use
+    source: str  # "usage" | "tokenizer" | "chunks"
+    server: int | None  # usage's answer tokens
+    client: int | None  # --tokenizer's count of the answer's text
+    reasoning_tokens: int | None
 
 
 class TokenCounter:
@@ -214,18 +232,29 @@ class TokenCounter:
         """Whether prompts are counted through the tokenizer's chat template (as a chat server applies one)."""
         return self.tok is not None and bool(getattr(self.tok, "chat_template", None))
 
-    def count(self, s: Stream, messages: list[dict[str, str]]) -> tuple[int | None, int, str]:
-        """(prompt_tokens or None when unknown, output_tokens, where output_tokens came from). A tokenizer
-        counts the prompt through its chat template when it has one (what the server tokenizes), else the
-        messages' text."""
+    def count(self, s: Stream, messages: list[dict[str, str]]) -> Counts:
+        """The prompt's and the answer's token counts, and where they came from. The answer's count is the
+        server's usage when it sent one (less its reasoning tokens: TPOT spans the answer's events), else
+        ``--tokenizer``'s count of the answer's text, else its content events. A tokenizer counts the prompt
+        through its chat template when it has one (what the server tokenizes), else the messages' text. When
+        both the server and a tokenizer counted, both are kept."""
         usage = s.usage or {}
-        if isinstance(usage.get("completion_tokens"), int):
-            prompt_tokens = usage.get("prompt_tokens")
-            return (prompt_tokens if isinstance(prompt_tokens, int) else None), usage["completion_tokens"], "usage"
-        tok = self.tok
-        if tok is not None:
-            return self.prompt_tokens(messages), len(tok(s.text, add_special_tokens=False)["input_ids"]), "tokenizer"
-        return None, len(s.stamps_ns), "chunks"
+        details = usage.get("completion_tokens_details")
+        reasoning = details.get("reasoning_tokens") if isinstance(details, dict) else None
+        reasoning = reasoning if isinstance(reasoning, int) else None
+        server = usage.get("completion_tokens") if isinstance(usage.get("completion_tokens"), int) else None
+        if server is not None and reasoning is not None:
+            server -= reasoning
+        elif server is not None and s.reasoning_ns:  # usage mixes thinking and answer: it can't count the answer
+            server = None
+        client = len(self.tok(s.text, add_special_tokens=False)["input_ids"]) if self.tok is not None else None
+        prompt_tokens = usage.get("prompt_tokens") if isinstance(usage.get("prompt_tokens"), int) else None
+        if server is not None:
+            return Counts(prompt_tokens, server, "usage", server, client, reasoning)
+        if client is not None:
+            prompt_tokens = prompt_tokens if prompt_tokens is not None else self.prompt_tokens(messages)
+            return Counts(prompt_tokens, client, "tokenizer", None, client, reasoning)
+        return Counts(prompt_tokens, len(s.stamps_ns), "chunks", None, None, reasoning)
 
     def prompt_tokens(self, messages: list[dict[str, str]]) -> int:
         """The tokenizer's count of ``messages``: through its chat template when it has one, else their text."""

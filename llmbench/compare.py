@@ -95,6 +95,9 @@ class Comparison:
     machine: list[MachineNote] = field(default_factory=list)
     probes: dict[str, dict[str, float | None]] = field(default_factory=dict)
     auto_diffs: list[str] = field(default_factory=list)  # config_diffs that automatic choices made, not the user
+    # {name: [base, new]} of the quality figures, when both runs were measured against the same reference
+    quality: dict[str, list[float | None]] = field(default_factory=dict)
+    quality_note: str | None = None
 
     def detectable_pct(self, metric: str, stat: str = "mean") -> float | None:
         """The minimum detectable change of ``metric``'s ``stat`` at this sample size: half the width of its
@@ -292,6 +295,7 @@ def compare_runs(
         outputs_changed=changed,
         outputs_note=note,
     )
+    comp.quality, comp.quality_note = _quality(base, new)
     both_auto = set(base.config.auto) & set(new.config.auto)
     comp.auto_diffs = [k for k, _, _ in comp.config_diffs if k in both_auto]
     # probes are comparable when made the same way (torch on the run's threads, or numpy on one)
@@ -320,6 +324,24 @@ def _outputs(base: Run | RunScalars, new: Run | RunScalars, paired: bool) -> tup
     else:
         note = "greedy decoding gave the same tokens for every request"
     return len(keys), changed, note
+
+
+QUALITY_FIELDS = ("kld_mean", "kld_p99", "top1_agreement")
+
+
+def _quality(base: Run | RunScalars, new: Run | RunScalars) -> tuple[dict[str, list[float | None]], str | None]:
+    """Quality figures side by side when both runs carry them against the same reference on the same text."""
+    bq, nq = base.quality, new.quality
+    if not bq and not nq:
+        return {}, None
+    if not bq or not nq:
+        return {}, f"only the {'new' if nq else 'base'} run has quality figures: not compared"
+    if bq.get("reference") != nq.get("reference") or bq.get("text_sha256") != nq.get("text_sha256"):
+        return {}, "quality measured against different references or texts: not compared"
+    figures: dict[str, list[float | None]] = {k: [bq.get(k), nq.get(k)] for k in QUALITY_FIELDS}
+    figures["greedy_identical_share"] = [(bq.get("greedy") or {}).get("identical_share"),
+                                         (nq.get("greedy") or {}).get("identical_share")]  # fmt: skip
+    return figures, None
 
 
 MACHINE_NOTE_MIN_PCT = 5.0  # smaller changes are within what the probe itself can resolve

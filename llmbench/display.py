@@ -37,6 +37,7 @@ class ProgressReporter:
     def __init__(self, progress: Progress, quiet: bool = False) -> None:
         self.progress = progress
         self.quiet = quiet
+        self.warned: set[str] = set()  # a driver's many runs (a scan's rounds, a sweep's setups) say it once
         # started on first use: the clock of a bar must not count the model's loading
         self.wtask = progress.add_task("warmup", total=None, last="", visible=False, start=False)
         self.task = progress.add_task("requests", total=None, last="", visible=False, start=False)
@@ -46,7 +47,9 @@ class ProgressReporter:
             self.progress.console.print(f"[dim]{escape(text)}[/]", soft_wrap=True)
 
     def warn(self, text: str) -> None:
-        warn(text)
+        if text not in self.warned:
+            self.warned.add(text)
+            warn(text)
 
     def warmup(self, done: int, total: int) -> None:
         self.progress.start_task(self.wtask)
@@ -173,6 +176,7 @@ def compare_lines(comp, checks: list[Any]) -> tuple[list[str], list[str]]:
         head.append(f"outputs: {comp.outputs_changed} of {comp.outputs_compared} changed ({comp.outputs_note})")
     else:
         head.append(f"outputs: {comp.outputs_note}")
+    head += quality_change_lines(comp)
     tail = []
     mem, mm = comp.probes["mem_read_gbps"], comp.probes["matmul_gflops"]
     if mem["base"] and mem["new"] and mm["base"] and mm["new"]:
@@ -271,13 +275,15 @@ def sweep_tables(record: dict) -> list[Table]:
     best = {m: (b or {}).get("label") for m, b in record.get("best", {}).items()}
     tables = []
     compiled = any(r.get("compile") for r in rows)
+    quality = any(r.get("kld_mean") is not None for r in rows)
     for metric, title in (("tpot_ms", "by TPOT (decoding)"), ("ttft_ms", "by TTFT (first token)")):
         key = f"{metric}_{record.get('rank_by', 'mean')}"
         ordered = sorted(rows, key=lambda r: (r[key] is None, r[key] or 0.0))
         stat = record.get("rank_by", "mean")
         t = Table(title=f"sweep {title}, {stat}s", title_justify="left", box=box.SIMPLE_HEAD)
         t.add_column("setup", no_wrap=True)
-        for col in ("TPOT ms", "TTFT ms", "efficiency") + (("compile s",) if compiled else ()):
+        extra = (("compile s",) if compiled else ()) + (("KLD", "top-1") if quality else ())
+        for col in ("TPOT ms", "TTFT ms", "efficiency", *extra):
             t.add_column(col, justify="right")
         t.add_column("", no_wrap=True)
         for r in ordered:
@@ -286,16 +292,38 @@ def sweep_tables(record: dict) -> list[Table]:
                 marks.append(f"best {'TPOT' if metric == 'tpot_ms' else 'TTFT'}")
             if r["label"] in front:
                 marks.append("pareto")
+            if r.get("excluded_by_max_kld"):
+                marks.append("over --max-kld")
             t.add_row(
                 escape(r["label"]),
                 _num(r[f"tpot_ms_{stat}"]),
                 _num(r[f"ttft_ms_{stat}"], 1),
                 _num(r["tpot_efficiency"]),
                 *((_num(r["compile_s"], 1),) if compiled else ()),
+                *((_kld(r.get("kld_mean")), _num(r.get("top1_agreement"), 3)) if quality else ()),
                 ", ".join(marks),
             )
         tables.append(t)
     return tables
+
+
+def quality_change_lines(comp: Any) -> list[str]:
+    """The quality figures of both runs (same reference), or why they were not compared."""
+    if comp.quality_note:
+        return [f"quality: {comp.quality_note}"]
+    if not comp.quality:
+        return []
+    names = {"kld_mean": "KLD mean", "kld_p99": "KLD p99", "top1_agreement": "top-1 agreement",
+             "greedy_identical_share": "identical greedy answers"}  # fmt: skip
+    parts = []
+    for k, (b, n) in comp.quality.items():
+        fmt = _kld if k.startswith("kld") else (lambda v: _num(v, 3))
+        parts.append(f"{names[k]} {fmt(b)} -> {fmt(n)}")
+    return ["quality vs the same reference: " + ", ".join(parts)]
+
+
+def _kld(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2e}" if 0 < v < 1e-3 else f"{v:.4f}"
 
 
 def sweep_verdicts(record: dict) -> list[str]:
@@ -316,6 +344,10 @@ def sweep_verdicts(record: dict) -> list[str]:
             lines.append(f"best {name}: {b['label']}")
     if record.get("pareto"):
         lines.append("no other setup beats on both: " + "; ".join(record["pareto"]))
+    if record.get("excluded_by_max_kld"):
+        lines.append(f"not eligible (KL divergence above --max-kld {record['max_kld']:g}): "
+                     + "; ".join(record["excluded_by_max_kld"]))  # fmt: skip
+    lines += [f"note: {n}" for n in record.get("quality_notes", [])]
     return lines
 
 
@@ -373,3 +405,91 @@ def scan_lines(record: dict) -> list[str]:
             f"  throughput stops growing after batch {sat}" if sat else "  throughput still grows at the largest batch"
         )
     return lines
+
+
+def quality_lines(record: dict) -> list[str]:
+    """quality.json as plain lines."""
+    c, r, g = record["candidate"], record["reference"], record["greedy"]
+    setup = " ".join(str(x) for x in (_weights(c), c.get("attn") or "", "compiled" if c.get("compile") else "") if x)
+    lines = [f"{setup} against {r['dtype']} ({r['model']}), {record['positions']} positions of "
+             f"{record['text']['source']} ({record['kld_method']})"]  # fmt: skip
+    ppl = record["perplexity_reference"]
+    lines.append(
+        f"KL divergence: mean {record['kld_mean']:.5f}, p99 {record['kld_p99']:.4f}, max {record['kld_max']:.3f}; "
+        f"top-1 agreement {record['top1_agreement']:.3f}; perplexity {record['perplexity_candidate']:.3f}"
+        + (f" (reference {ppl:.3f})" if ppl is not None else "")
+    )
+    share = g["identical_share"]
+    lines.append(f"greedy: {share:.0%} of {g['prompts']} answers identical for {g['max_new_tokens']} tokens; the "
+                 f"others part at token {g['first_divergence_median']:g} (median, identical ones counted as "
+                 f"{g['max_new_tokens']})")  # fmt: skip
+    lines += [f"note: {n}" for n in record.get("notes", [])]
+    return lines
+
+
+def _weights(setup: dict) -> str:
+    """``bfloat16``, ``bfloat16+int8`` (weight-only int8 computes in the dtype) or ``int8-dynamic``."""
+    q = setup.get("quantize")
+    return f"{setup['dtype']}+{q}" if q == "int8" else (q or setup["dtype"])
+
+
+def _p(d: dict | None, key: str, digits: int = 0) -> str:
+    return "-" if not d or d.get(key) is None else f"{d[key]:,.{digits}f}"
+
+
+def load_table(record: dict) -> Table:
+    """load.json's rates: offered and achieved rate, latency percentiles, errors, goodput, attainment."""
+    title = (f"load on {record['endpoint']} ({record['model']}), {record['arrival']} arrivals, SLOs: "
+             + ", ".join(s["text"] for s in record["slos"]))  # fmt: skip
+    t = Table(title=escape(title), title_justify="left")  # names from a server are text, never markup
+    for col in ("offered/s", "achieved/s", "TTFT p50", "TTFT p90", "TPOT p50", "TPOT p90", "late p99",
+                "failed", "429", "goodput/s", "attainment", ""):  # fmt: skip
+        t.add_column(col, justify="right" if col else "left")
+    for r in record["rates"]:
+        t.add_row(
+            f"{r['offered_rate_rps']:g}", _num(r["achieved_rate_rps"]), _p(r["ttft_ms"], "p50"),
+            _p(r["ttft_ms"], "p90"), _p(r["tpot_ms"], "p50", 1), _p(r["tpot_ms"], "p90", 1),
+            _p(r["send_lateness_ms"], "p99", 1), str(r["failed"]), str(r["http_429"]), _num(r["goodput_rps"]),
+            f"{r['attainment']:.0%}", "holds" if r["holds"] else "fails",
+        )  # fmt: skip
+    return t
+
+
+def load_lines(record: dict) -> list[str]:
+    """The saturation verdict and what the table's columns mean."""
+    s = record["saturation"]
+    lines = []
+    if s["rate_rps"] is None:
+        lines.append(f"no offered rate held (attainment >= {record['min_attainment']:.0%} of requests meeting every "
+                     "SLO): the server is saturated at the lowest rate tried")  # fmt: skip
+    else:
+        above = s.get("first_failing_above_rps")
+        lines.append(f"saturation: {s['rate_rps']:g} requests/s is the highest offered rate that held (attainment >= "
+                     f"{record['min_attainment']:.0%})" + (f"; {above:g}/s failed" if above else
+                                                           "; every rate tried held"))  # fmt: skip
+    lines.append("latencies in ms from the actual send; TPOT per request, (last - first) / (n - 1); goodput: "
+                 "requests meeting every SLO per second; late: the client's send lateness")  # fmt: skip
+    if not record.get("complete", True):
+        lines.append("INCOMPLETE: interrupted; the rates above are those finished")
+    return lines
+
+
+def load_comparison(base: dict, new: dict) -> Table:
+    """Two load.json side by side at the offered rates both measured."""
+    t = Table(title="load: base -> new at equal offered rates", title_justify="left")
+    for col in ("offered/s", "goodput/s", "attainment", "TTFT p90", "TPOT p90", "429"):
+        t.add_column(col, justify="right")
+    rows_b = {r["offered_rate_rps"]: r for r in base["rates"]}
+    for r in new["rates"]:
+        b = rows_b.get(r["offered_rate_rps"])
+        if b is None:
+            continue
+        t.add_row(
+            f"{r['offered_rate_rps']:g}",
+            f"{_num(b['goodput_rps'])} -> {_num(r['goodput_rps'])}",
+            f"{b['attainment']:.0%} -> {r['attainment']:.0%}",
+            f"{_p(b['ttft_ms'], 'p90')} -> {_p(r['ttft_ms'], 'p90')}",
+            f"{_p(b['tpot_ms'], 'p90', 1)} -> {_p(r['tpot_ms'], 'p90', 1)}",
+            f"{b['http_429']} -> {r['http_429']}",
+        )
+    return t

@@ -11,13 +11,19 @@ probe before and after, the machine sampler, the journal and snapshots of every 
 one writer thread, in order, off the event loop), failures (recorded, or fatal when the very first request
 fails), stops (first: after the token in flight, or dropping in-flight streams; second: at once), summaries,
 warnings and ``complete``.
+
+Closed loop (the default): ``concurrency`` workers take the plan in order, each sending its next request when
+its last one finished. Open loop (requests that carry ``scheduled_s``): each request is sent at its due time
+(``t0 + scheduled_s``), however many are in flight; the backend stamps how late it actually went out.
+``start_at`` aligns ``t0`` with other processes sharing one schedule (``--workers``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
-from collections.abc import Hashable, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -142,8 +148,10 @@ class RunLoop:
         concurrency: int = 1,
         stop: Stop | None = None,
         reporter: Reporter | None = None,
+        start_at: Callable[[], Awaitable[float]] | None = None,
     ) -> None:
         self.tracks = list(tracks)
+        self.start_at = start_at  # awaited after warm-up and probe: the perf_counter() instant to start at
         self.prompts = prompts
         self.warmup = warmup
         self.concurrency = concurrency
@@ -158,6 +166,7 @@ class RunLoop:
         self.t0 = 0.0
         self.measuring = False
         self._disk = ThreadPoolExecutor(1, thread_name_prefix="llmbench-write")  # one writer: saves in order
+        self._warned: set[str] = set()
 
     async def run(self, plan: Sequence[tuple[Track, Request]]) -> list[Run]:
         """Measure ``plan`` (every planned pair, done ones included: they are skipped) and return the runs.
@@ -176,9 +185,15 @@ class RunLoop:
             await self._warm_up()
             await self._probe("before")
             swap0 = psutil.swap_memory()
+            t0 = await self.start_at() if self.start_at is not None else time.perf_counter()
+            if (wait := t0 - time.perf_counter()) > 0:
+                await asyncio.sleep(wait)
             self.sampler.start()
-            self.t0, self.measuring = time.perf_counter(), True
-            await self._measure_all(todo)
+            self.t0, self.measuring = t0, True
+            if any(req.scheduled_s is not None for _, req in todo):
+                await self._measure_open(todo)
+            else:
+                await self._measure_all(todo)
             self.sampler.stop()
             if not self.stop.requested and self.fatal is None:
                 await self._probe("after")
@@ -201,10 +216,10 @@ class RunLoop:
             run = t.run
             t.session = len(run.sessions)
             run.sessions.append(Session(started_at=utc_now(), environment=t.fresh.environment, load=t.fresh.load))
-            for w in t.fresh.warnings:  # shown every session; kept once (a resumed run has them already)
+            for w in t.fresh.warnings:  # kept once per run (a resumed one has them already), shown once per loop
                 if w not in run.warnings:
                     run.warnings.append(w)
-                self.reporter.warn(w)
+                self._warn(w)
         done = {id(t): {(r.prompt_index, r.repeat) for r in t.run.requests} for t in self.tracks}
         todo = []
         for t, req in plan:
@@ -214,6 +229,12 @@ class RunLoop:
         self.total = len(plan)
         self.done = self.total - len(todo)
         return todo
+
+    def _warn(self, text: str) -> None:
+        """Tell the user once, however many tracks (a sweep's setups, a scan's points) say the same."""
+        if text not in self._warned:
+            self._warned.add(text)
+            self.reporter.warn(text)
 
     async def _warm_up(self) -> None:
         for t in self.tracks:
@@ -262,6 +283,29 @@ class RunLoop:
                     return
 
         await asyncio.gather(*(worker() for _ in range(min(self.concurrency, len(todo)))))
+
+    async def _measure_open(self, todo: list[tuple[Track, Request]]) -> None:
+        """Each request at its due time, whatever is in flight. A resumed run's remaining schedule starts at
+        once (its first remaining request at t0); a fresh one keeps its offsets (a --workers share starts late)."""
+        resumed = self.done > 0
+        shift = min(req.scheduled_s or 0.0 for _, req in todo) if todo and resumed else 0.0
+        tasks: list[asyncio.Task] = []
+
+        async def one(t: Track, req: Request) -> None:
+            try:
+                await self._one(t, req)
+            except Exception as e:  # saving failed: the run ends, saved as far as it can be
+                self.fatal = e
+
+        for t, req in sorted(todo, key=lambda item: item[1].scheduled_s or 0.0):
+            due = self.t0 + (req.scheduled_s or 0.0) - shift
+            if (wait := due - time.perf_counter()) > 0:
+                await asyncio.sleep(wait)
+            if self.stop.requested or self.fatal is not None:
+                break
+            req = dataclasses.replace(req, due_ns=int(due * 1e9))
+            tasks.append(asyncio.ensure_future(one(t, req)))
+        await asyncio.gather(*tasks)
 
     async def _one(self, t: Track, req: Request) -> bool:
         """Measure and record one request; False when the run must end."""
@@ -316,8 +360,9 @@ class RunLoop:
     @staticmethod
     def _failure(req: Request, error: str, status: int | None, started: float) -> FailedRequest:
         return FailedRequest(
-            prompt_index=req.prompt_index, repeat=req.repeat, error=error, status=status, started_s=round(started, 6)
-        )
+            prompt_index=req.prompt_index, repeat=req.repeat, error=error, status=status, started_s=round(started, 6),
+            scheduled_s=req.scheduled_s,
+        )  # fmt: skip
 
     async def _record(self, t: Track, item: RequestResult | FailedRequest) -> None:
         item.session = t.session
@@ -340,9 +385,12 @@ class RunLoop:
         probes = [p.mem_read_gbps for p in (t.probe_before, t.probe_after) if p is not None and p.method == "torch"]
         dwb = t.run.load.decode_weight_bytes if t.run.load else None
         # the roofline uses the better reading: the bandwidth the machine can reach
+        endpoint = t.run.config.endpoint
+        rate = endpoint.arrival.rate_rps if endpoint is not None and endpoint.arrival is not None else None
         t.run.summary = summarize(
-            t.run.requests, dwb, max(probes) if probes else None, failed=len(t.run.failed_requests)
-        )
+            t.run.requests, dwb, max(probes) if probes else None, failed=len(t.run.failed_requests),
+            offered_rate_rps=rate,
+        )  # fmt: skip
 
     def _close(self, swap0) -> None:
         """Every run's machine record, summary, warnings and ``complete``; saved. Runs once, on every path."""
@@ -360,7 +408,7 @@ class RunLoop:
                 )
             for w in warnings:
                 run.warnings.append(w)
-                self.reporter.warn(w)
+                self._warn(w)
             if stopped:
                 run.sessions[t.session].interrupted_by = stopped
             have = {(r.prompt_index, r.repeat) for r in run.requests}
@@ -400,10 +448,21 @@ async def execute(
     concurrency: int = 1,
     stop: Stop | None = None,
     reporter: Reporter | None = None,
+    start_at: Callable[[], Awaitable[float]] | None = None,
 ) -> list[Run]:
     """Run ``plan`` with a new :class:`RunLoop`; the runs, in the order of ``tracks``."""
-    loop = RunLoop(tracks, prompts, warmup=warmup, concurrency=concurrency, stop=stop, reporter=reporter)
+    loop = RunLoop(tracks, prompts, warmup=warmup, concurrency=concurrency, stop=stop, reporter=reporter,
+                   start_at=start_at)  # fmt: skip
     return await loop.run(plan)
+
+
+def scheduled(track: Track, prompts: PromptSet, offsets: Sequence[float]) -> list[tuple[Track, Request]]:
+    """An open-loop plan: request i is prompt ``i % len(prompts)`` (its repeat ``i // len(prompts)``), due at
+    ``offsets[i]``."""
+    n = len(prompts.prompts)
+    return [
+        (track, Request(prompts.prompts[i % n], i % n, i // n, scheduled_s=offset)) for i, offset in enumerate(offsets)
+    ]
 
 
 def round_robin(tracks: Sequence[Track], prompts: PromptSet, repeats: int) -> list[tuple[Track, Request]]:

@@ -165,10 +165,11 @@ def summarize(
     mem_read_gbps: float | None = None,
     *,
     failed: int = 0,
+    offered_rate_rps: float | None = None,
 ) -> Summary | None:
     """The run's summary block, or None when no request finished. With the weights read per decode step and
     the measured bandwidth it adds the roofline (``tpot_bound_ms``, ``tpot_efficiency``); ``failed`` is the
-    number of recorded failures."""
+    number of recorded failures; ``offered_rate_rps``: an open-loop run's schedule rate."""
     if not requests:
         return None
     tps = [v for v in (decode_tokens_per_s(r) for r in requests) if v is not None]
@@ -191,4 +192,36 @@ def summarize(
         roofline_mem_read_gbps=mem_read_gbps if bound is not None else None,
         failed_requests=failed,
         **(stream_figures(requests) if any(r.chunks is not None for r in requests) else {}),
+        **open_loop_figures(requests, offered_rate_rps),
+        ttfrt_ms=describe(r.ttfrt_ms for r in requests if r.ttfrt_ms is not None),
+        token_count_disagreements=count_disagreements(requests),
     )
+
+
+def open_loop_figures(requests: Sequence[RequestResult], offered_rate_rps: float | None) -> dict:
+    """An open-loop run's rates and lateness (fields of :class:`Summary`); {} for a closed-loop run.
+
+    achieved_rate_rps = finished requests / (the last one's end - the first one's due time), both on the
+    schedule's clock (``scheduled_s + e2e_from_schedule_ms``)."""
+    due = [
+        (r, s, e) for r in requests if (s := r.scheduled_s) is not None and (e := r.e2e_from_schedule_ms) is not None
+    ]
+    if not due:
+        return {}
+    timed = [r for r, _, _ in due]
+    first = min(s for _, s, _ in due)
+    last = max(s + e / 1000.0 for _, s, e in due)
+    return {
+        "offered_rate_rps": offered_rate_rps,
+        "achieved_rate_rps": round(len(timed) / (last - first), 4) if last > first else None,
+        "send_lateness_ms": describe(r.send_lateness_ms for r in timed if r.send_lateness_ms is not None),
+        "ttft_from_schedule_ms": describe(
+            r.ttft_from_schedule_ms for r in timed if r.ttft_from_schedule_ms is not None
+        ),
+    }
+
+
+def count_disagreements(requests: Sequence[RequestResult]) -> int | None:
+    """How many requests' server and client token counts differ; None when no request had both."""
+    both = [r for r in requests if r.output_tokens_server is not None and r.output_tokens_client is not None]
+    return sum(r.output_tokens_server != r.output_tokens_client for r in both) if both else None

@@ -30,10 +30,10 @@ from llmbench import autodtype, builtin
 from llmbench.envinfo import cpu_flags
 from llmbench.errors import UserError
 from llmbench.options import ModelOptions
+from llmbench.quantize import check_quantize, forced_dtype, quantize_model, quantized_weight_bytes
 from llmbench.schema import LoadInfo, Offload
 
 ATTN_IMPLEMENTATIONS = ("eager", "sdpa", "flash_attention_2", "flex_attention")
-QUANTIZATIONS = ("int8",)
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 _DTYPE_ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "half": "float16", "float": "float32"}
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*(/[\w.\-]+)?$")
@@ -362,7 +362,7 @@ def load_model(spec: ModelOptions) -> LoadedModel:
     device = validate(spec)
     threads = configure_threads(spec.threads)  # before the dtype probe: it runs on these threads
     warnings: list[str] = []
-    if spec.quantize is not None:
+    if forced_dtype(spec.quantize) is not None:
         dtype_name, dtype_reason = "float32", f"{spec.quantize} weights compute in float32 (dynamic quantization)"
     else:
         dtype_name, dtype_reason = resolve_dtype(spec.dtype, device, reprobe=spec.reprobe, warnings=warnings)
@@ -390,7 +390,7 @@ def load_model(spec: ModelOptions) -> LoadedModel:
     quantize_s = None
     if spec.quantize is not None:
         t1 = time.perf_counter()
-        model = quantize_int8(model)
+        model = quantize_model(model, spec.quantize)
         quantize_s = round(time.perf_counter() - t1, 3)
 
     off = _checked_offload(model, device, spec.allow_offload, warnings)
@@ -450,7 +450,7 @@ def automatic_choices(spec: ModelOptions) -> list[str]:
     """The config fields llmbench (or transformers) chose because the user left them to it."""
     chosen = {
         "device": spec.device.strip().lower() == "auto",
-        "dtype": spec.dtype.strip().lower() == "auto" and spec.quantize is None,
+        "dtype": spec.dtype.strip().lower() == "auto" and forced_dtype(spec.quantize) is None,
         "threads": spec.threads is None,
         "attn_implementation": spec.attn is None,
     }
@@ -539,8 +539,8 @@ def mixture_of_experts(config) -> str:
 
 def decode_weight_bytes(model) -> int:
     """Bytes of weights one decode step reads: every parameter once (tied embeddings are one tensor), except
-    an untied input embedding, of which a step gathers a single row. Int8-quantized linears count their packed
-    int8 weight (they hold it outside ``parameters()``)."""
+    an untied input embedding, of which a step gathers a single row. Int8-quantized linears count their int8
+    weights and scales (held outside ``parameters()``)."""
     seen: set[int] = set()
     total = 0
     for p in model.parameters():
@@ -552,11 +552,7 @@ def decode_weight_bytes(model) -> int:
     out_weight = getattr(out, "weight", None)
     if emb is not None and (out is None or out_weight is not emb.weight):
         total -= emb.weight.numel() * emb.weight.element_size()
-    for m in model.modules():
-        if _is_dynamic_int8(m):
-            w = m.weight()
-            total += w.numel() * w.element_size() + (m.bias().numel() * 4 if m.bias() is not None else 0)
-    return total
+    return total + quantized_weight_bytes(model)
 
 
 def set_attention(model, attn: str) -> None:
@@ -565,35 +561,6 @@ def set_attention(model, attn: str) -> None:
         model.set_attn_implementation(attn)
     except (ValueError, ImportError) as e:  # a kernel this model or machine lacks (flash-attn not installed...)
         raise UserError(f"--attn {attn}: {_first_line(e)}") from None
-
-
-def check_quantize(quantize: str, device: str, dtype: str) -> None:
-    """UserError unless ``quantize`` can run here: int8 is torch's dynamic quantization, CPU and float32 only."""
-    if quantize not in QUANTIZATIONS:
-        raise UserError(f"unknown --quantize '{quantize}'; expected none or {', '.join(QUANTIZATIONS)}")
-    if device != "cpu":
-        raise UserError(f"--quantize int8 runs on the CPU only (torch dynamic quantization), not on {device}")
-    if dtype != "float32":  # resolve_dtype(probe=False) maps auto on a CPU to float32
-        raise UserError(f"--quantize int8 computes in float32: use --dtype float32 (or auto), not {dtype}")
-
-
-def quantize_int8(model):
-    """Every ``nn.Linear`` with int8 weights and float32 activations quantized per call (torch's dynamic
-    quantization, fbgemm/x86 kernels). A decode step then reads a quarter of the float32 weight bytes."""
-    import warnings
-
-    if next(model.parameters()).dtype != torch.float32:
-        model = model.float()
-    with warnings.catch_warnings():  # torch.ao's deprecation notices (torch.jit, "moving to torchao"): not ours
-        warnings.simplefilter("ignore")
-        from torch.ao.quantization import quantize_dynamic
-
-        q = quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)
-    return q
-
-
-def _is_dynamic_int8(module) -> bool:
-    return type(module).__module__.startswith("torch.ao.nn.quantized.dynamic") and hasattr(module, "weight")
 
 
 def _device_map_arg(device_map: str | dict[str, Any] | None, device: str) -> Any:

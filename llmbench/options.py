@@ -90,9 +90,31 @@ class ModelOptions:
     allow_pickle: bool = False
     trust_remote_code: bool = False
     attn: str | None = None  # attention kernel: eager, sdpa, ... (None: transformers' default)
-    quantize: str | None = None  # "int8": dynamic int8 weights for every nn.Linear (CPU, float32 activations)
+    quantize: str | None = None  # "int8" (weight-only) or "int8-dynamic": see llmbench.quantize
     reprobe: bool = False  # --dtype auto: measure again instead of reusing this machine's cached choice
     # checked by llmbench.models.validate (it needs torch to know the devices)
+
+
+@dataclass
+class OpenLoop:
+    """Open-loop arrivals (``--rate``): requests sent on a schedule drawn in advance, whatever the server does.
+    See :mod:`llmbench.arrivals`."""
+
+    rate_rps: float
+    arrival: str = "poisson"  # poisson | constant | gamma:CV
+    requests: int | None = None  # how many to send ...
+    duration_s: float | None = None  # ... or for how long
+    seed: int = 0
+    workers: int = 1  # client processes sharing the schedule (local), or Ray tasks with ``ray``
+    ray: str | None = None  # a Ray cluster's address ("auto", "ray://host:port"): workers run there
+
+    def validate(self) -> None:
+        """UserError for a schedule that can't be drawn (checked again, with the rest, when it is)."""
+        from llmbench.arrivals import plan_arrivals
+
+        if self.workers < 1:
+            raise UserError(f"--workers must be at least 1, not {self.workers}")
+        plan_arrivals(self.rate_rps, self.arrival, requests=self.requests, duration_s=self.duration_s, seed=self.seed)
 
 
 @dataclass
@@ -105,6 +127,7 @@ class EndpointOptions:
     concurrency: int = 1
     timeout_s: float = 600.0
     tokenizer: str | None = None  # hub id, folder or .gguf, to count tokens when the server sends no usage
+    open_loop: OpenLoop | None = None  # None: closed loop, ``concurrency`` requests in flight
 
     def validate(self) -> None:
         """UserError for what no server can be asked."""
@@ -112,3 +135,7 @@ class EndpointOptions:
             raise UserError(f"--concurrency must be at least 1, not {self.concurrency}")
         if not self.timeout_s > 0:
             raise UserError(f"the request timeout must be above 0 s, not {self.timeout_s}")
+        if self.open_loop is not None:
+            if self.concurrency != 1:
+                raise UserError("--concurrency is a closed loop's; an open-loop run (--rate) has no limit in flight")
+            self.open_loop.validate()

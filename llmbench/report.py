@@ -275,3 +275,47 @@ def build_scan_report(record: dict) -> str:
         parts.append("<h2>Throughput against batch size</h2>" + _svg(fig))
     parts.append("</body></html>")
     return "\n".join(parts)
+
+
+def build_load_report(records: list[tuple[str, dict]]) -> str:
+    """The HTML of one or more load tests: TTFT and TPOT percentiles and goodput against the offered rate, the
+    saturation point marked (several files: overlaid, the first is the base)."""
+    from llmbench.display import load_lines
+
+    parts = [
+        "<!doctype html><html lang=en><head><meta charset=utf-8><title>llmbench load</title>"
+        f"<style>{CSS}</style></head><body><h1>llmbench load</h1>"
+    ]
+    for name, record in records:
+        parts.append(f"<h2>{html.escape(name)}</h2>")
+        parts += [f"<p>{html.escape(line)}</p>" for line in load_lines(record)]
+    fig, axes = _figure(width=11.0, height=3.4, ncols=3)
+    for k, (name, record) in enumerate(records):
+        rows = record["rates"]
+        x = [r["offered_rate_rps"] for r in rows]
+        color = f"C{k}"
+        for ax, metric in ((axes[0], "ttft_ms"), (axes[1], "tpot_ms")):
+            for stat, style in (("p50", "o-"), ("p90", "s--"), ("p99", "^:")):
+                y = [r[metric][stat] if r[metric] else np.nan for r in rows]
+                ax.plot(x, y, style, color=color, ms=3, lw=1, label=f"{stat}" if k == 0 else None)
+            for s in record["slos"]:
+                if s["metric"] == metric:
+                    ax.axhline(s["limit"], color="gray", lw=0.8, ls="-.")
+        axes[2].plot(x, [r["goodput_rps"] for r in rows], "o-", color=color, ms=3, label=f"goodput ({name})")
+        axes[2].plot(x, [r["achieved_rate_rps"] or np.nan for r in rows], "x:", color=color, ms=4, label="achieved")
+        sat = record["saturation"]["rate_rps"]
+        for ax in axes:
+            if sat is not None:
+                ax.axvline(sat, color=color, lw=0.8, ls="--")
+    axes[2].plot(axes[2].get_xlim(), axes[2].get_xlim(), color="gray", lw=0.6, label="offered")
+    for ax, title, unit in ((axes[0], "TTFT", "ms"), (axes[1], "TPOT", "ms"), (axes[2], "goodput", "requests/s")):
+        ax.set_xscale("log")
+        ax.set_xlabel("offered rate, requests/s (log)")
+        ax.set_ylabel(f"{title}, {unit}")
+        ax.legend(fontsize=6, frameon=False)
+    axes[0].set_title("TTFT percentiles (SLO dash-dot, saturation dashed)", fontsize=8)
+    axes[1].set_title("TPOT percentiles", fontsize=8)
+    axes[2].set_title("goodput and achieved rate", fontsize=8)
+    parts.append("<h2>Latency and goodput against offered rate</h2>" + _svg(fig))
+    parts.append("</body></html>")
+    return "\n".join(parts)

@@ -13,7 +13,13 @@ Schema history (bump ``SCHEMA_VERSION`` on any change a reader of the old versio
     probe.method, failed_requests[].session, requests[].prompt_tokens null when unknown, requests[].eos_ms
     (0.2.0, one engine:
     endpoint runs probe the client machine with numpy when the server is on loopback); config.auto (0.2.0,
-    automatic choices recorded); config.ab (0.2.0, llmbench ab); config.synthetic (0.2.0, --synthetic, scan).
+    automatic choices recorded); config.ab (0.2.0, llmbench ab); config.synthetic (0.2.0, --synthetic, scan);
+    quality (0.2.0, sweep --quality); config.endpoint.arrival, requests[].scheduled_s/send_lateness_ms/
+    ttft_from_schedule_ms/e2e_from_schedule_ms, failed_requests[].scheduled_s, summary.send_lateness_ms/
+    ttft_from_schedule_ms/offered_rate_rps/achieved_rate_rps (0.2.0, open-loop --rate); requests[].ttfrt_ms/
+    reasoning_events/reasoning_tokens, summary.ttfrt_ms (0.2.0, reasoning streams);
+    requests[].output_tokens_server/output_tokens_client, summary.token_count_disagreements (0.2.0, both
+    counts when a server's usage and --tokenizer are both there); config.endpoint.workers (0.2.0, --workers).
 
 No torch here: compare, show and the endpoint client read and write runs without it.
 """
@@ -27,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 SCHEMA_VERSION = 1
 SCAN_VERSION = 1  # scan.json (llmbench scan); history: 1 (llmbench 0.2.0) first version
+LOAD_VERSION = 1  # load.json (llmbench load); history: 1 (llmbench 0.2.0) first version
 
 # Which fields of the setup must be equal, and for what. A field's ``match`` says it: RESUME (a resumed run
 # continues the same measurement), COMPARE (compare lists it as "setup differs"), ENV (compare lists it as
@@ -98,6 +105,18 @@ class Sampling(_Model):
     seed: int | None = None
 
 
+class Arrival(_Model):
+    """An open-loop schedule: request i is sent at ``offsets[i]`` seconds after the run's start, whatever the
+    server does. Drawn in advance from (process, rate, cv, seed), so it is reproducible and recorded."""
+
+    rate_rps: float  # the offered rate: mean requests per second
+    process: Literal["poisson", "constant", "gamma"] = "poisson"
+    cv: float = 1.0  # coefficient of variation of the gaps (gamma; poisson is 1, constant 0)
+    seed: int = 0
+    requests: int  # how many the schedule holds
+    duration_s: float | None = None  # --duration: the schedule was cut at this many seconds
+
+
 class EndpointConfig(_Model):
     url: str = _match(RESUME, COMPARE, default=...)  # the chat completions URL, without credentials or query
     api_key_env: str | None = None  # the variable the key came from (the key itself is never written)
@@ -105,6 +124,8 @@ class EndpointConfig(_Model):
     server: dict | None = None  # what GET /health said (llmbench serve), if anything
     # fields sent besides messages/model/stream (max_tokens, temperature, ...)
     request_extra: dict = _match(RESUME, COMPARE, default_factory=dict)
+    arrival: Arrival | None = _match(RESUME, COMPARE, default=None)  # open loop (--rate); None: closed loop
+    workers: int = 1  # client processes that shared the schedule (--workers)
 
 
 class ABConfig(_Model):
@@ -143,7 +164,7 @@ class RunConfig(_Model):
     attn_implementation: str | None = _match(RESUME, COMPARE)  # --attn; None: transformers' default for the model
     cache_implementation: Literal["dynamic", "static"] = _match(RESUME, COMPARE, default="dynamic")  # --cache
     compile: bool = _match(RESUME, COMPARE, default=False)  # decode steps run through torch.compile (static cache)
-    quantization: str | None = _match(RESUME, COMPARE)  # "int8": dynamic int8 linear weights
+    quantization: str | None = _match(RESUME, COMPARE)  # "int8" weight-only, "int8-dynamic" (llmbench.quantize)
     endpoint: EndpointConfig | None = None  # mode "endpoint": where and how the requests went (fields: own match)
     # the fields above that llmbench or transformers chose because they were left to it (--dtype auto, no
     # --threads, ...): compare says "auto chose X, then Y" for them
@@ -216,6 +237,19 @@ class RequestResult(_Model):
     server_queue_ms: float | None = None  # llmbench serve: arrival until the model started on it (templating + wait)
     eos_ms: float | None = None  # endpoint runs: arrival of the finishing event of an end-of-sequence token that
     # carried no text but that usage counts (TPOT's span ends there)
+    # open-loop runs (--rate): when it was due, and how late the client sent it
+    scheduled_s: float | None = None  # seconds since the run's start
+    send_lateness_ms: float | None = None  # request start - scheduled time (the client's own delay)
+    ttft_from_schedule_ms: float | None = None  # send_lateness_ms + ttft_ms: what a user arriving on time waits
+    e2e_from_schedule_ms: float | None = None
+    # reasoning streams: ttft_ms stays the first *content* event
+    ttfrt_ms: float | None = None  # time to the first reasoning event (delta.reasoning_content / .reasoning)
+    reasoning_events: int | None = None
+    reasoning_tokens: int | None = None  # usage.completion_tokens_details.reasoning_tokens
+    # both counts, when the server sent usage and --tokenizer counted the text (tokens_from says which one the
+    # metrics used)
+    output_tokens_server: int | None = None
+    output_tokens_client: int | None = None
 
     @model_validator(mode="after")
     def _invariants(self) -> RequestResult:
@@ -255,6 +289,13 @@ class Summary(_Model):
     stream_largest_burst: int | None = None
     stream_buffered_requests: int | None = None
     failed_requests: int = 0
+    # open-loop runs
+    offered_rate_rps: float | None = None  # the schedule's rate
+    achieved_rate_rps: float | None = None  # finished requests / (last end - first scheduled send)
+    send_lateness_ms: Stats | None = None
+    ttft_from_schedule_ms: Stats | None = None
+    ttfrt_ms: Stats | None = None  # reasoning streams
+    token_count_disagreements: int | None = None  # requests whose server and client counts differ
 
 
 class Probe(_Model):
@@ -317,6 +358,7 @@ class FailedRequest(_Model):
     status: int | None = None  # HTTP status, when there was one
     started_s: float = 0.0
     session: int = 0
+    scheduled_s: float | None = None  # open-loop runs: when it was due
 
 
 class Session(_Model):
@@ -346,6 +388,7 @@ class Run(_Model):
     sessions: list[Session] = []
     client: ClientStats | None = None  # endpoint runs
     failed_requests: list[FailedRequest] = []  # endpoint runs: requests the server failed, the rest went on
+    quality: dict | None = None  # sweep --quality: this setup against the reference (llmbench quality's fields)
 
 
 class _Lean(BaseModel):
@@ -380,6 +423,7 @@ class RunScalars(_Lean):
     machine: MachineState | None = None
     summary: Summary | None = None
     requests: list[RequestScalars] = []
+    quality: dict | None = None
 
 
 def must_match(purpose: str, model: type[BaseModel] = RunConfig, prefix: str = "") -> tuple[str, ...]:

@@ -136,8 +136,11 @@ class ModelServer:
         max_queue: int = 4,
         max_tokens: int = 256,
         executor: Executor | None = None,
+        reasoning_tokens: int = 0,
     ) -> None:
         self.loaded = loaded
+        # for tests of reasoning streams: the first N generated tokens go out as delta.reasoning_content
+        self.reasoning_tokens = reasoning_tokens
         self.max_queue = max_queue
         self.default_max_tokens = max_tokens
         self.executor = executor or generation_thread()
@@ -249,10 +252,17 @@ class ModelServer:
                 yield _sse(self._chunk(rid, created, {"role": "assistant", "content": ""}))
                 text = IncrementalText(self.loaded.tokenizer)
                 ended = False  # the finishing chunk went out with the end-of-sequence token
+                seen = 0
                 while (item := await queue.get()) is not None:
                     stamp, ids = item
                     stamps.append(round((stamp - arrived_ns) / 1e6, 3))
                     piece = text.add(ids)
+                    seen += len(ids)
+                    if seen <= self.reasoning_tokens:  # a test server's "thinking": real tokens, labelled so
+                        piece += text.flush() if seen == self.reasoning_tokens else ""
+                        if piece:
+                            yield _sse(self._chunk(rid, created, {"reasoning_content": piece}))
+                        continue
                     if piece:
                         yield _sse(self._chunk(rid, created, {"content": piece}))
                     if not ended and not p.ignore_eos and self.eos_ids.intersection(ids):
@@ -269,6 +279,8 @@ class ModelServer:
                         yield _sse(self._chunk(rid, created, {"content": rest}))
                     yield _sse(self._chunk(rid, created, {}, "length" if tokens >= p.max_new_tokens else "stop"))
                 usage = _usage(p.prompt_tokens, tokens)
+                if self.reasoning_tokens:
+                    usage["completion_tokens_details"] = {"reasoning_tokens": min(self.reasoning_tokens, tokens)}
                 timing = {
                     "queue_ms": round((started_ns - arrived_ns) / 1e6, 3),
                     "ttft_ms": stamps[0] if stamps else None,
@@ -361,7 +373,7 @@ def _sse(obj: dict) -> str:
     return f"data: {json.dumps(obj, ensure_ascii=False, separators=(',', ':'))}\n\n"
 
 
-def _usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+def _usage(prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
     return {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
@@ -379,12 +391,19 @@ def page_html() -> str:
 
 
 def create_app(
-    loaded: LoadedModel, *, max_queue: int = 4, max_tokens: int = 256, executor: Executor | None = None
+    loaded: LoadedModel,
+    *,
+    max_queue: int = 4,
+    max_tokens: int = 256,
+    executor: Executor | None = None,
+    reasoning_tokens: int = 0,
 ) -> FastAPI:
     """The FastAPI app around ``loaded``: ``POST /v1/chat/completions``, ``GET /v1/models``, ``GET /health``,
     ``GET /`` (the page). ``executor``: the thread that loaded the model (default: the process's generation
-    thread, :func:`llmbench.generation.generation_thread`)."""
-    server = ModelServer(loaded, max_queue=max_queue, max_tokens=max_tokens, executor=executor)
+    thread, :func:`llmbench.generation.generation_thread`). ``reasoning_tokens``: for tests, send the first N
+    tokens of every answer as reasoning (``delta.reasoning_content``, counted in usage's details)."""
+    server = ModelServer(loaded, max_queue=max_queue, max_tokens=max_tokens, executor=executor,
+                         reasoning_tokens=reasoning_tokens)  # fmt: skip
     app = FastAPI(title="llmbench serve", docs_url=None, redoc_url=None)
     app.state.server = server
     html = page_html()

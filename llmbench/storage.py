@@ -19,6 +19,7 @@ from pydantic import ValidationError
 
 from llmbench.errors import UserError, read_user_file
 from llmbench.schema import (
+    LOAD_VERSION,
     SCAN_VERSION,
     SCHEMA_VERSION,
     FailedRequest,
@@ -254,6 +255,21 @@ def read_scan(path: str | Path) -> dict | None:
     if data["scan_version"] != SCAN_VERSION:
         raise UserError(f"{path} has scan_version {data['scan_version']!r}; this llmbench ({llmbench_version()}) "
                         f"reads version {SCAN_VERSION}")  # fmt: skip
+    return data
+
+
+def read_load(path: str | Path) -> dict | None:
+    """A load.json's record (llmbench load), or None when ``path`` is something else. UserError for another
+    version."""
+    try:
+        data = json.loads(read_user_file(path, "file"))
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(data, dict) or "load_version" not in data:
+        return None
+    if data["load_version"] != LOAD_VERSION:
+        raise UserError(f"{path} has load_version {data['load_version']!r}; this llmbench ({llmbench_version()}) "
+                        f"reads version {LOAD_VERSION}")  # fmt: skip
     return data
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import threading
 import time
@@ -82,6 +83,8 @@ def faulty_server() -> Starlette:
     delta-second  the second measured stream sends a delta that is a string
     eos-usage     4 content events 20 ms apart, 20 ms later a finish_reason "stop" event with no text (an
                   end-of-sequence token), then usage counting 5 tokens
+    usage-count   4 content events ("alpha beta gamma delta"), then usage counting 4 completion tokens on
+                  odd calls and 6 on even ones (a server that counts what a client's tokenizer can't see)
     """
 
     def chunk(text: str) -> str:
@@ -103,6 +106,8 @@ def faulty_server() -> Starlette:
             return Response(body, media_type="text/event-stream")
         if mode == "eos-usage":
             return StreamingResponse(eos_events(), media_type="text/event-stream")
+        if mode == "usage-count":
+            return StreamingResponse(counted_events(4 if app.state.calls % 2 else 6), media_type="text/event-stream")
 
         async def events():  # no usage chunk: tokens are counted by the tokenizer or by events
             yield 'data: {"choices":[{"index":0,"delta":{"role":"assistant"}}]}\n\n'
@@ -126,6 +131,14 @@ def faulty_server() -> Starlette:
             await asyncio.sleep(0.02)
         yield 'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\n'
         yield 'data: {"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":5,"total_tokens":12}}\n\n'
+        yield "data: [DONE]\n\n"
+
+    async def counted_events(completion_tokens: int):
+        for word in ("alpha", " beta", " gamma", " delta"):
+            yield chunk(word)
+            await asyncio.sleep(0.002)
+        usage = {"prompt_tokens": 7, "completion_tokens": completion_tokens, "total_tokens": 7 + completion_tokens}
+        yield "data: " + json.dumps({"choices": [], "usage": usage}) + "\n\n"
         yield "data: [DONE]\n\n"
 
     app = Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])])

@@ -3,6 +3,7 @@
 import json
 
 import pytest
+import torch
 
 import llmbench
 from llmbench import models
@@ -18,10 +19,15 @@ def test_expand_makes_every_valid_combination_and_says_what_it_left_out():
     # compiled implies static: (dynamic, compiled) and (static, compiled) are one setup
     assert len(setups) == 2 * 2 * 3 and len(set(setups)) == len(setups)
     assert all(s.cache == "static" for s in setups if s.compile)
-    setups, skipped = expand(["float32", "bfloat16"], [2], [None], ["dynamic"], [False, True], [None, "int8"])
-    assert Setup("float32", 2, quantize="int8") in setups
-    assert not any(s.quantize and (s.dtype != "float32" or s.compile) for s in setups)
-    assert any("int8 with bfloat16" in w for w in skipped) and any("compile" in w for w in skipped)
+    quantizes = [None, "int8", "int8-dynamic"]
+    setups, skipped = expand(["float32", "bfloat16"], [2], [None], ["dynamic"], [False, True], quantizes)
+    assert Setup("float32", 2, quantize="int8-dynamic") in setups
+    assert Setup("bfloat16", 2, quantize="int8") in setups and Setup("bfloat16", 2, quantize="int8", compile=True,
+                                                                      cache="static") in setups  # fmt: skip
+    assert not any(s.quantize == "int8-dynamic" and (s.dtype != "float32" or s.compile) for s in setups)
+    assert any("int8-dynamic with bfloat16" in w for w in skipped) and any("compile" in w for w in skipped)
+    assert Setup("bfloat16", 2, quantize="int8").label() == "bfloat16+int8 2t"
+    assert Setup("float32", 2, quantize="int8-dynamic").label() == "int8-dynamic 2t"
 
 
 def test_lists_are_checked():
@@ -97,7 +103,7 @@ def test_sweep_writes_a_run_per_setup_and_ranks_them(cli, tiny_model_dir, prompt
         (("--attn", "magic"), "unknown --attn"),
         (("--cache", "paged"), "unknown --cache"),
         (("--quantize", "int4"), "unknown --quantize"),
-        (("--dtype", "bfloat16", "--quantize", "int8"), "no setup to sweep"),
+        (("--dtype", "bfloat16", "--quantize", "int8-dynamic"), "no setup to sweep"),
         (("--rounds", "0"), "--rounds"),
         (("--rank-by", "p99"), "--rank-by"),
     ],
@@ -122,16 +128,48 @@ def test_static_cache_and_eager_attention_give_the_same_tokens(tiny_model_dir, p
 
 
 @pytest.mark.slow
-def test_int8_quantization_reads_fewer_bytes_and_still_generates(tiny_model_dir, prompt_file, tmp_path):
+@pytest.mark.parametrize("quantize, dtype", [("int8", "bfloat16"), ("int8", "float32"), ("int8-dynamic", "float32")])
+def test_int8_quantization_reads_fewer_bytes_and_still_generates(tiny_model_dir, prompt_file, quantize, dtype):
     full = llmbench.load_model(str(tiny_model_dir), device="cpu", dtype="float32", threads=1)
-    q = llmbench.load_model(str(tiny_model_dir), device="cpu", dtype="float32", threads=1, quantize="int8")
-    assert q.quantization == "int8" and q.load.quantize_s is not None
+    q = llmbench.load_model(str(tiny_model_dir), device="cpu", dtype=dtype, threads=1, quantize=quantize)
+    assert q.quantization == quantize and q.dtype == dtype and q.load.quantize_s is not None
     # the tied 151936x64 head dominates: int8 stores it in a quarter of float32's bytes
     assert q.load.decode_weight_bytes < 0.4 * full.load.decode_weight_bytes
     run = llmbench.measure(prompt_file, model=q, max_new_tokens=5, ignore_eos=True, warmup=0)
-    assert run.config.quantization == "int8" and all(r.output_tokens == 5 for r in run.requests)
+    assert run.config.quantization == quantize and all(r.output_tokens == 5 for r in run.requests)
+
+
+def test_int8_dynamic_needs_float32_and_every_int8_the_cpu(tiny_model_dir):
     with pytest.raises(UserError, match="float32"):
-        models.validate(ModelOptions(model=str(tiny_model_dir), device="cpu", dtype="bfloat16", quantize="int8"))
+        models.validate(ModelOptions(model=str(tiny_model_dir), device="cpu", dtype="bfloat16",
+                                     quantize="int8-dynamic"))  # fmt: skip
+    models.validate(ModelOptions(model=str(tiny_model_dir), device="cpu", dtype="bfloat16", quantize="int8"))
+    with pytest.raises(UserError, match="unknown --quantize"):
+        models.validate(ModelOptions(model=str(tiny_model_dir), device="cpu", dtype="float32", quantize="int4"))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_int8_weight_only_linear_is_the_dequantized_matmul(dtype):
+    """The kernel against the formula it stands for: y = x @ (q * s).T + b, q = round(w / s), s = absmax / 127."""
+    from llmbench.quantize import Int8WeightLinear
+
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(96, 40, bias=True)
+    linear.weight.data[3] *= 50  # one loud output channel must not cost the others their resolution
+    layer = Int8WeightLinear(linear, dtype)
+    w = linear.weight.detach().double()
+    s = w.abs().amax(dim=1) / 127
+    q = torch.round(w / s[:, None]).clamp(-127, 127)
+    assert torch.equal(layer.weight_int8.double(), q)
+    x = torch.randn(2, 5, 96)
+    expected = x.double() @ (q * s.to(dtype).double()[:, None]).T + linear.bias.detach().to(dtype).double()
+    got = layer(x.to(dtype)).double()
+    assert got.shape == (2, 5, 40)
+    tol = 1e-4 if dtype == torch.float32 else 0.05 * expected.abs().max().item()
+    assert (got - expected).abs().max().item() < tol
+    # and per-channel scales keep quiet channels close to float: far closer than one scale for the whole matrix
+    err = (got - x.double() @ w.T - linear.bias.detach().double()).abs()
+    assert err[..., :3].max() < 0.05 * (x.double() @ w.T)[..., :3].abs().max()
 
 
 @pytest.mark.compile

@@ -21,12 +21,15 @@ class Request:
     """One measurement to take: a prompt of the run's prompt set, and which repeat of it (< 0: a warm-up).
 
     ``batch``: several prompts generated together in one call (a backend that batches returns one result per
-    sequence, ``prompt_index`` = the sequence's place in the batch)."""
+    sequence, ``prompt_index`` = the sequence's place in the batch). ``scheduled_s``: an open-loop run's due
+    time (seconds after the run's start); the loop sets ``due_ns`` (``perf_counter_ns``) when it sends it."""
 
     prompt: str
     prompt_index: int
     repeat: int
     batch: tuple[str, ...] = ()
+    scheduled_s: float | None = None
+    due_ns: int | None = None
 
 
 @runtime_checkable

@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from llmbench import envinfo, machine
+from llmbench.arrivals import plan_arrivals
 from llmbench.backends import Request
 from llmbench.client import (
     TokenCounter,
@@ -32,6 +33,7 @@ from llmbench.process import Stop
 from llmbench.prompts import PromptSet
 from llmbench.schema import (
     ENDPOINT_METRIC_FORMULAS,
+    Arrival,
     ClientStats,
     EndpointConfig,
     Probe,
@@ -64,6 +66,12 @@ class EndpointBackend:
         self.counter: TokenCounter | None = None
         self.client: httpx.AsyncClient | None = None
         self.odd_content_types: set[str] = set()  # streams that came without text/event-stream
+        self.probing = True  # False: leave the calibration probe to another client process (--workers)
+        self.arrival: Arrival | None = None  # an open loop's schedule: its record and due times (seconds)
+        self.offsets: list[float] = []
+        if (ol := endpoint.open_loop) is not None:
+            self.arrival, self.offsets = plan_arrivals(ol.rate_rps, ol.arrival, requests=ol.requests,
+                                                       duration_s=ol.duration_s, seed=ol.seed)  # fmt: skip
         self._cpu0: float | None = None
         self._t0 = 0.0
 
@@ -77,7 +85,8 @@ class EndpointBackend:
             "prompt_sha256": prompts.sha256,
             "system_prompt": o.system_prompt,
             "endpoint": {"url": redact(self.url), "concurrency": self.endpoint.concurrency,
-                         "request_extra": request_extra(o)},
+                         "request_extra": request_extra(o),
+                         "arrival": self.arrival.model_dump() if self.arrival else None},
         }  # fmt: skip
 
     async def synthesize(self, spec: SyntheticSpec) -> PromptSet:
@@ -103,10 +112,10 @@ class EndpointBackend:
         self.model = self.endpoint.model or listed or (self.health or {}).get("model")
         self.counter = self.counter or TokenCounter(self.endpoint.tokenizer)
         c = self.endpoint.concurrency
-        self.client = httpx.AsyncClient(
-            timeout=httpx.Timeout(self.endpoint.timeout_s, connect=10.0),
-            limits=httpx.Limits(max_connections=c, max_keepalive_connections=c),
-        )
+        # an open loop has no limit in flight: a pool limit would queue requests in the client, unseen
+        limits = (httpx.Limits(max_connections=None, max_keepalive_connections=None) if self.endpoint.open_loop
+                  else httpx.Limits(max_connections=c, max_keepalive_connections=c))  # fmt: skip
+        self.client = httpx.AsyncClient(timeout=httpx.Timeout(self.endpoint.timeout_s, connect=10.0), limits=limits)
 
     def new_run(self, prompts: PromptSet) -> Run:
         o, h = self.options, self.health or {}
@@ -128,6 +137,8 @@ class EndpointBackend:
                 concurrency=self.endpoint.concurrency,
                 server=self.health,
                 request_extra=request_extra(o),
+                arrival=self.arrival,
+                workers=self.endpoint.open_loop.workers if self.endpoint.open_loop else 1,
             ),
         )
         return new_run_record(config, envinfo.collect("cpu"), metrics=ENDPOINT_METRIC_FORMULAS)
@@ -144,33 +155,47 @@ class EndpointBackend:
         s = await stream_one(self.client, self.url, body, self.headers)
         if s.content_type:
             self.odd_content_types.add(s.content_type)
-        prompt_tokens, n, source = self.counter.count(s, body["messages"])
+        c = self.counter.count(s, body["messages"])
         timing = s.timing or {}
         # an end-of-sequence token has no text but usage counts it: its finishing event stamps it
-        eos = s.finish_reason == "stop" and source == "usage" and s.finish_ns and s.finish_ns > s.stamps_ns[-1]
-        return request_result(
+        eos = s.finish_reason == "stop" and c.source == "usage" and s.finish_ns and s.finish_ns > s.stamps_ns[-1]
+        result = request_result(
             prompt_index=request.prompt_index,
             repeat=request.repeat,
             start_ns=s.start_ns,
             stamps_ns=s.stamps_ns,
-            prompt_tokens=prompt_tokens,
-            output_tokens=max(n, 1),
+            prompt_tokens=c.prompt_tokens,
+            output_tokens=max(c.output_tokens, 1),
             last_token_ns=s.finish_ns if eos else None,
             output_sha256=text_sha256(s.text),  # endpoint runs receive text, not token ids
             output_text=s.text,
             started_s=started_s,
             chunks=len(s.stamps_ns),
-            tokens_from=source,
+            tokens_from=c.source,
             stream_end_ms=round((s.end_ns - s.start_ns) / _NS_PER_MS, 3),
             server_ttft_ms=timing.get("ttft_ms"),
             server_queue_ms=timing.get("queue_ms"),
+            output_tokens_server=c.server if c.client is not None else None,
+            output_tokens_client=c.client if c.server is not None else None,
+            reasoning_tokens=c.reasoning_tokens,
         )
+        if s.reasoning_ns:
+            result.ttfrt_ms = round((s.reasoning_ns[0] - s.start_ns) / _NS_PER_MS, 3)
+            result.reasoning_events = len(s.reasoning_ns)
+        if request.due_ns is not None:  # open loop: how late the client sent it, and what an on-time user waited
+            late = round((s.start_ns - request.due_ns) / _NS_PER_MS, 3)
+            result.scheduled_s = request.scheduled_s
+            result.send_lateness_ms = late
+            result.ttft_from_schedule_ms = round(result.ttft_ms + late, 3)
+            result.e2e_from_schedule_ms = round(result.e2e_ms + late, 3)
+        return result
 
     def probe_key(self) -> Hashable | None:
         # The client's machine is the server's only when the server is on loopback: then the probe says
         # whether that machine got slower. Against a remote server it would say nothing about the server.
         host = urlsplit(self.url).hostname or ""
-        return ("numpy",) if host in ("localhost", "::1") or host.startswith("127.") else None
+        local = host in ("localhost", "::1") or host.startswith("127.")
+        return ("numpy",) if local and self.probing else None
 
     async def probe(self) -> Probe:
         return machine.probe_numpy()
@@ -187,6 +212,16 @@ class EndpointBackend:
                 cpu_ms_per_event=round(1000 * cpu / events, 4) if events else None,
             )
         warnings = []
+        if (late := lateness_warning(run)) is not None:
+            warnings.append(late)
+        if run.summary and run.summary.token_count_disagreements:
+            warnings.append(disagreement_warning(run))
+        if any(r.reasoning_events and r.reasoning_tokens is None and r.tokens_from != "usage" for r in run.requests):
+            warnings.append(
+                "the server streamed reasoning but its usage did not say how many tokens it took "
+                "(completion_tokens_details.reasoning_tokens): output_tokens counts the answer alone, from "
+                "--tokenizer or its content events"
+            )
         if run.summary and run.summary.stream_buffered:
             warnings.append(buffered_warning(run))
         if self.odd_content_types:
@@ -209,6 +244,39 @@ class EndpointBackend:
     async def close(self) -> None:
         if self.client is not None:
             await self.client.aclose()
+
+
+LATE_MS = 10.0  # a request sent later than this after its due time: the client, not the server, set its latency
+
+
+def lateness_warning(run: Run) -> str | None:
+    """Said loudly when an open-loop client fell behind its own schedule (then it measured itself)."""
+    late = [r.send_lateness_ms for r in run.requests if r.send_lateness_ms is not None]
+    over = [v for v in late if v > LATE_MS]
+    if not over:
+        return None
+    s = run.summary
+    p99 = s.send_lateness_ms.p99 if s and s.send_lateness_ms else max(late)
+    return (
+        f"THE CLIENT FELL BEHIND ITS SCHEDULE: {len(over)} of {len(late)} requests went out more than "
+        f"{LATE_MS:.0f} ms late (send lateness p99 {p99:.1f} ms, max {max(late):.1f} ms); at this rate the numbers "
+        "measure the load generator too (use --workers N, a lower rate, or see ttft_from_schedule_ms)"
+    )
+
+
+def disagreement_warning(run: Run) -> str:
+    """How many requests' server and client token counts differ, and by how much."""
+    both = [r for r in run.requests if r.output_tokens_server is not None and r.output_tokens_client is not None]
+    diffs = [
+        c - sv
+        for r in both
+        if (c := r.output_tokens_client) is not None and (sv := r.output_tokens_server) is not None and c != sv
+    ]
+    return (
+        f"token counts disagree on {len(diffs)} of {len(both)} requests (--tokenizer minus the server's usage: "
+        f"{min(diffs):+d} to {max(diffs):+d}); the metrics use the server's (tokens_from, output_tokens_server/"
+        "output_tokens_client)"
+    )
 
 
 def buffered_warning(run: Run) -> str:

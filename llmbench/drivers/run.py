@@ -7,12 +7,12 @@ from typing import TYPE_CHECKING, Union
 
 from llmbench.backends import Backend
 from llmbench.errors import UserError
-from llmbench.loop import Reporter, check_resumable, execute, new_track, round_robin
+from llmbench.loop import Reporter, check_resumable, execute, new_track, round_robin, scheduled
 from llmbench.options import EndpointOptions, ModelOptions, RunOptions
 from llmbench.process import Stop
 from llmbench.prompts import PromptSet
 from llmbench.schema import Run
-from llmbench.storage import default_output_path, load_run, prepare_dir, prepare_output
+from llmbench.storage import default_output_path, load_run, prepare_dir, prepare_output, save_run
 from llmbench.synthetic import SyntheticSpec, synthetic_record
 
 if TYPE_CHECKING:
@@ -54,6 +54,8 @@ async def run(
     resume's setup as far as it is known before loading); the rest is checked before the first request.
     """
     options.validate()
+    if isinstance(target, EndpointOptions) and (ol := target.open_loop) is not None and (ol.workers > 1 or ol.ray):
+        return await _shared(prompts, target, options, output, overwrite, default_dir, resume, stop, reporter)
     backend = make_backend(target, options)
     previous = path = None
     if resume is not None:
@@ -84,18 +86,67 @@ async def run(
         if reporter is not None:
             reporter.status(started_line(track.fresh))
         concurrency = target.concurrency if isinstance(target, EndpointOptions) else 1
+        offsets = getattr(backend, "offsets", None)
+        plan = scheduled(track, prompts, offsets) if offsets else round_robin([track], prompts, options.repeats)
         runs = await execute(
-            [track], round_robin([track], prompts, options.repeats), prompts,
-            warmup=options.warmup, concurrency=concurrency, stop=stop, reporter=reporter,
+            [track], plan, prompts, warmup=options.warmup, concurrency=concurrency, stop=stop, reporter=reporter,
         )  # fmt: skip
     finally:
         await backend.close()
     return runs[0], track.path
 
 
+async def _shared(
+    prompts: PromptSet | SyntheticSpec,
+    target: EndpointOptions,
+    options: RunOptions,
+    output: str | Path | None,
+    overwrite: bool,
+    default_dir: str | Path | None,
+    resume: str | Path | None,
+    stop: Stop | None,
+    reporter: Reporter | None,
+) -> tuple[Run, Path | None]:
+    """An open loop spread over ``workers`` processes (or Ray tasks): see :mod:`llmbench.loadgen`."""
+    from llmbench import loadgen
+    from llmbench.errors import RunInterrupted
+
+    assert target.open_loop is not None
+    target.validate()
+    if resume is not None:
+        raise UserError("--resume continues one process's run; an open loop over --workers or --ray can't resume")
+    if not isinstance(prompts, PromptSet):
+        raise UserError("--synthetic is not available with --workers or --ray: write the prompts to a file")
+    path = prepare_output(output, overwrite) if output is not None else None
+    if path is None and default_dir is not None:
+        prepare_dir(default_dir)
+    ol = target.open_loop
+    if reporter is not None:
+        where = f"Ray tasks on {ol.ray}" if ol.ray else "local processes"
+        reporter.status(f"streaming to {target.url}, open loop at {ol.rate_rps:g}/s over {ol.workers} {where}")
+    spread = loadgen.run_ray if ol.ray else loadgen.run_local
+    run, stopped = await spread(prompts, target, options, stop)
+    if path is None and default_dir is not None:
+        path = default_output_path(run.config.model, run.config.device, default_dir)
+    if path is not None:
+        save_run(run, path)
+    if stopped:
+        raise RunInterrupted([run], path, stopped)
+    if not run.requests:
+        first = run.failed_requests[0].error if run.failed_requests else "none was sent"
+        raise UserError(f"every request failed (first: {first})")
+    return run, path
+
+
 def started_line(run: Run) -> str:
     """One line on what is about to be measured."""
     c, load = run.config, run.load
+    if c.endpoint is not None and c.endpoint.arrival is not None:
+        a = c.endpoint.arrival
+        return (
+            f"streaming to {c.endpoint.url} (model {c.model}), open loop: {a.requests} requests at "
+            f"{a.rate_rps:g}/s ({a.process}{f' cv {a.cv:g}' if a.process == 'gamma' else ''}, seed {a.seed})"
+        )
     if c.endpoint is not None:
         return f"streaming to {c.endpoint.url} (model {c.model}), {c.endpoint.concurrency} at a time"
     line = f"{c.model} on {c.device}: {c.dtype} ({c.dtype_reason}), {c.threads} threads"

@@ -31,10 +31,12 @@ from llmbench.models import LoadedModel
 from llmbench.options import ModelOptions, RunOptions
 from llmbench.process import Stop, freeze_now
 from llmbench.prompts import PromptSet
+from llmbench.quantize import forced_dtype
 from llmbench.schema import COMPARE, Run, differences, must_match, utc_now
-from llmbench.storage import prepare_output, write_atomic
+from llmbench.storage import prepare_output, save_run, write_atomic
 
-SWEEP_VERSION = 1  # sweep.json; history: 1 (llmbench 0.1.0) first version; 0.2.0 adds "varied"
+SWEEP_VERSION = 1  # sweep.json; history: 1 (llmbench 0.1.0) first version; 0.2.0 adds "varied" and
+# (with --quality) kld_mean, kld_p99, top1_agreement, greedy_identical_share, excluded_by_max_kld, quality_notes
 
 
 @dataclass(frozen=True)
@@ -49,8 +51,14 @@ class Setup:
     quantize: str | None = None
 
     def label(self) -> str:
-        """Short human name, e.g. ``bfloat16 2t sdpa static compiled``."""
-        parts = [self.quantize or self.dtype, f"{self.threads}t"]
+        """Short human name, e.g. ``bfloat16 2t sdpa static compiled`` or ``bfloat16+int8 2t``."""
+        if self.quantize is None:
+            weights = self.dtype
+        elif forced_dtype(self.quantize) is not None:  # int8-dynamic: float32 goes without saying
+            weights = self.quantize
+        else:
+            weights = f"{self.dtype}+{self.quantize}"
+        parts = [weights, f"{self.threads}t"]
         if self.attn:
             parts.append(self.attn)
         if self.cache != "dynamic":
@@ -135,10 +143,10 @@ def expand(
     skipped: list[str] = []
     for dt, th, at, ca, co, qu in itertools.product(dtypes, threads, attns, caches, compiles, quantizes):
         s = Setup(dtype=dt, threads=th, attn=at, cache="static" if co else ca, compile=co, quantize=qu)
-        if qu is not None and dt != "float32":
-            skipped.append(f"{qu} with {dt}: {qu} weights compute in float32")
+        if qu is not None and forced_dtype(qu) not in (None, dt):
+            skipped.append(f"{qu} with {dt}: {qu} weights compute in {forced_dtype(qu)}")
             continue
-        if co and qu is not None:
+        if co and qu == "int8-dynamic":
             skipped.append(f"{s.label()}: torch.compile does not trace torch's dynamic int8 linears")
             continue
         if s not in setups:  # --compile makes dynamic and static cache the same setup
@@ -173,11 +181,15 @@ class Sweep:
         *,
         reporter: Reporter | None = None,
         rank_by: str = "mean",
+        quality: bool = False,
+        max_kld: float | None = None,
     ) -> None:
         if rank_by not in ("mean", "p50"):
             raise UserError(f"unknown --rank-by '{rank_by}'; expected mean or p50")
         if not setups:
             raise UserError("no setup to sweep: every combination was left out")
+        if max_kld is not None and not max_kld >= 0:
+            raise UserError(f"--max-kld must be a KL divergence (0 or more), not {max_kld}")
         self.setups = setups
         self.spec = spec
         self.options = options
@@ -186,6 +198,9 @@ class Sweep:
         self.rank_by = rank_by  # the statistic that picks the best: mean (default) or p50 (robust to outliers)
         self.entries: list[SweepEntry] = []
         self.started_at = utc_now()
+        self.quality = quality or max_kld is not None  # --max-kld needs the figures it limits
+        self.max_kld = max_kld
+        self.models: dict[tuple, LoadedModel] = {}
 
     # -- loading ------------------------------------------------------------------------------------------
 
@@ -205,6 +220,7 @@ class Sweep:
             key = self._model_key(s)
             if key not in loaded:
                 loaded[key] = await asyncio.wrap_future(thread.submit(self._load, s, loaded))
+            self.models = loaded
             base = loaded[key]
             lm = dataclasses.replace(base, threads=s.threads, load=base.load.model_copy(deep=True))
             options = dataclasses.replace(self.options, cache=s.cache, compile=s.compile)
@@ -226,7 +242,7 @@ class Sweep:
             self.reporter.status(f"copying the {s.quantize or s.dtype} model for {s.label()} ...")
             src = loaded[plain]
             return dataclasses.replace(src, model=copy.deepcopy(src.model), warnings=list(src.warnings))
-        self.reporter.status(f"loading {self.spec.model} as {s.quantize or s.dtype} ...")
+        self.reporter.status(f"loading {self.spec.model} as {s.label().split()[0]} ...")
         spec = dataclasses.replace(self.spec, dtype=s.dtype, threads=s.threads, quantize=s.quantize, attn=None)
         lm = models.load_model(spec)
         freeze_now()
@@ -257,9 +273,43 @@ class Sweep:
         except RunInterrupted as e:
             write_atomic(path, _json(self.record(prompts, complete=False)))
             raise RunInterrupted(e.runs, path, e.signal_name) from None
+        if self.quality:
+            await self.measure_quality()
         record = self.record(prompts, complete=True)
         write_atomic(path, _json(record))
         return record
+
+    async def measure_quality(self) -> None:
+        """Every setup against float32 without quantization (computed once; a setup that is it serves), on the
+        text llmbench ships; written into each run JSON (``quality``)."""
+        from llmbench.drivers import quality as dq
+        from llmbench.quality import build_reference, default_text
+
+        thread = generation_thread()
+        cached = self.models.get(("float32", None))
+        if cached is not None:
+            ref_lm: LoadedModel = cached
+        else:
+            self.reporter.status(f"loading the float32 reference of {self.spec.model} ...")
+            spec = dataclasses.replace(self.spec, dtype="float32", threads=self.entries[0].setup.threads, quantize=None)
+            ref_lm = await asyncio.wrap_future(thread.submit(models.load_model, spec))
+        self.reporter.status("measuring quality against the float32 reference ...")
+        setup = {"model": self.spec.model, "dtype": "float32", "quantize": None, "attn": None, "compile": False}
+        size = min(dq.DEFAULT_CHUNK, ref_lm.max_positions or dq.DEFAULT_CHUNK)
+        ref = await asyncio.wrap_future(thread.submit(build_reference, ref_lm.model, ref_lm.tokenizer, default_text(),
+                                                      ref_lm.device, setup, size))  # fmt: skip
+        prompts = dq.default_prompts()
+        for e in self.entries:
+            await e.backend.activate()
+            # greedy continuations decode as the setup does (its cache, its compiled step)
+            options = dataclasses.replace(self.options, cache=e.setup.cache, compile=e.setup.compile,
+                                          max_new_tokens=min(self.options.max_new_tokens, 32))  # fmt: skip
+            result = await asyncio.wrap_future(thread.submit(dq.evaluate, ref, ref_lm, e.backend.lm, prompts, options))
+            e.run.quality = {"reference": setup, "text_sha256": ref.text_sha256, **result}
+            if self.max_kld is not None and result["kld_mean"] > self.max_kld:
+                e.run.warnings.append(f"KL divergence {result['kld_mean']:.4g} above --max-kld {self.max_kld:g}: not "
+                                      "eligible as best")  # fmt: skip
+            save_run(e.run, e.path)
 
     # -- the record ---------------------------------------------------------------------------------------
 
@@ -284,9 +334,11 @@ class Sweep:
                     "quantize_s": e.backend.lm.load.quantize_s,
                     "compile_s": e.backend.lm.load.compile_s,
                     "run_file": e.path.name,
+                    **self._quality_fields(e.run.quality),
                 }
             )
-        best = {m: best_of(rows, f"{m}_{self.rank_by}") for m in ("ttft_ms", "tpot_ms")}
+        eligible = [r for r in rows if not r.get("excluded_by_max_kld")]
+        best = {m: best_of(eligible, f"{m}_{self.rank_by}") for m in ("ttft_ms", "tpot_ms")}
         return {
             "sweep_version": SWEEP_VERSION,
             "created_at": self.started_at,
@@ -303,8 +355,11 @@ class Sweep:
             "max_new_tokens": self.options.max_new_tokens,
             "results": rows,
             "best": {m: ({k: b[k] for k in (*SETUP_KEYS, "label")} if b else None) for m, b in best.items()},
-            "best_margin": {m: self.margin(rows, m) for m in ("ttft_ms", "tpot_ms")},
-            "pareto": [r["label"] for r in pareto(rows, self.rank_by)],
+            "best_margin": {m: self.margin(eligible, m) for m in ("ttft_ms", "tpot_ms")},
+            "pareto": [r["label"] for r in pareto(eligible, self.rank_by)],
+            "max_kld": self.max_kld,
+            "excluded_by_max_kld": [r["label"] for r in rows if r.get("excluded_by_max_kld")],
+            "quality_notes": self.quality_notes(),
             "metrics": {
                 "ttft_ms_mean": "mean over the setup's requests of first_token_stamp - request_start",
                 "tpot_ms_mean": "mean over requests of (last - first token stamp) / (output_tokens - 1)",
@@ -314,7 +369,29 @@ class Sweep:
                 "pareto": "setups no other setup beats on both ttft_ms_<rank_by> and tpot_ms_<rank_by>",
                 "best_margin": "best vs runner-up: change of the runner-up's <rank_by> over the best's, with a "
                 "paired bootstrap 95% interval over the same (prompt, round) requests",
+                "kld_mean": "--quality: mean KL(P_float32 || P_setup) of next-token distributions on llmbench's text "
+                "(see llmbench quality); top1_agreement: share of positions with the same argmax",
+                "excluded_by_max_kld": "kld_mean above --max-kld: kept in the tables, not eligible for best or pareto",
             },
+        }
+
+    def quality_notes(self) -> list[str]:
+        """What a reader of the KLD columns must know (random weights make them a smoke test)."""
+        if not self.quality:
+            return []
+        from llmbench.drivers.quality import notes
+
+        return notes(self.spec, same=False)
+
+    def _quality_fields(self, quality: dict | None) -> dict[str, Any]:
+        if not quality:
+            return {}
+        return {
+            "kld_mean": quality["kld_mean"],
+            "kld_p99": quality["kld_p99"],
+            "top1_agreement": quality["top1_agreement"],
+            "greedy_identical_share": quality["greedy"]["identical_share"],
+            "excluded_by_max_kld": self.max_kld is not None and quality["kld_mean"] > self.max_kld,
         }
 
     def varied(self) -> list[str]:

@@ -1,0 +1,313 @@
+"""``llmbench load``: a server under open-loop load, rate by rate, against service-level objectives.
+
+Every rate is an ordinary open-loop run (``DIR/rate-<R>.json``: requests sent on a schedule drawn in advance,
+whatever the server does). ``DIR/load.json`` holds, per offered rate: the achieved rate, output tokens/s,
+TTFT/TPOT/E2E percentiles, errors and 429s, send lateness, SLO attainment and goodput; and the saturation
+point.
+
+Definitions (written into load.json):
+
+- An SLO ``METRIC:pNN=LIMIT`` (``ttft_ms:p90=1000``) holds at a rate when at least NN% of the requests sent
+  had ``METRIC <= LIMIT``. A failed request (an error, a 429) meets no SLO. A one-token answer has no TPOT and
+  fails a TPOT limit unless ``one_token_passes``. Metrics are llmbench's own: ``tpot_ms`` per request,
+  (last - first) / (n - 1), not ITL; ``ttft_ms`` and ``e2e_ms`` from the actual send.
+- A request is *good* when it meets every SLO's limit. ``goodput_rps`` = good requests / span, where the span
+  runs from the first due time to the last answer's end; ``attainment`` = good / sent.
+- A rate *holds* when ``attainment >= min_attainment`` (default 0.9). The saturation point is the highest
+  offered rate that holds: with ``auto``, found by doubling from ``auto_start`` until a rate fails (or halving
+  until one holds), then ``auto_steps`` bisections (geometric midpoints) between the last rate that held and
+  the first that failed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from llmbench.client import chat_url, redact
+from llmbench.drivers.run import run as run_driver
+from llmbench.errors import RunInterrupted, UserError
+from llmbench.loop import NullReporter, Reporter
+from llmbench.options import EndpointOptions, OpenLoop, RunOptions
+from llmbench.process import Stop
+from llmbench.prompts import PromptSet
+from llmbench.schema import LOAD_VERSION, Run, llmbench_version, utc_now
+from llmbench.storage import prepare_dir, prepare_output, write_atomic
+
+SLO_METRICS = ("ttft_ms", "tpot_ms", "e2e_ms", "ttft_from_schedule_ms", "e2e_from_schedule_ms")
+MAX_AUTO_TRIALS = 12  # ramp + bisection, at most
+_SLO = re.compile(r"^\s*([a-z_]+)\s*:\s*p(\d+(?:\.\d+)?)\s*=\s*([0-9.eE+-]+)\s*$")
+
+DEFINITIONS = {
+    "slo": "METRIC:pNN=LIMIT holds when at least NN% of the requests sent had METRIC <= LIMIT; failed requests "
+    "meet no SLO; a request without TPOT (one token) fails a TPOT limit unless one_token_passes",
+    "tpot_ms": "per request: (last token - first token) / (output_tokens - 1), llmbench's TPOT (not ITL)",
+    "good": "a request that meets every SLO's limit",
+    "goodput_rps": "good requests / (last answer's end - first due time)",
+    "attainment": "good requests / requests sent",
+    "holds": "attainment >= min_attainment",
+    "saturation_rps": "the highest offered rate that holds",
+    "send_lateness_ms": "actual send - scheduled send, per request (the load generator's own delay)",
+}
+
+
+@dataclass(frozen=True)
+class Slo:
+    metric: str
+    percentile: float
+    limit: float
+
+    @property
+    def text(self) -> str:
+        return f"{self.metric}:p{self.percentile:g}={self.limit:g}"
+
+    @classmethod
+    def parse(cls, text: str) -> Slo:
+        """``ttft_ms:p90=1000`` -> Slo; UserError naming what is wrong."""
+        m = _SLO.match(text)
+        if not m:
+            raise UserError(f"--slo '{text}': expected METRIC:pNN=LIMIT, e.g. ttft_ms:p90=1000")
+        metric, pct, limit = m.group(1), float(m.group(2)), _float(m.group(3), text)
+        if metric not in SLO_METRICS:
+            raise UserError(f"--slo '{text}': unknown metric {metric}; expected one of {', '.join(SLO_METRICS)}")
+        if not 0 < pct <= 100 or not limit > 0:
+            raise UserError(f"--slo '{text}': the percentile must be in (0, 100] and the limit above 0")
+        return cls(metric, pct, limit)
+
+
+def _float(text: str, where: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise UserError(f"'{where}': {text} is not a number") from None
+    if not math.isfinite(value):
+        raise UserError(f"'{where}': {text} is not a finite number")
+    return value
+
+
+def parse_rates(text: str) -> list[float] | None:
+    """``"0.5,1,2"`` -> [0.5, 1.0, 2.0]; ``"auto"`` -> None (search); UserError otherwise."""
+    if text.strip().lower() == "auto":
+        return None
+    rates = [_float(t.strip(), f"--rates {text}") for t in text.split(",") if t.strip()]
+    if not rates or any(r <= 0 for r in rates):
+        raise UserError(f"--rates '{text}': give positive requests per second, e.g. 0.5,1,2,4, or auto")
+    if len(set(rates)) != len(rates):
+        raise UserError(f"--rates '{text}' lists a rate twice")
+    return sorted(rates)
+
+
+@dataclass
+class LoadSpec:
+    """What ``llmbench load`` was asked for (the CLI's options, checked)."""
+
+    rates: list[float] | None  # None: auto
+    slos: list[Slo]
+    arrival: str = "poisson"
+    duration_s: float | None = 30.0
+    requests: int | None = None
+    seed: int = 0
+    workers: int = 1
+    ray: str | None = None
+    min_attainment: float = 0.9
+    one_token_passes: bool = False
+    auto_start: float = 1.0
+    auto_steps: int = 3
+
+    def validate(self) -> None:
+        if not self.slos:
+            raise UserError("give at least one --slo, e.g. --slo ttft_ms:p90=1000 --slo tpot_ms:p90=200")
+        if not 0 < self.min_attainment <= 1:
+            raise UserError(f"--min-attainment must be in (0, 1], not {self.min_attainment}")
+        if not self.auto_start > 0 or self.auto_steps < 0:
+            raise UserError("--auto-start must be above 0 and --auto-steps 0 or more")
+        self.open_loop(1.0).validate()
+
+    def open_loop(self, rate: float) -> OpenLoop:
+        return OpenLoop(rate_rps=rate, arrival=self.arrival, requests=self.requests, duration_s=self.duration_s,
+                        seed=self.seed, workers=self.workers, ray=self.ray)  # fmt: skip
+
+
+def _value(r: Any, metric: str) -> float | None:
+    return getattr(r, metric, None)
+
+
+def rate_figures(run: Run, spec: LoadSpec) -> dict[str, Any]:
+    """One rate's row of load.json, from its run (see the module docstring for every definition)."""
+    ok, failed = run.requests, run.failed_requests
+    sent = len(ok) + len(failed)
+    good = [r for r in ok if all(_meets(r, s, spec.one_token_passes) for s in spec.slos)]
+    ends = [r.scheduled_s + r.e2e_from_schedule_ms / 1000 for r in ok
+            if r.scheduled_s is not None and r.e2e_from_schedule_ms is not None]  # fmt: skip
+    due = [d for d in [*(r.scheduled_s for r in ok), *(f.scheduled_s for f in failed)] if d is not None]
+    span = (max([*ends, *due]) - min(due)) if due else 0.0
+    s = run.summary
+    slo_rows = {}
+    for slo in spec.slos:
+        met = sum(_meets(r, slo, spec.one_token_passes) for r in ok)
+        values = [v if (v := _value(r, slo.metric)) is not None else math.inf for r in ok] + [math.inf] * len(failed)
+        observed = float(np.percentile(values, slo.percentile, method="inverted_cdf")) if values else None
+        slo_rows[slo.text] = {
+            "attainment": round(met / sent, 4) if sent else 0.0,
+            "observed": observed if observed is not None and math.isfinite(observed) else None,
+            "holds": sent > 0 and met / sent >= slo.percentile / 100,
+        }
+    attainment = len(good) / sent if sent else 0.0
+    tokens = sum(r.output_tokens for r in ok)
+    return {
+        "offered_rate_rps": run.config.endpoint.arrival.rate_rps if run.config.endpoint and run.config.endpoint.arrival
+        else None,
+        "achieved_rate_rps": s.achieved_rate_rps if s else None,
+        "sent": sent,
+        "finished": len(ok),
+        "failed": len(failed),
+        "http_429": sum(f.status == 429 for f in failed),
+        "output_tokens_per_s": round(tokens / span, 3) if span > 0 else None,
+        **{f"{m}": _pcts(getattr(s, m, None)) for m in ("ttft_ms", "tpot_ms", "e2e_ms", "ttft_from_schedule_ms")},
+        "send_lateness_ms": _pcts(s.send_lateness_ms if s else None, ("p50", "p99", "max")),
+        "good": len(good),
+        "goodput_rps": round(len(good) / span, 4) if span > 0 else 0.0,
+        "attainment": round(attainment, 4),
+        "slos": slo_rows,
+        "holds": sent > 0 and attainment >= spec.min_attainment,
+        "complete": run.complete,
+    }  # fmt: skip
+
+
+def _pcts(stats: Any, keys: tuple[str, ...] = ("p50", "p90", "p99")) -> dict[str, float] | None:
+    return None if stats is None else {k: round(getattr(stats, k), 3) for k in keys}
+
+
+def _meets(r: Any, slo: Slo, one_token_passes: bool) -> bool:
+    v = _value(r, slo.metric)
+    if v is None:
+        return slo.metric == "tpot_ms" and one_token_passes and r.output_tokens < 2
+    return v <= slo.limit
+
+
+class LoadDriver:
+    """Runs the rates (a list, or the search) and keeps load.json up to date after each."""
+
+    def __init__(self, prompts: PromptSet, endpoint: EndpointOptions, options: RunOptions, spec: LoadSpec,
+                 out_dir: Path, stop: Stop | None, reporter: Reporter | None) -> None:  # fmt: skip
+        self.prompts, self.endpoint, self.options, self.spec = prompts, endpoint, options, spec
+        self.out_dir, self.stop, self.reporter = out_dir, stop, reporter or NullReporter()
+        self.rows: dict[float, dict[str, Any]] = {}
+        self.model: str | None = None
+        self.path = prepare_output(out_dir / "load.json", overwrite=False)
+
+    async def trial(self, rate: float) -> dict[str, Any]:
+        """One open-loop run at ``rate``; its row."""
+        if rate in self.rows:
+            return self.rows[rate]
+        out = prepare_output(self.out_dir / f"rate-{rate:g}.json", overwrite=False)
+        self.reporter.status(f"offered rate {rate:g}/s ...")
+        endpoint = dataclasses.replace(self.endpoint, open_loop=self.spec.open_loop(rate))
+        try:
+            run, _ = await run_driver(self.prompts, endpoint, self.options, output=out, stop=self.stop,
+                                      reporter=self.reporter)  # fmt: skip
+        except RunInterrupted as e:
+            if e.runs and (e.runs[0].requests or e.runs[0].failed_requests):
+                self._add(rate, e.runs[0], out)
+            raise
+        self._add(rate, run, out)
+        row = self.rows[rate]
+        self.reporter.status(
+            f"  {rate:g}/s: achieved {row['achieved_rate_rps']}/s, goodput {row['goodput_rps']}/s, attainment "
+            f"{row['attainment']:.0%}, {row['http_429']} x 429 -> {'holds' if row['holds'] else 'fails'}"
+        )
+        return row
+
+    def _add(self, rate: float, run: Run, path: Path) -> None:
+        self.model = self.model or run.config.model
+        self.rows[rate] = {**rate_figures(run, self.spec), "run_file": path.name}
+        self.save(complete=False)
+
+    async def search(self) -> dict[str, Any]:
+        """Double (or halve) from auto_start until the verdict changes, then bisect geometrically."""
+        rate, trials = self.spec.auto_start, 0
+        held = (await self.trial(rate))["holds"]
+        lo, hi = (rate, None) if held else (None, rate)
+        while (lo is None or hi is None) and trials < MAX_AUTO_TRIALS:
+            rate = rate * 2 if held else rate / 2
+            trials += 1
+            if (await self.trial(rate))["holds"]:
+                lo = rate if lo is None or rate > lo else lo
+            else:
+                hi = rate if hi is None or rate < hi else hi
+        for _ in range(self.spec.auto_steps):
+            if lo is None or hi is None:
+                break
+            mid = round(math.sqrt(lo * hi), 4)
+            if (await self.trial(mid))["holds"]:
+                lo = mid
+            else:
+                hi = mid
+        return {"method": "auto", "bracket_rps": [lo, hi]}
+
+    def record(self, complete: bool, search: dict[str, Any] | None = None) -> dict[str, Any]:
+        rows = [self.rows[r] for r in sorted(self.rows)]
+        holding = [r["offered_rate_rps"] for r in rows if r["holds"]]
+        failing = [r["offered_rate_rps"] for r in rows if not r["holds"]]
+        saturation = max(holding) if holding else None
+        above = min((f for f in failing if saturation is None or f > saturation), default=None)
+        return {
+            "load_version": LOAD_VERSION,
+            "llmbench_version": llmbench_version(),
+            "created_at": utc_now(),
+            "complete": complete,
+            "endpoint": redact(chat_url(self.endpoint.url)),
+            "model": self.model,
+            "arrival": self.spec.arrival,
+            "seed": self.spec.seed,
+            "duration_s": self.spec.duration_s,
+            "requests": self.spec.requests,
+            "workers": self.spec.workers,
+            "max_new_tokens": self.options.max_new_tokens,
+            "slos": [dataclasses.asdict(s) | {"text": s.text} for s in self.spec.slos],
+            "min_attainment": self.spec.min_attainment,
+            "one_token_passes": self.spec.one_token_passes,
+            "definitions": DEFINITIONS,
+            "rates": rows,
+            "saturation": {"rate_rps": saturation, "first_failing_above_rps": above, **(search or {"method": "list"})},
+        }
+
+    def save(self, complete: bool, search: dict[str, Any] | None = None) -> dict[str, Any]:
+        record = self.record(complete, search)
+        write_atomic(self.path, (json.dumps(record, indent=1) + "\n").encode())
+        return record
+
+
+async def load(
+    prompts: PromptSet,
+    endpoint: EndpointOptions,
+    options: RunOptions,
+    spec: LoadSpec,
+    out_dir: str | Path,
+    *,
+    stop: Stop | None = None,
+    reporter: Reporter | None = None,
+) -> tuple[dict[str, Any], Path]:
+    """Every rate of ``spec`` (or the saturation search) against ``endpoint``; load.json's record and path."""
+    spec.validate()
+    endpoint.validate()
+    options.validate()
+    driver = LoadDriver(prompts, endpoint, options, spec, prepare_dir(out_dir), stop, reporter)
+    search = None
+    try:
+        if spec.rates is None:
+            search = await driver.search()
+        else:
+            for rate in spec.rates:
+                await driver.trial(rate)
+    except RunInterrupted as e:
+        driver.save(complete=False, search=search)
+        raise RunInterrupted(e.runs, driver.path, e.signal_name) from None
+    return driver.save(complete=True, search=search), driver.path

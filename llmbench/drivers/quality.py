@@ -1,0 +1,179 @@
+"""``llmbench quality``: a candidate setup against a reference setup of the same model, on the same tokens.
+
+See :mod:`llmbench.quality` for what is measured. The reference is float32 without quantization by default;
+when the candidate *is* that setup, the same loaded model serves both (KL 0, agreement 1, by construction).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from llmbench import quality as q
+from llmbench.errors import UserError
+from llmbench.options import ModelOptions, RunOptions
+from llmbench.prompts import PromptSet
+from llmbench.schema import utc_now
+from llmbench.storage import write_atomic
+
+DEFAULT_CHUNK = 512  # tokens per teacher-forced chunk (capped by the model's context)
+DEFAULT_GREEDY_PROMPTS = 8
+
+
+def setup_of(spec: ModelOptions, options: RunOptions | None = None) -> dict[str, Any]:
+    """The fields that make a setup, as recorded in quality.json."""
+    return {"model": spec.model, "dtype": spec.dtype, "quantize": spec.quantize, "attn": spec.attn,
+            "compile": bool(options and options.compile)}  # fmt: skip
+
+
+def default_prompts() -> PromptSet:
+    """The first sentences of the shipped text, for greedy continuations when no prompt file is given."""
+    sentences = [s.strip() for s in re.split(r"(?<=[.。])\s*", q.default_text()) if len(s.strip()) > 20]
+    return PromptSet.from_list(sentences[:DEFAULT_GREEDY_PROMPTS], name="llmbench/data (first sentences)")
+
+
+def _encoded(lm: Any, prompt: str, options: RunOptions) -> Any:
+    from llmbench.generation import encode_messages, messages_for
+
+    use_template = options.chat_template and bool(getattr(lm.tokenizer, "chat_template", None))
+    return encode_messages(lm.tokenizer, messages_for(prompt, options.system_prompt), use_template)
+
+
+def greedy_ids(lm: Any, prompt: str, options: RunOptions, max_cache_len: int | None = None) -> list[int]:
+    """One greedy continuation of ``prompt`` of exactly ``options.max_new_tokens`` tokens, as a run would send
+    it (chat template, the setup's cache and compile). ``max_cache_len``: a static cache's size, the same for
+    every prompt (as a run sizes it), so a compiled graph is traced once, not per prompt length."""
+    import torch
+
+    from llmbench.generation import TokenStamper, generate_kwargs
+
+    enc = _encoded(lm, prompt, options)
+    size = max_cache_len or int(enc["input_ids"].shape[-1]) + options.max_new_tokens
+    kw = generate_kwargs(options.max_new_tokens, ignore_eos=True, cache=options.cache, compile=options.compile,
+                         max_cache_len=size)  # fmt: skip
+    stamper = TokenStamper()
+    with torch.inference_mode():
+        lm.model.generate(input_ids=enc["input_ids"].to(lm.device), attention_mask=enc["attention_mask"].to(lm.device),
+                          streamer=stamper, **kw)  # fmt: skip
+    return stamper.token_ids()
+
+
+def evaluate(ref: q.Reference, ref_lm: Any, cand_lm: Any, prompts: PromptSet, options: RunOptions) -> dict[str, Any]:
+    """Teacher-forced statistics and greedy divergences of ``cand_lm`` against the reference (generation thread)."""
+    stats = q.teacher_forced(ref, cand_lm.model, cand_lm.device)
+    reference_options = dataclasses.replace(options, cache="dynamic", compile=False)
+    longest = max(int(_encoded(cand_lm, p, options)["input_ids"].shape[-1]) for p in prompts.prompts)
+    size = longest + options.max_new_tokens
+    divergences = [q.first_divergence(greedy_ids(ref_lm, p, reference_options), greedy_ids(cand_lm, p, options, size))
+                   for p in prompts.prompts]  # fmt: skip
+    return {**stats, "greedy": q.greedy_summary(divergences, options.max_new_tokens)}
+
+
+def same_tokenizer(a: Any, b: Any) -> bool:
+    return a is b or a.get_vocab() == b.get_vocab()
+
+
+async def quality(
+    candidate: ModelOptions,
+    options: RunOptions,
+    *,
+    reference_dtype: str = "float32",
+    reference_model: str | None = None,
+    text: str | Path | None = None,
+    prompts: PromptSet | None = None,
+    chunk_tokens: int = DEFAULT_CHUNK,
+    reference_cache: Path | None = None,
+    output: Path | None = None,
+) -> dict[str, Any]:
+    """Measure ``candidate`` against the reference setup; the record (written to ``output`` when given)."""
+    from llmbench import models
+    from llmbench.generation import generation_thread
+    from llmbench.process import freeze_now
+
+    text_value, text_source = q.read_text(text)
+    reference = dataclasses.replace(candidate, model=reference_model or candidate.model, dtype=reference_dtype,
+                                    quantize=None, attn=None)  # fmt: skip
+    try:
+        models.validate(reference)
+    except UserError as e:
+        raise UserError(f"the reference ({reference.model}, {reference_dtype}) can't be built: {e}") from None
+    thread = generation_thread()
+    cand_lm = await asyncio.wrap_future(thread.submit(models.load_model, candidate))
+    # Compared as loaded, so --dtype auto that resolved to float32 *is* the reference setup.
+    same = setup_of(reference) == {**setup_of(candidate), "dtype": cand_lm.dtype} and not options.compile
+    try:
+        ref_lm = cand_lm if same else await asyncio.wrap_future(thread.submit(models.load_model, reference))
+    except UserError as e:
+        raise UserError(f"the reference ({reference.model}, {reference_dtype}) can't be built: {e}") from None
+    freeze_now()
+    if not same_tokenizer(ref_lm.tokenizer, cand_lm.tokenizer):
+        raise UserError("the reference and the candidate have different tokenizers: their distributions are over "
+                        "different tokens and can't be compared")  # fmt: skip
+    size = min(chunk_tokens, cand_lm.max_positions or chunk_tokens)
+    ref = await asyncio.wrap_future(thread.submit(_reference, ref_lm, text_value, setup_of(reference), size,
+                                                  reference_cache))  # fmt: skip
+    prompts = prompts or default_prompts()
+    result = await asyncio.wrap_future(thread.submit(evaluate, ref, ref_lm, cand_lm, prompts, options))
+    record = {
+        "quality_version": q.QUALITY_VERSION,
+        "created_at": utc_now(),
+        "weights": candidate.weights,
+        "device": cand_lm.device,
+        "candidate": {**setup_of(candidate, options), "dtype": cand_lm.dtype},
+        "reference": {**setup_of(reference), "dtype": ref_lm.dtype},
+        "text": {
+            "source": text_source,
+            "sha256": ref.text_sha256,
+            "tokens": sum(len(c) for c in ref.chunks),
+            "chunk_tokens": size,
+            "chunks": len(ref.chunks),
+        },
+        "prompts": {"source": prompts.path, "sha256": prompts.sha256, "count": len(prompts.prompts)},
+        **result,
+        "notes": notes(candidate, same),
+        "metrics": q_formulas(),
+    }
+    if output is not None:
+        write_atomic(output, (json.dumps(record, indent=2) + "\n").encode("utf-8"))
+    return record
+
+
+def _reference(lm: Any, text: str, setup: dict, size: int, cache: Path | None) -> q.Reference:
+    """From the cache file when it holds this very reference, else computed (and saved there)."""
+    import hashlib
+
+    sha = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    if cache is not None and cache.exists():
+        ref = q.load_reference(cache)
+        if ref.setup == setup and ref.text_sha256 == sha and ref.chunk_tokens == size:
+            return ref
+    ref = q.build_reference(lm.model, lm.tokenizer, text, lm.device, setup, size)
+    if cache is not None:
+        q.save_reference(ref, cache)
+    return ref
+
+
+def notes(candidate: ModelOptions, same: bool) -> list[str]:
+    out = []
+    if candidate.weights == "random":
+        out.append("RANDOM WEIGHTS: the logits carry no meaning, so KL divergence and agreement here are a smoke "
+                   "test of the machinery, not a quality figure")  # fmt: skip
+    if same:
+        out.append("the candidate is the reference setup: one model served both (KL 0 and agreement 1 by design)")
+    return out
+
+
+def q_formulas() -> dict[str, str]:
+    return {
+        "kld_mean": "mean over positions of KL(P_ref || P_cand) = sum_v p_ref(v) (log p_ref(v) - log p_cand(v)) of "
+        "the next-token distributions, teacher-forced on the evaluation text",
+        "kld_p99": "99th percentile of the per-position KL", "kld_max": "largest per-position KL",
+        "top1_agreement": "share of positions where both argmaxes are the same token",
+        "perplexity_*": "exp(mean negative log-likelihood of the text's next token)",
+        "first_divergence": "per prompt, the first generated position where greedy tokens differ (null: identical "
+        "for max_new_tokens)",
+    }  # fmt: skip

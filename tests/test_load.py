@@ -1,0 +1,292 @@
+"""Open-loop arrivals, rate sweeps with goodput under SLOs, load generators over several processes, reasoning
+streams and token counts that disagree: against real uvicorn servers on loopback.
+
+The server under load is ``llmbench serve``'s app around a model whose forward passes take known times
+(tests/delayed_model.py), one request at a time with a queue of 4 and 429 beyond: its capacity is known, so
+a rate far below it must hold and a rate far above it must not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import numpy as np
+import pytest
+
+from llmbench.arrivals import offsets_of, parse_arrival, plan_arrivals
+from llmbench.backends.endpoint import LATE_MS
+from llmbench.drivers import load as ld
+from llmbench.drivers.run import run as run_driver
+from llmbench.errors import UserError
+from llmbench.options import EndpointOptions, OpenLoop, RunOptions
+from llmbench.prompts import PromptSet
+from llmbench.serve import create_app
+from llmbench.storage import load_run, read_load
+from tests.delayed_model import delayed_loaded
+from tests.servers import BackgroundServer, faulty_server
+
+PREFILL_MS, DECODE_MS, NEW_TOKENS = 20.0, 10.0, 4  # one request holds the model ~50 ms: capacity ~20/s
+PROMPTS = PromptSet.from_list(["a plant dumps water at night", "某工厂夜间偷排废水", "mixed 文本 text"])
+OPTIONS = RunOptions(max_new_tokens=NEW_TOKENS, ignore_eos=True, warmup=1)
+
+
+@pytest.fixture(scope="module")
+def server(qwen_tokenizer):
+    lm = delayed_loaded(qwen_tokenizer, prefill_ms=PREFILL_MS, decode_ms=DECODE_MS)
+    with BackgroundServer(create_app(lm, max_queue=4)) as url:
+        yield url
+
+
+def _open(url: str, rate: float, **kw) -> EndpointOptions:
+    return EndpointOptions(url=url, open_loop=OpenLoop(rate_rps=rate, **kw))
+
+
+# -- schedules ----------------------------------------------------------------------------------------------
+
+
+def test_schedules_are_drawn_in_advance_reproducibly_with_the_asked_rate_and_shape():
+    for process, cv in (("poisson", 1.0), ("gamma:3", 3.0), ("gamma:0.5", 0.5)):
+        record, offsets = plan_arrivals(50.0, process, requests=20_000, seed=7)
+        gaps = np.diff(offsets)
+        assert offsets[0] == 0.0 and record.requests == 20_000 and record.cv == cv
+        assert gaps.mean() == pytest.approx(1 / 50, rel=0.05)  # 20,000 gaps: the mean is within a few %
+        assert gaps.std() / gaps.mean() == pytest.approx(cv, rel=0.1)
+        assert offsets == plan_arrivals(50.0, process, requests=20_000, seed=7)[1]  # the same every time
+        assert offsets != plan_arrivals(50.0, process, requests=20_000, seed=8)[1]
+    assert offsets_of(plan_arrivals(4.0, "constant", requests=3)[0], 3) == [0.0, 0.25, 0.5]
+    record, offsets = plan_arrivals(10.0, "poisson", duration_s=5.0, seed=1)
+    assert max(offsets) < 5.0 and record.requests == len(offsets) and 25 < len(offsets) < 80
+    # a duration cut is a prefix of the longer schedule: the same seed draws the same first arrivals
+    assert offsets == plan_arrivals(10.0, "poisson", requests=len(offsets), seed=1)[1]
+
+
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        ({"rate_rps": 0, "requests": 3}, "--rate must be a positive"),
+        ({"rate_rps": 1, "requests": 3, "duration_s": 2}, "--requests N or --duration S"),
+        ({"rate_rps": 1}, "--requests N or --duration S"),
+        ({"rate_rps": 1, "requests": 0}, "--requests must be at least 1"),
+        ({"rate_rps": 1, "duration_s": -1}, "--duration must be a positive"),
+        ({"rate_rps": 1, "requests": 3, "arrival": "burst"}, "unknown --arrival"),
+        ({"rate_rps": 1, "requests": 3, "arrival": "gamma:x"}, "coefficient of variation"),
+    ],
+)
+def test_bad_schedules_are_user_errors(kw, message):
+    rate = kw.pop("rate_rps")
+    with pytest.raises(UserError, match=message):
+        plan_arrivals(rate, kw.pop("arrival", "poisson"), **kw)
+    assert parse_arrival("gamma:2") == ("gamma", 2.0)
+
+
+# -- one open-loop run -------------------------------------------------------------------------------------
+
+
+def test_an_open_loop_run_sends_on_schedule_and_records_how_late(server, tmp_path):
+    out = tmp_path / "r.json"
+    run, _ = asyncio.run(run_driver(PROMPTS, _open(server, 8.0, arrival="constant", requests=12), OPTIONS,
+                                    output=out))  # fmt: skip
+    saved = load_run(out)
+    assert saved.summary == run.summary
+    a = saved.config.endpoint.arrival
+    assert (a.rate_rps, a.process, a.requests) == (8.0, "constant", 12) and saved.complete
+    assert [r.scheduled_s for r in saved.requests] == pytest.approx([i / 8 for i in range(12)])
+    # request i is prompt i % 3, repeat i // 3: the schedule walks the prompt list round and round
+    assert [(r.prompt_index, r.repeat) for r in saved.requests] == [(i % 3, i // 3) for i in range(12)]
+    for r in saved.requests:
+        assert r.send_lateness_ms is not None and r.send_lateness_ms >= 0
+        assert r.ttft_from_schedule_ms == pytest.approx(r.ttft_ms + r.send_lateness_ms, abs=0.01)
+        # the sends really went out on schedule: started_s (the loop's clock) follows the due times
+        assert r.started_s == pytest.approx(r.scheduled_s, abs=0.25)
+    s = saved.summary
+    assert s.offered_rate_rps == 8.0 and s.send_lateness_ms.n == 12 and s.achieved_rate_rps > 0
+
+
+def test_an_open_loop_does_not_wait_for_answers_but_a_closed_loop_does(server):
+    """10 requests due within 90 ms against a server that takes ~50 ms each: an open loop has them all in
+    flight at once (the server queues 4 and refuses the rest with 429), a closed loop never more than one."""
+    run, _ = asyncio.run(run_driver(PROMPTS, _open(server, 100.0, arrival="constant", requests=10), OPTIONS))
+    assert len(run.failed_requests) >= 3 and all(f.status == 429 for f in run.failed_requests)
+    assert all(f.scheduled_s is not None for f in run.failed_requests)
+    served = sorted(run.requests, key=lambda r: r.scheduled_s)
+    # queued requests wait their turn: TTFT grows with the place in the queue
+    assert served[-1].ttft_ms > served[0].ttft_ms + 2 * PREFILL_MS
+    closed, _ = asyncio.run(run_driver(PROMPTS, EndpointOptions(url=server), RunOptions(**{**OPTIONS.__dict__,
+                                                                                           "repeats": 3})))  # fmt: skip
+    assert not closed.failed_requests and len(closed.requests) == 9
+
+
+class _SlowReporter:
+    """A progress display that blocks the event loop for 40 ms after every answer: a load generator that
+    can't keep up, on purpose."""
+
+    def status(self, text: str) -> None:
+        pass
+
+    def warn(self, text: str) -> None:
+        pass
+
+    def warmup(self, done: int, total: int) -> None:
+        pass
+
+    def request(self, result, done: int, total: int) -> None:
+        time.sleep(0.04)
+
+
+def test_a_load_generator_that_falls_behind_says_so_loudly(server):
+    ep = _open(server, 60.0, arrival="constant", requests=24)
+    run, _ = asyncio.run(run_driver(PROMPTS, ep, OPTIONS, reporter=_SlowReporter()))
+    assert run.summary.send_lateness_ms.max > 30  # 40 ms blocks against a 16.7 ms schedule
+    assert any("THE CLIENT FELL BEHIND ITS SCHEDULE" in w for w in run.warnings)
+    on_time, _ = asyncio.run(run_driver(PROMPTS, _open(server, 4.0, arrival="constant", requests=4), OPTIONS))
+    # without the block the client is on time unless the machine itself is starved: the warning says which
+    late = on_time.summary.send_lateness_ms.max > LATE_MS
+    assert any("FELL BEHIND" in w for w in on_time.warnings) == late
+
+
+# -- load: rates, SLOs, goodput, saturation -----------------------------------------------------------------
+
+
+def test_slo_and_rate_parsing():
+    assert ld.Slo.parse("ttft_ms:p90=1000") == ld.Slo("ttft_ms", 90.0, 1000.0)
+    assert ld.Slo.parse(" tpot_ms : p99.9 = 50 ").text == "tpot_ms:p99.9=50"
+    for bad in ("ttft:p90=1", "ttft_ms:90=1", "ttft_ms:p90=x", "ttft_ms:p0=5", "itl_ms:p90=5", "ttft_ms:p90=-1"):
+        with pytest.raises(UserError, match="--slo"):
+            ld.Slo.parse(bad)
+    assert ld.parse_rates("4, 0.5,1") == [0.5, 1.0, 4.0] and ld.parse_rates("AUTO") is None
+    for bad in ("", "1,-2", "1,1", "a"):
+        with pytest.raises(UserError):
+            ld.parse_rates(bad)
+
+
+def test_goodput_counts_only_requests_meeting_every_slo_and_one_token_answers_fail_tpot(server):
+    run, _ = asyncio.run(run_driver(PROMPTS, _open(server, 5.0, arrival="constant", requests=6), OPTIONS))
+    ttfts = sorted(r.ttft_ms for r in run.requests)
+    limit = (ttfts[2] + ttfts[3]) / 2  # exactly 3 of 6 under it
+    spec = ld.LoadSpec(rates=[5.0], slos=[ld.Slo("ttft_ms", 50, limit)])
+    row = ld.rate_figures(run, spec)
+    assert row["good"] == 3 and row["attainment"] == 0.5 and row["slos"][f"ttft_ms:p50={limit:g}"]["holds"]
+    assert row["goodput_rps"] < row["achieved_rate_rps"]
+    one = run.model_copy(deep=True)
+    for r in one.requests:
+        r.tpot_ms, r.output_tokens = None, 1
+    tpot = ld.LoadSpec(rates=[5.0], slos=[ld.Slo("tpot_ms", 90, 1e9)])
+    assert ld.rate_figures(one, tpot)["good"] == 0  # no TPOT does not pass a TPOT limit ...
+    tpot.one_token_passes = True
+    assert ld.rate_figures(one, tpot)["good"] == 6  # ... unless asked
+
+
+def test_a_rate_sweep_holds_below_capacity_and_fails_above_with_429s(cli, server, tmp_path):
+    out = tmp_path / "load"
+    r = cli("load", _prompts(tmp_path), "--endpoint", server, "--rates", "2,200", "--requests", "12",
+            "--slo", "ttft_ms:p90=400", "--slo", "tpot_ms:p90=200", "--max-new-tokens", str(NEW_TOKENS),
+            "--ignore-eos", "-o", out, "-q")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    record = read_load(out / "load.json")
+    low, high = record["rates"]
+    assert low["offered_rate_rps"] == 2 and low["attainment"] == 1.0 and low["holds"] and low["http_429"] == 0
+    assert high["http_429"] > 0 and not high["holds"] and high["goodput_rps"] < high["offered_rate_rps"]
+    assert record["saturation"]["rate_rps"] == 2 and record["saturation"]["first_failing_above_rps"] == 200
+    assert (out / low["run_file"]).exists() and load_run(out / high["run_file"]).config.endpoint.arrival
+    assert "saturation: 2 requests/s" in r.stdout
+    # show and compare read load.json; report draws it
+    assert cli("show", out / "load.json").returncode == 0
+    c = cli("compare", out / "load.json", out / "load.json")
+    assert c.returncode == 0 and "goodput" in c.stdout and "rate-2.json" in c.stdout, c.stderr
+    rep = cli("report", out / "load.json", "-o", tmp_path / "load.html")
+    assert rep.returncode == 0 and "<svg" in (tmp_path / "load.html").read_text(encoding="utf-8")
+
+
+def test_the_saturation_search_lands_between_a_holding_and_a_failing_rate(server, tmp_path):
+    spec = ld.LoadSpec(rates=None, slos=[ld.Slo("ttft_ms", 90, 400.0)], arrival="constant", duration_s=1.0,
+                       auto_start=2.0, auto_steps=2)  # fmt: skip
+    record, path = asyncio.run(ld.load(PROMPTS, EndpointOptions(url=server), OPTIONS, spec, tmp_path / "auto"))
+    sat = record["saturation"]
+    lo, hi = sat["bracket_rps"]
+    assert sat["method"] == "auto" and sat["rate_rps"] == lo and lo < hi
+    # the server serves ~20 requests/s at best: the bracket straddles a rate between a slow and an overload
+    assert 2.0 <= lo <= 40.0 and hi <= 200.0
+    rows = {r["offered_rate_rps"]: r for r in record["rates"]}
+    assert rows[lo]["holds"] and not rows[hi]["holds"] and json.loads(path.read_text())["complete"]
+
+
+def test_bad_load_input_is_one_line(cli, tmp_path):
+    p = _prompts(tmp_path)
+    for args, message in (
+        (("--slo", "ttft_ms=5"), "--slo"),
+        (("--slo", "ttft_ms:p90=5", "--rates", "0"), "--rates"),
+        ((), "at least one --slo"),
+        (("--slo", "ttft_ms:p90=5", "--min-attainment", "2"), "--min-attainment"),
+        (("--slo", "ttft_ms:p90=5", "--arrival", "zipf"), "unknown --arrival"),
+    ):
+        r = cli("load", p, "--endpoint", "http://127.0.0.1:9", *args, "-o", tmp_path / "x", "-q")
+        assert r.returncode == 2 and message in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    r = cli("run", p, "--weights", "random", "--rate", "2")
+    assert r.returncode == 2 and "--rate" in r.stderr and "--endpoint" in r.stderr
+    r = cli("run", p, "--endpoint", "http://127.0.0.1:9", "--workers", "2")
+    assert r.returncode == 2 and "open loop (--rate)" in r.stderr
+    r = cli("run", p, "--endpoint", "http://127.0.0.1:9", "--rate", "2", "--concurrency", "3")
+    assert r.returncode == 2 and "--concurrency" in r.stderr
+
+
+def _prompts(tmp_path):
+    p = tmp_path / "p.txt"
+    p.write_text("\n".join(PROMPTS.prompts) + "\n", encoding="utf-8")
+    return p
+
+
+# -- several load generators ----------------------------------------------------------------------------------
+
+
+@pytest.mark.subprocess
+def test_two_worker_processes_share_the_schedule_and_reach_the_same_rate(server, tmp_path):
+    ep1 = _open(server, 5.0, arrival="constant", requests=12)
+    one, _ = asyncio.run(run_driver(PROMPTS, ep1, OPTIONS))
+    out = tmp_path / "w2.json"
+    two, _ = asyncio.run(run_driver(PROMPTS, _open(server, 5.0, arrival="constant", requests=12, workers=2),
+                                    OPTIONS, output=out))  # fmt: skip
+    saved = load_run(out)
+    assert saved.config.endpoint.workers == 2 and saved.complete
+    # every request of the schedule is accounted for, once, whichever worker sent it
+    due = sorted([r.scheduled_s for r in saved.requests] + [f.scheduled_s for f in saved.failed_requests])
+    assert due == pytest.approx([i / 5 for i in range(12)])
+    # each worker sent on the one shared clock: no request went out before its due time, none far after
+    assert all(0 <= r.send_lateness_ms < 200 for r in saved.requests)
+    assert two.summary.achieved_rate_rps == pytest.approx(one.summary.achieved_rate_rps, rel=0.2)
+
+
+# -- reasoning and token counts ----------------------------------------------------------------------------
+
+
+def test_reasoning_is_stamped_apart_from_the_answer(qwen_tokenizer, tmp_path):
+    lm = delayed_loaded(qwen_tokenizer, prefill_ms=20.0, decode_ms=15.0)
+    with BackgroundServer(create_app(lm, max_queue=4, reasoning_tokens=3)) as url:
+        run, _ = asyncio.run(run_driver(PROMPTS, EndpointOptions(url=url), RunOptions(max_new_tokens=8,
+                                                                                       ignore_eos=True)))  # fmt: skip
+    for r in run.requests:
+        assert r.reasoning_tokens == 3 and r.reasoning_events and r.reasoning_events <= 3
+        # the first answer token comes three decode steps after the first thought
+        assert r.ttfrt_ms < r.ttft_ms and r.ttft_ms - r.ttfrt_ms >= 3 * 15.0 * 0.9
+        assert r.output_tokens == 5 and r.tokens_from == "usage"  # 8 generated, 3 of them reasoning
+        assert r.tpot_ms >= 15.0 * 0.9  # the answer's own pace
+    assert run.summary.ttfrt_ms is not None and run.summary.ttfrt_ms.n == 3
+
+
+def test_server_and_client_token_counts_are_both_kept_and_disagreements_counted(cli, qwen_tokenizer, tiny_model_dir,
+                                                                                 tmp_path):  # fmt: skip
+    app = faulty_server()
+    app.state.mode, app.state.calls = "usage-count", 0
+    client_count = len(qwen_tokenizer("alpha beta gamma delta", add_special_tokens=False)["input_ids"])
+    with BackgroundServer(app) as url:
+        out = tmp_path / "r.json"
+        r = cli("run", _prompts(tmp_path), "--endpoint", url, "--tokenizer", tiny_model_dir, "--repeats", "2", "-o",
+                out, "-q")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    run = load_run(out)
+    assert all(q.output_tokens_client == client_count and q.tokens_from == "usage" for q in run.requests)
+    assert {q.output_tokens_server for q in run.requests} == {4, 6}
+    expected = sum(q.output_tokens_server != client_count for q in run.requests)
+    assert run.summary.token_count_disagreements == expected > 0
+    assert any(f"token counts disagree on {expected} of 6 requests" in w for w in run.warnings)
