@@ -23,7 +23,7 @@ import httpx
 
 import llmbench
 
-SERVER = r'''
+SERVER = r"""
 import json, sys, uvicorn
 from starlette.applications import Starlette
 from starlette.responses import JSONResponse, StreamingResponse
@@ -49,7 +49,7 @@ async def models(request):
 
 app = Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"]), Route("/v1/models", models)])
 uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning", access_log=False)
-'''
+"""
 
 
 def free_port() -> int:
@@ -100,8 +100,10 @@ def main() -> None:
     print("\n| offered/s | workers | achieved/s | lateness p50 ms | p99 ms | max ms | client CPU % of a core |")
     print("|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
-        print(f"| {r['rate']:g} | {r['workers']} | {r['achieved']} | {r['late_p50_ms']} | {r['late_p99_ms']} | "
-              f"{r['late_max_ms']} | {r['client_cpu_pct']} |")
+        print(
+            f"| {r['rate']:g} | {r['workers']} | {r['achieved']} | {r['late_p50_ms']} | {r['late_p99_ms']} | "
+            f"{r['late_max_ms']} | {r['client_cpu_pct']} |"
+        )
 
 
 if __name__ == "__main__":
