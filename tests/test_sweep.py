@@ -207,3 +207,23 @@ def test_an_interrupted_sweep_keeps_what_it_finished(tiny_model_dir, many_prompt
     first = load_run(out / "float32-1t.json")
     assert not first.complete and len(first.requests) >= 3 and first.sessions[-1].interrupted_by == "SIGINT"
     assert sum(r["requests"] for r in record["results"]) >= 3
+
+
+def test_graphs_compiled_by_another_setup_are_not_blamed_on_this_one(tiny_model_dir):
+    """torch's compile counter is process-wide; a sweep interleaves setups, so a graph another setup (or any
+    other code) compiles between this backend's requests must not appear in this run's recompile warning."""
+    from llmbench.backends import Request
+    from llmbench.backends.inprocess import InProcessBackend
+    from llmbench.generation import compiled_graphs
+    from llmbench.prompts import PromptSet
+
+    lm = llmbench.load_model(str(tiny_model_dir), device="cpu", dtype="float32", threads=1)
+    backend = InProcessBackend(None, llmbench.RunOptions(max_new_tokens=2, ignore_eos=True), loaded=lm)
+    prompts = PromptSet.from_list(["one", "two"])
+    lm.call(lambda: backend.start_now(prompts))
+    twice = torch.compile(lambda x: x * 2 + 1, backend="eager")  # dynamo traces it: the counter moves
+    before = compiled_graphs()
+    for i, p in enumerate(prompts.prompts):
+        lm.call(lambda p=p, i=i: backend.measure_now(Request(p, i, 0)))
+        twice(torch.ones(i + 2))  # between requests, as another setup's warm-up would
+    assert compiled_graphs() > before and backend.warnings() == []

@@ -81,7 +81,7 @@ class InProcessBackend:
         self.keep_raw = keep_raw
         self.raw: dict[tuple[int, int], RawStamps] = {}
         self.max_cache_len: int | None = None  # static cache size: longest prompt + max_new_tokens (check_prompts)
-        self.graphs_before = 0
+        self.graphs_in_requests = 0  # graphs torch.compile built inside this backend's measured requests
         self.thread = generation_thread()
 
     # -- lifecycle ------------------------------------------------------------------------------------------
@@ -113,7 +113,6 @@ class InProcessBackend:
         self.apply_setup()
         self.check_prompts(prompts)
         self.compile_now(prompts)
-        self.graphs_before = compiled_graphs()
 
     def _load(self) -> None:
         if self.loaded is None:
@@ -190,8 +189,7 @@ class InProcessBackend:
 
     def warnings(self) -> list[str]:
         """What this backend saw while measuring: graphs torch.compile compiled inside timed requests."""
-        graphs = compiled_graphs() - self.graphs_before
-        return [recompile_warning(graphs)] if graphs else []
+        return [recompile_warning(self.graphs_in_requests)] if self.graphs_in_requests else []
 
     async def close(self) -> None:
         pass  # the model is freed with the backend; the generation thread is the process's
@@ -223,7 +221,20 @@ class InProcessBackend:
     ) -> RequestResult | list[RequestResult] | None:
         """Send one prompt on this thread; its stamped result. The clock starts before templating and
         tokenizing. None when ``stop`` was raised mid-request (a partial request is not a measurement). With
-        ``batch`` > 1 the request's prompts (or its prompt, repeated) generate together: one result each."""
+        ``batch`` > 1 the request's prompts (or its prompt, repeated) generate together: one result each.
+
+        Graphs torch.compile builds inside a measured request are counted for this backend alone (the
+        counter is process-wide: a sweep's other setups compile too, and must not be blamed here)."""
+        graphs = compiled_graphs()
+        try:
+            return self._measure_one(request, stop, started_s)
+        finally:
+            if request.repeat >= 0:
+                self.graphs_in_requests += compiled_graphs() - graphs
+
+    def _measure_one(
+        self, request: Request, stop: Stop | None, started_s: float
+    ) -> RequestResult | list[RequestResult] | None:
         if self.batch > 1:
             return self._measure_batch(request, stop, started_s)
         model, device, o = self.lm.model, self.lm.device, self.options
