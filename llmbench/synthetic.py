@@ -56,6 +56,9 @@ def synthetic_record(spec: SyntheticSpec, **extra: Any) -> dict[str, Any]:
             "corpus_sha256": corpus_sha256(), **extra}  # fmt: skip
 
 
+MAX_SHIFTS = 64  # windows tried, one token apart, before a length is declared unreachable
+
+
 def corpus_text() -> str:
     return resources.files("llmbench").joinpath("data/corpus.txt").read_text(encoding="utf-8")
 
@@ -77,8 +80,21 @@ def make(spec: SyntheticSpec, tokenizer: Any, count_tokens: Callable[[str], int]
     prompts = []
     for k in range(spec.count):
         offset = random.Random(f"{spec.seed}:{spec.tokens}:{k}").randrange(len(ids))
-        prompts.append(_exact(spec.tokens, ids, offset, tokenizer, count_tokens))
+        prompts.append(_exact_near(spec.tokens, ids, offset, tokenizer, count_tokens))
     return PromptSet.from_list(prompts, name=spec.name)
+
+
+def _exact_near(target: int, ids: list[int], offset: int, tokenizer: Any, count_tokens: Callable[[str], int]) -> str:
+    """:func:`_exact` at ``offset``, else at the next offsets: where a window's end merges tokens so that no cut
+    hits the count exactly (a tokenizer and a template that strip or join whitespace), a window one token
+    later does. Deterministic, so the prompts stay reproducible from the seed."""
+    for shift in range(MAX_SHIFTS):
+        try:
+            return _exact(target, ids, (offset + shift) % len(ids), tokenizer, count_tokens)
+        except UserError:
+            continue
+    raise UserError(f"could not make a prompt of exactly {target} tokens from the corpus near offset {offset} "
+                    f"({MAX_SHIFTS} windows tried): this tokenizer and template can't reach that count")  # fmt: skip
 
 
 def _window(ids: list[int], offset: int, n: int) -> list[int]:
