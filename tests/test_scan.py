@@ -47,6 +47,24 @@ def test_the_length_counts_the_system_prompt_and_template_too(tiny):
     assert all(len(tiny.tokenizer(p)["input_ids"]) < 80 for p in prompts.prompts)  # the text alone is shorter
 
 
+def test_a_length_no_cut_can_hit_at_one_place_is_found_one_token_later(tiny):
+    """A count that jumps over the target wherever a window starts at the first offset (as SmolLM2's tokenizer
+    did at 64 tokens): the prompt comes from the next window, exact, and the same every time."""
+    real = _counter(tiny)
+    first = make(SyntheticSpec(41, 1, seed=5), tiny.tokenizer, real).prompts[0]
+    head = first[:12]
+
+    def jumpy(text: str) -> int:  # even counts only for texts from the first window: 41 is unreachable there
+        n = real(text)
+        return 2 * (n // 2) if text.startswith(head) else n
+
+    shifted = make(SyntheticSpec(41, 1, seed=5), tiny.tokenizer, jumpy).prompts[0]
+    assert not shifted.startswith(head) and jumpy(shifted) == 41 == real(shifted)
+    assert make(SyntheticSpec(41, 1, seed=5), tiny.tokenizer, jumpy).prompts[0] == shifted
+    with pytest.raises(UserError, match="can't reach that count"):
+        make(SyntheticSpec(41, 1, seed=5), tiny.tokenizer, lambda t: 2 * (real(t) // 2))
+
+
 def test_bad_synthetic_specs_are_one_line():
     for bad in ("100", "x5", "100x0", "0x5", "ten x five"):
         with pytest.raises(UserError, match="--synthetic"):
