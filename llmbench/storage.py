@@ -260,7 +260,13 @@ def read_scan(path: str | Path) -> dict | None:
 
 def read_load(path: str | Path) -> dict | None:
     """A load.json's record (llmbench load), or None when ``path`` is something else. UserError for another
-    version."""
+    version. A run file is told apart by its first bytes, so compare does not parse a large run twice."""
+    try:
+        with open(path, "rb") as f:
+            if b'"load_version"' not in f.read(64):  # load.json is written with load_version first
+                return None
+    except OSError:
+        return None  # the caller's own reading says what is wrong with the path
     try:
         data = json.loads(read_user_file(path, "file"))
     except (ValueError, UnicodeDecodeError):
