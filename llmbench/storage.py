@@ -246,16 +246,7 @@ def _diagnose(p: Path, data: bytes) -> None:
 def read_scan(path: str | Path) -> dict | None:
     """A scan.json's record, or None when ``path`` is something else (a run file: read it with load_run).
     UserError for a scan of another version."""
-    try:
-        data = json.loads(read_user_file(path, "file"))
-    except (ValueError, UnicodeDecodeError):
-        return None
-    if not isinstance(data, dict) or "scan_version" not in data:
-        return None
-    if data["scan_version"] != SCAN_VERSION:
-        raise UserError(f"{path} has scan_version {data['scan_version']!r}; this llmbench ({llmbench_version()}) "
-                        f"reads version {SCAN_VERSION}")  # fmt: skip
-    return data
+    return _read_record(path, "scan_version", SCAN_VERSION)
 
 
 def read_load(path: str | Path) -> dict | None:
@@ -267,15 +258,20 @@ def read_load(path: str | Path) -> dict | None:
                 return None
     except OSError:
         return None  # the caller's own reading says what is wrong with the path
+    return _read_record(path, "load_version", LOAD_VERSION)
+
+
+def _read_record(path: str | Path, key: str, version: int) -> dict | None:
+    """A driver's JSON record whose ``key`` names its format version; None for another kind of file."""
     try:
         data = json.loads(read_user_file(path, "file"))
     except (ValueError, UnicodeDecodeError):
         return None
-    if not isinstance(data, dict) or "load_version" not in data:
+    if not isinstance(data, dict) or key not in data:
         return None
-    if data["load_version"] != LOAD_VERSION:
-        raise UserError(f"{path} has load_version {data['load_version']!r}; this llmbench ({llmbench_version()}) "
-                        f"reads version {LOAD_VERSION}")  # fmt: skip
+    if data[key] != version:
+        raise UserError(f"{path} has {key} {data[key]!r}; this llmbench ({llmbench_version()}) reads version "
+                        f"{version}")  # fmt: skip
     return data
 
 

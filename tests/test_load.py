@@ -20,6 +20,7 @@ from llmbench.backends.endpoint import LATE_MS
 from llmbench.drivers import load as ld
 from llmbench.drivers.run import run as run_driver
 from llmbench.errors import UserError
+from llmbench.loop import NullReporter
 from llmbench.options import EndpointOptions, OpenLoop, RunOptions
 from llmbench.prompts import PromptSet
 from llmbench.serve import create_app
@@ -118,18 +119,9 @@ def test_an_open_loop_does_not_wait_for_answers_but_a_closed_loop_does(server):
     assert not closed.failed_requests and len(closed.requests) == 9
 
 
-class _SlowReporter:
+class _SlowReporter(NullReporter):
     """A progress display that blocks the event loop for 40 ms after every answer: a load generator that
     can't keep up, on purpose."""
-
-    def status(self, text: str) -> None:
-        pass
-
-    def warn(self, text: str) -> None:
-        pass
-
-    def warmup(self, done: int, total: int) -> None:
-        pass
 
     def request(self, result, done: int, total: int) -> None:
         time.sleep(0.04)
@@ -290,3 +282,13 @@ def test_server_and_client_token_counts_are_both_kept_and_disagreements_counted(
     expected = sum(q.output_tokens_server != client_count for q in run.requests)
     assert run.summary.token_count_disagreements == expected > 0
     assert any(f"token counts disagree on {expected} of 6 requests" in w for w in run.warnings)
+
+
+def test_a_load_json_of_another_version_is_refused_in_one_line(cli, tmp_path):
+    path = tmp_path / "load.json"
+    path.write_text(json.dumps({"load_version": 99, "rates": []}), encoding="utf-8")
+    for args in (("show", path), ("compare", path, path), ("report", path, "-o", tmp_path / "r.html")):
+        r = cli(*args)
+        assert r.returncode == 2 and "load_version 99" in r.stderr and "reads version 1" in r.stderr, r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1
+    assert read_load(tmp_path / "missing.json") is None  # not a load.json: the caller's reader says what's wrong
