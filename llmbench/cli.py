@@ -145,7 +145,7 @@ WorkersOpt = Annotated[int, typer.Option(help="Open loop: client processes shari
 RayOpt = Annotated[
     Optional[str],
     typer.Option(help="Open loop: run the --workers as Ray tasks on this cluster (address, 'auto' or 'local'; "
-                 "pip install llmbench[ray])."),
+                 "pip install 'llmbench\\[ray]')."),
 ]  # fmt: skip
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")]
 OverwriteOpt = Annotated[bool, typer.Option("--overwrite", help="Replace an existing output file.")]
