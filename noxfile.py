@@ -1,4 +1,4 @@
-"""Developer sessions: `nox -s quick` (under a minute), `nox -s tests`, `nox -s lint`. CI runs .ci/run, which runs
+"""Developer sessions: `nox -s quick` (a few minutes), `nox -s tests`, `nox -s lint`. CI runs .ci/run, which runs
 the same test command and the same checks."""
 
 import nox
@@ -21,7 +21,7 @@ QUICK = "not slow and not browser and not subprocess and not compile"
 
 @nox.session
 def quick(session: nox.Session) -> None:
-    """The tests that need no real-size model, browser, child process or torch.compile: under a minute."""
+    """The tests that need no real-size model, browser, child process or torch.compile: a few minutes."""
     session.install("-e", ".[dev,cpu]")
     session.run("python", "-m", "pytest", "-m", QUICK, *session.posargs, env={"HF_HUB_OFFLINE": "1"})
 

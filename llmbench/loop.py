@@ -167,6 +167,7 @@ class RunLoop:
         self.measuring = False
         self._disk = ThreadPoolExecutor(1, thread_name_prefix="llmbench-write")  # one writer: saves in order
         self._warned: set[str] = set()
+        self._sleeping: asyncio.Future | None = None  # an open loop's wait for its next due time
 
     async def run(self, plan: Sequence[tuple[Track, Request]]) -> list[Run]:
         """Measure ``plan`` (every planned pair, done ones included: they are skipped) and return the runs.
@@ -290,6 +291,7 @@ class RunLoop:
         resumed = self.done > 0
         shift = min(req.scheduled_s or 0.0 for _, req in todo) if todo and resumed else 0.0
         tasks: list[asyncio.Task] = []
+        loop = asyncio.get_running_loop()
 
         async def one(t: Track, req: Request) -> None:
             try:
@@ -299,8 +301,13 @@ class RunLoop:
 
         for t, req in sorted(todo, key=lambda item: item[1].scheduled_s or 0.0):
             due = self.t0 + (req.scheduled_s or 0.0) - shift
-            if (wait := due - time.perf_counter()) > 0:
-                await asyncio.sleep(wait)
+            if (wait := due - time.perf_counter()) > 0 and not self.stop.requested:
+                # asyncio.sleep's own mechanism, but a stop can end it: it must not wait for the next due time
+                # (minutes away at a low rate)
+                self._sleeping = loop.create_future()
+                timer = loop.call_later(wait, _wake, self._sleeping)
+                await self._sleeping
+                timer.cancel()
             if self.stop.requested or self.fatal is not None:
                 break
             req = dataclasses.replace(req, due_ns=int(due * 1e9))
@@ -351,7 +358,9 @@ class RunLoop:
             self.inflight.discard(task)
 
     def _on_stop(self) -> None:
-        """On the event loop, at each stop request: drop what is in flight when that is the rule."""
+        """On the event loop, at each stop request: wake an open loop waiting for its next due time; drop what
+        is in flight when that is the rule."""
+        _wake(self._sleeping)
         if self.stop.hard or any(t.backend.cancel_on_stop for t in self.tracks):
             self.dropping = True
             for task in list(self.inflight):
@@ -437,6 +446,11 @@ class RunLoop:
                 where = f"; they are listed in {t.path}" if t.path else ""
                 raise UserError(f"every request failed (first: {t.run.failed_requests[0].error}){where}")
         return runs
+
+
+def _wake(fut: asyncio.Future | None) -> None:
+    if fut is not None and not fut.done():
+        fut.set_result(None)
 
 
 async def execute(

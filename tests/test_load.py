@@ -138,6 +138,31 @@ def test_a_load_generator_that_falls_behind_says_so_loudly(server):
     assert any("FELL BEHIND" in w for w in on_time.warnings) == late
 
 
+class _StopAfterFirst(NullReporter):
+    def __init__(self, stop) -> None:
+        self.stop = stop
+
+    def request(self, result, done: int, total: int) -> None:
+        self.stop.request("SIGINT")
+
+
+def test_a_stop_between_due_times_ends_an_open_loop_at_once(server, tmp_path):
+    """At 0.1 requests/s the next request is due 10 s after the first: a stop right after the first answer
+    ends the run then, keeping it, instead of waiting for the next due time."""
+    from llmbench.errors import RunInterrupted
+    from llmbench.process import Stop
+
+    stop = Stop()
+    out = tmp_path / "r.json"
+    t = time.monotonic()
+    with pytest.raises(RunInterrupted):
+        asyncio.run(run_driver(PROMPTS, _open(server, 0.1, arrival="constant", requests=3), OPTIONS, output=out,
+                               stop=stop, reporter=_StopAfterFirst(stop)))  # fmt: skip
+    assert time.monotonic() - t < 8.0  # warm-up + one request + saving; the second was due 10 s in
+    saved = load_run(out)
+    assert len(saved.requests) == 1 and not saved.complete and saved.sessions[-1].interrupted_by == "SIGINT"
+
+
 # -- load: rates, SLOs, goodput, saturation -----------------------------------------------------------------
 
 
