@@ -311,6 +311,8 @@ def run(
                               resume=resume, stop=stop, reporter=reporter)  # fmt: skip
             result, path = _run_async(coro, resumable=True)
     display.out.print(display.summary_table(result))
+    if (line := display.open_loop_line(result)) is not None:
+        display.out.print(line, markup=False, soft_wrap=True)
     if result.client:
         display.info(display.client_line(result.client))
     display.out.print(f"wrote {path}", markup=False)
@@ -855,6 +857,8 @@ def show(run_file: Annotated[Path, typer.Argument(help="A run JSON, a scan.json 
     for w in run.warnings:
         display.warn(w)
     display.out.print(display.summary_table(run))
+    if (open_line := display.open_loop_line(run)) is not None:
+        display.out.print(open_line, markup=False, soft_wrap=True)
 
 
 @app.command()

@@ -351,6 +351,18 @@ def sweep_verdicts(record: dict) -> list[str]:
     return lines
 
 
+def open_loop_line(run: Run) -> str | None:
+    """An open-loop run's rates and the client's lateness, or None for a closed loop."""
+    s, e = run.summary, run.config.endpoint
+    if s is None or e is None or e.arrival is None or s.send_lateness_ms is None:
+        return None
+    late = s.send_lateness_ms
+    workers = f" over {e.workers} workers" if e.workers > 1 else ""
+    return (f"open loop: offered {e.arrival.rate_rps:g}/s ({e.arrival.process}){workers}, achieved "
+            f"{_num(s.achieved_rate_rps)}/s; send lateness p50 {late.p50:.2f} ms, p99 {late.p99:.2f} ms, max "
+            f"{late.max:.2f} ms")  # fmt: skip
+
+
 def client_line(c: Any) -> str:
     """What the endpoint client itself cost (it shares the machine with a co-located server)."""
     per_event = f", {c.cpu_ms_per_event:.3f} ms per event" if c.cpu_ms_per_event is not None else ""

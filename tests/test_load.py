@@ -85,7 +85,7 @@ def test_bad_schedules_are_user_errors(kw, message):
 # -- one open-loop run -------------------------------------------------------------------------------------
 
 
-def test_an_open_loop_run_sends_on_schedule_and_records_how_late(server, tmp_path):
+def test_an_open_loop_run_sends_on_schedule_and_records_how_late(cli, server, tmp_path):
     out = tmp_path / "r.json"
     run, _ = asyncio.run(run_driver(PROMPTS, _open(server, 8.0, arrival="constant", requests=12), OPTIONS,
                                     output=out))  # fmt: skip
@@ -103,6 +103,8 @@ def test_an_open_loop_run_sends_on_schedule_and_records_how_late(server, tmp_pat
         assert r.started_s == pytest.approx(r.scheduled_s, abs=0.25)
     s = saved.summary
     assert s.offered_rate_rps == 8.0 and s.send_lateness_ms.n == 12 and s.achieved_rate_rps > 0
+    shown = cli("show", out)
+    assert shown.returncode == 0 and "open loop: offered 8/s (constant), achieved" in shown.stdout
 
 
 def test_an_open_loop_does_not_wait_for_answers_but_a_closed_loop_does(server):
