@@ -415,7 +415,9 @@ def sweep(
                                   compile_=compile_, quantize=quantize)  # fmt: skip
         for why in skipped:
             display.warn(f"left out {why}")
-        out_dir = sw.prepare_sweep_dir(output)
+        from llmbench.storage import prepare_driver_dir
+
+        out_dir = prepare_driver_dir(output, "sweep")
         with _measuring(quiet) as (stop, reporter):
             reporter.status(f"{len(setups)} setups x {rounds} rounds x {len(prompt_set.prompts)} prompts -> {out_dir}")
             the_sweep = sw.Sweep(setups, spec, options, out_dir, reporter=reporter, rank_by=rank_by.value,
@@ -483,7 +485,9 @@ def scan(
         spec = _pick(ModelOptions, args, model=model or DEFAULT_MODEL, quantize=_none(quantize))
         models.validate(spec)
         sc.check_context(points, models.context_length(spec), max_new_tokens, batch_prompt_tokens)  # before loading
-        out_dir = sc.prepare_scan_dir(output)
+        from llmbench.storage import prepare_driver_dir
+
+        out_dir = prepare_driver_dir(output, "scan")
         with _measuring(quiet) as (stop, reporter):
             the_scan = sc.Scan(points, spec, options, out_dir, prompts_per_point=prompts_per_point,
                                batch_prompt_tokens=batch_prompt_tokens, seed=seed, reporter=reporter)  # fmt: skip
@@ -532,8 +536,6 @@ def load(
 ) -> None:
     """A server under open-loop load, rate by rate: latency percentiles, 429s, goodput under SLOs, and the
     saturation point."""
-    from datetime import datetime, timezone
-
     from llmbench import display
     from llmbench.drivers import load as ld
     from llmbench.options import EndpointOptions, RunOptions
@@ -551,7 +553,9 @@ def load(
         options = RunOptions(max_new_tokens=max_new_tokens, ignore_eos=ignore_eos, warmup=warmup,
                              system_prompt=system_prompt)  # fmt: skip
         prompt_set = load_prompts(prompts)
-        out_dir = output or Path("results") / f"load-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}"
+        from llmbench.storage import prepare_driver_dir
+
+        out_dir = prepare_driver_dir(output, "load")
         with _measuring(quiet) as (stop, reporter):
             record, path = _run_async(ld.load(prompt_set, target, options, spec, out_dir, stop=stop,
                                               reporter=reporter))  # fmt: skip

@@ -302,6 +302,24 @@ def prepare_output(path: str | Path, overwrite: bool) -> Path:
     return p
 
 
+def write_record(path: str | Path, record: dict) -> None:
+    """A driver's JSON record (sweep.json, scan.json, load.json, quality.json), written atomically."""
+    write_atomic(path, (json.dumps(record, indent=2) + "\n").encode("utf-8"))
+
+
+def prepare_driver_dir(out: str | Path | None, kind: str) -> Path:
+    """A driver's folder (``kind``: sweep, scan, load): ``results/<kind>-<UTC time>`` by default. A folder that
+    already holds a ``<kind>.json`` is refused (a finished record is never overwritten), as is a file."""
+    if out is None:
+        out = Path("results") / f"{kind}-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}"
+    out = Path(out).expanduser()
+    if out.exists() and not out.is_dir():
+        raise UserError(f"-o {out} is a file; give a folder for the {kind}'s runs")
+    if (out / f"{kind}.json").exists():
+        raise UserError(f"{out} already holds a {kind} ({kind}.json); choose another -o folder")
+    return prepare_dir(out)
+
+
 def prepare_dir(folder: str | Path) -> Path:
     """Make ``folder`` (and its parents) and check that files can be written there; UserError otherwise."""
     d = Path(folder).expanduser()

@@ -94,3 +94,15 @@ def test_help_and_version_do_not_import_torch(cli):
     assert "run" in r.stdout
     v = cli("--version", process=True)  # the real console entry, in a fresh process
     assert v.returncode == 0 and v.stdout.startswith("llmbench ")
+
+
+def test_a_warning_every_run_of_a_driver_repeats_is_shown_once(capsys):
+    """A scan's or sweep's runs each carry the same warnings (random weights...): the terminal says it once."""
+    from llmbench import display
+
+    with display.reporter(quiet=True) as reporter:
+        for _ in range(3):
+            reporter.warn("RANDOM WEIGHTS: timings only")
+        reporter.warn("another one")
+    err = capsys.readouterr().err
+    assert err.count("RANDOM WEIGHTS") == 1 and err.count("another one") == 1

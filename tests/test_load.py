@@ -242,6 +242,12 @@ def test_bad_load_input_is_one_line(cli, tmp_path):
     ):
         r = cli("load", p, "--endpoint", "http://127.0.0.1:9", *args, "-o", tmp_path / "x", "-q")
         assert r.returncode == 2 and message in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    done = tmp_path / "done"
+    done.mkdir()
+    (done / "load.json").write_text("{}", encoding="utf-8")
+    r = cli("load", p, "--endpoint", "http://127.0.0.1:9", "--slo", "ttft_ms:p90=5", "-o", done, "-q")
+    assert r.returncode == 2 and "already holds a load (load.json)" in r.stderr  # nothing is overwritten
+    assert (done / "load.json").read_text(encoding="utf-8") == "{}"
     r = cli("run", p, "--weights", "random", "--rate", "2")
     assert r.returncode == 2 and "--rate" in r.stderr and "--endpoint" in r.stderr
     r = cli("run", p, "--endpoint", "http://127.0.0.1:9", "--workers", "2")

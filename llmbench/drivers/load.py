@@ -22,7 +22,6 @@ Definitions (written into load.json):
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import re
 from dataclasses import dataclass
@@ -39,7 +38,7 @@ from llmbench.options import EndpointOptions, OpenLoop, RunOptions
 from llmbench.process import Stop
 from llmbench.prompts import PromptSet
 from llmbench.schema import LOAD_VERSION, Run, llmbench_version, utc_now
-from llmbench.storage import prepare_dir, prepare_output, write_atomic
+from llmbench.storage import prepare_driver_dir, prepare_output, write_record
 
 SLO_METRICS = ("ttft_ms", "tpot_ms", "e2e_ms", "ttft_from_schedule_ms", "e2e_from_schedule_ms")
 MAX_AUTO_TRIALS = 12  # ramp + bisection, at most
@@ -281,7 +280,7 @@ class LoadDriver:
 
     def save(self, complete: bool, search: dict[str, Any] | None = None) -> dict[str, Any]:
         record = self.record(complete, search)
-        write_atomic(self.path, (json.dumps(record, indent=1) + "\n").encode())
+        write_record(self.path, record)
         return record
 
 
@@ -299,7 +298,7 @@ async def load(
     spec.validate()
     endpoint.validate()
     options.validate()
-    driver = LoadDriver(prompts, endpoint, options, spec, prepare_dir(out_dir), stop, reporter)
+    driver = LoadDriver(prompts, endpoint, options, spec, prepare_driver_dir(out_dir, "load"), stop, reporter)
     search = None
     try:
         if spec.rates is None:

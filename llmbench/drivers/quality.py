@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import re
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ from llmbench.errors import UserError
 from llmbench.options import ModelOptions, RunOptions
 from llmbench.prompts import PromptSet
 from llmbench.schema import utc_now
-from llmbench.storage import write_atomic
+from llmbench.storage import write_record
 
 DEFAULT_CHUNK = 512  # tokens per teacher-forced chunk (capped by the model's context)
 DEFAULT_GREEDY_PROMPTS = 8
@@ -138,7 +137,7 @@ async def quality(
         "metrics": q_formulas(),
     }
     if output is not None:
-        write_atomic(output, (json.dumps(record, indent=2) + "\n").encode("utf-8"))
+        write_record(output, record)
     return record
 
 

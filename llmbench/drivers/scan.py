@@ -20,9 +20,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import itertools
-import json
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
@@ -34,7 +32,7 @@ from llmbench.loop import NullReporter, Reporter, Track, execute, new_track
 from llmbench.options import ModelOptions, RunOptions
 from llmbench.process import Stop
 from llmbench.schema import SCAN_VERSION, utc_now
-from llmbench.storage import prepare_dir, prepare_output, write_atomic
+from llmbench.storage import prepare_output, write_record
 from llmbench.synthetic import SyntheticSpec, make, synthetic_record
 
 LENGTH_NEW_TOKENS = 2  # a length point measures TTFT: two tokens (the second gives a TPOT sample) are enough
@@ -166,10 +164,10 @@ class Scan:
         try:
             await execute(tracks, self.plan(), first, warmup=self.options.warmup, stop=stop, reporter=self.reporter)
         except RunInterrupted as e:
-            write_atomic(path, _json(self.record(complete=False)))
+            write_record(path, self.record(complete=False))
             raise RunInterrupted(e.runs, path, e.signal_name) from None
         record = self.record(complete=True)
-        write_atomic(path, _json(record))
+        write_record(path, record)
         return record
 
     # -- the record -----------------------------------------------------------------------------------------
@@ -351,19 +349,3 @@ def kv_bytes_per_token(config: Any, dtype: str) -> int | None:
 
 def _pair(v: np.ndarray, digits: int = 6) -> list[float]:
     return [round(float(v[0]), digits), round(float(v[1]), digits)]
-
-
-def _json(record: dict) -> bytes:
-    return (json.dumps(record, indent=2) + "\n").encode("utf-8")
-
-
-def prepare_scan_dir(out: Path | None) -> Path:
-    """``results/scan-<UTC time>`` by default; a finished scan is never overwritten."""
-    if out is None:
-        out = Path("results") / f"scan-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}"
-    out = out.expanduser()
-    if out.exists() and not out.is_dir():
-        raise UserError(f"-o {out} is a file; give a folder for the scan's runs")
-    if (out / "scan.json").exists():
-        raise UserError(f"{out} already holds a scan (scan.json); choose another -o folder")
-    return prepare_dir(out)

@@ -12,9 +12,7 @@ import asyncio
 import copy
 import dataclasses
 import itertools
-import json
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +31,7 @@ from llmbench.process import Stop, freeze_now
 from llmbench.prompts import PromptSet
 from llmbench.quantize import forced_dtype
 from llmbench.schema import COMPARE, Run, differences, must_match, utc_now
-from llmbench.storage import prepare_output, save_run, write_atomic
+from llmbench.storage import prepare_output, save_run, write_record
 
 SWEEP_VERSION = 1  # sweep.json; history: 1 (llmbench 0.1.0) first version; 0.2.0 adds "varied" and
 # (with --quality) kld_mean, kld_p99, top1_agreement, greedy_identical_share, excluded_by_max_kld, quality_notes
@@ -271,12 +269,12 @@ class Sweep:
             await execute(tracks, self.plan(prompts), prompts, warmup=self.options.warmup, stop=stop,
                           reporter=self.reporter)  # fmt: skip
         except RunInterrupted as e:
-            write_atomic(path, _json(self.record(prompts, complete=False)))
+            write_record(path, self.record(prompts, complete=False))
             raise RunInterrupted(e.runs, path, e.signal_name) from None
         if self.quality:
             await self.measure_quality()
         record = self.record(prompts, complete=True)
-        write_atomic(path, _json(record))
+        write_record(path, record)
         return record
 
     async def measure_quality(self) -> None:
@@ -443,24 +441,3 @@ def pareto(rows: list[dict], stat: str = "mean") -> list[dict]:
         return a[f] <= b[f] and a[p] <= b[p] and (a[f] < b[f] or a[p] < b[p])
 
     return sorted((r for r in have if not any(beats(o, r) for o in have)), key=lambda r: r[p])
-
-
-def _json(record: dict) -> bytes:
-    return (json.dumps(record, indent=2) + "\n").encode("utf-8")
-
-
-def prepare_sweep_dir(out: Path | None) -> Path:
-    """The sweep's folder: ``results/sweep-<UTC time>`` by default; an existing sweep is never overwritten."""
-    if out is None:
-        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-        out = Path("results") / f"sweep-{stamp}"
-    out = out.expanduser()
-    if out.exists() and not out.is_dir():
-        raise UserError(f"-o {out} is a file; give a folder for the sweep's runs")
-    if (out / "sweep.json").exists():
-        raise UserError(f"{out} already holds a sweep (sweep.json); choose another -o folder")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise UserError(f"cannot make the sweep folder {out}: {e.strerror}") from None
-    return out
