@@ -25,6 +25,7 @@ from llmbench.prompts import PromptSet, as_prompt_set
 from llmbench.schema import Run
 
 if TYPE_CHECKING:
+    from llmbench.engines.base import EngineModel
     from llmbench.models import LoadedModel
 
 P = ParamSpec("P")
@@ -50,7 +51,7 @@ def _sync(coro_fn: Callable[P, Awaitable[R]]) -> Callable[P, R]:
 async def ameasure(
     prompts: Sequence[str] | str | Path | PromptSet,
     *,
-    model: str | LoadedModel | None = None,
+    model: str | LoadedModel | EngineModel | None = None,
     weights: str = "pretrained",
     device: str = "auto",
     dtype: str = "auto",
@@ -72,6 +73,9 @@ async def ameasure(
     cache: str = "dynamic",
     compile: bool = False,
     quantize: str | None = None,
+    engine: str = "transformers",
+    precision: str | None = None,
+    isolate: bool | None = None,
     device_map: str | dict[str, Any] | None = None,
     allow_offload: bool = False,
     allow_pickle: bool = False,
@@ -92,7 +96,9 @@ async def ameasure(
     the loading options then don't apply); with ``endpoint``, the model name to send. ``ignore_eos`` None:
     on with random weights (their text is meaningless, so the length is fixed). A file is written only at
     ``output`` (or ``resume``, an incomplete run to continue). Safe inside a running event loop: an
-    in-process model generates on its own thread. Raises :class:`~llmbench.errors.UserError` for bad input
+    in-process model generates on its own thread. ``engine``: transformers, llama.cpp, openvino or
+    onnxruntime (``precision``: the latter's weight format); the latter run in a worker process unless
+    ``isolate=False``. Raises :class:`~llmbench.errors.UserError` for bad input
     and :class:`~llmbench.errors.RunInterrupted` when ``stop`` was requested.
     """
     from llmbench.drivers.run import run as run_driver
@@ -112,7 +118,7 @@ async def ameasure(
         cache="static" if compile else cache,
         compile=compile,
     )
-    target: ModelOptions | EndpointOptions | LoadedModel
+    target: ModelOptions | EndpointOptions | LoadedModel | EngineModel
     if isinstance(endpoint, EndpointOptions):
         target = endpoint
     elif endpoint is not None:
@@ -127,6 +133,7 @@ async def ameasure(
             model=model or DEFAULT_MODEL, weights=weights, device=device, dtype=dtype, reprobe=reprobe, threads=threads,
             device_map=device_map, allow_offload=allow_offload, allow_pickle=allow_pickle,
             trust_remote_code=trust_remote_code, attn=attn, quantize=None if quantize in (None, "none") else quantize,
+            engine=engine, precision=precision, isolate=isolate,
         )  # fmt: skip
     run, _path = await run_driver(
         as_prompt_set(prompts), target, options, output=output, overwrite=overwrite, resume=resume, stop=stop,
@@ -149,20 +156,31 @@ def load_model(
     threads: int | None = None,
     attn: str | None = None,
     quantize: str | None = None,
+    engine: str = "transformers",
+    precision: str | None = None,
     device_map: str | dict[str, Any] | None = None,
     allow_offload: bool = False,
     allow_pickle: bool = False,
     trust_remote_code: bool = False,
-) -> LoadedModel:
+) -> LoadedModel | EngineModel:
     """Load a model as ``measure`` would (offload check included), on the generation thread it will run on;
-    pass it to :func:`measure` as ``model`` to measure it several times without loading it again."""
-    from llmbench import models
+    pass it to :func:`measure` as ``model`` to measure it several times without loading it again. With another
+    ``engine`` it is that engine's model (converted first when needed), loaded in this process."""
+    from llmbench import engines, models
     from llmbench.generation import generation_thread
     from llmbench.process import freeze_now
 
     spec = ModelOptions(model=model, weights=weights, device=device, dtype=dtype, reprobe=reprobe, threads=threads,
                         attn=attn, quantize=quantize, device_map=device_map, allow_offload=allow_offload,
-                        allow_pickle=allow_pickle, trust_remote_code=trust_remote_code)  # fmt: skip
+                        allow_pickle=allow_pickle, trust_remote_code=trust_remote_code, engine=engine,
+                        precision=precision)  # fmt: skip
+    if not spec.is_transformers:
+        from llmbench.engines.base import load
+
+        engines.validate(spec)
+        em = generation_thread().run(load, spec)
+        freeze_now()
+        return em
     loaded = generation_thread().run(models.load_model, spec)
     freeze_now()
     return loaded

@@ -147,12 +147,23 @@ RayOpt = Annotated[
     typer.Option(help="Open loop: run the --workers as Ray tasks on this cluster (address, 'auto' or 'local'; "
                  "pip install 'llmbench\\[ray]')."),
 ]  # fmt: skip
+EngineOpt = Annotated[
+    str,
+    typer.Option(help="The engine that generates, fed the same token ids: transformers, llama.cpp, openvino or "
+                 "onnxruntime (pip install 'llmbench\\[llamacpp|openvino|onnxruntime]')."),
+]  # fmt: skip
+PrecisionOpt = Annotated[
+    Optional[str],
+    typer.Option(help="--engine's weight format, converted from a Hugging Face folder: llama.cpp f16, q8_0, q4_k_m, "
+                 "...; openvino fp16, int8, int4; onnxruntime fp32, int8, int4 (default 8-bit; a .gguf runs as is)."),
+]  # fmt: skip
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")]
 OverwriteOpt = Annotated[bool, typer.Option("--overwrite", help="Replace an existing output file.")]
 
 # run's flags that belong to one mode only: refused in the other, in one line
 IN_PROCESS_ONLY = (
-    *("weights", "device", "dtype", "reprobe", "threads", "device_map", "allow_offload", "allow_pickle"),
+    *("weights", "device", "dtype", "reprobe", "threads", "device_map", "allow_offload", "allow_pickle", "engine"),
+    "precision",
     "trust_remote_code",
     *("compile_", "quantize", "attn", "cache", "truncate", "no_chat_template"),
 )
@@ -238,6 +249,8 @@ def run(
     ] = None,
     model: ModelOpt = None,
     weights: WeightsOpt = Weights.pretrained,
+    engine: EngineOpt = "transformers",
+    precision: PrecisionOpt = None,
     endpoint: EndpointOpt = None,
     api_key_env: Annotated[
         Optional[str], typer.Option(help="With --endpoint: the variable holding the API key.")
@@ -372,6 +385,14 @@ def sweep(
     cache: Annotated[str, typer.Option(help="Comma-separated KV caches: dynamic,static.")] = "dynamic",
     compile_: Annotated[bool, typer.Option("--compile", help="Also sweep torch.compile'd decoding.")] = False,
     quantize: Annotated[str, typer.Option(help="Comma-separated: none,int8,int8-dynamic.")] = "none",
+    engine: Annotated[
+        str, typer.Option(help="Comma-separated engines: transformers,llama.cpp,openvino,onnxruntime.")
+    ] = "transformers",
+    precision: Annotated[
+        Optional[list[str]],
+        typer.Option(help="ENGINE=P1,P2 (repeatable), e.g. llama.cpp=q8_0,q4_k_m; a bare P1,P2 applies to every "
+                     "engine but transformers (default: each engine's 8-bit, a .gguf as is)."),
+    ] = None,
     model: ModelOpt = None,
     weights: WeightsOpt = Weights.pretrained,
     device: DeviceOpt = "auto",
@@ -397,8 +418,8 @@ def sweep(
     ] = None,
     quiet: QuietOpt = False,
 ) -> None:
-    """Find the fastest setup: every combination of dtype, threads, attention, cache, compile and quantization,
-    measured in interleaved rounds; TTFT and TPOT ranked apart."""
+    """Find the fastest setup: every combination of engine, precision, dtype, threads, attention, cache, compile and
+    quantization, measured in interleaved rounds; TTFT and TPOT ranked apart."""
     from llmbench import display
     from llmbench.drivers import sweep as sw
     from llmbench.options import ModelOptions, RunOptions
@@ -410,9 +431,9 @@ def sweep(
         ignore = (weights is Weights.random) if ignore_eos is None else ignore_eos
         options = _pick(RunOptions, args, ignore_eos=ignore, repeats=rounds, chat_template=not no_chat_template)
         spec = _pick(ModelOptions, args, model=model or DEFAULT_MODEL, dtype="auto", threads=None, attn=None,
-                     quantize=None)  # fmt: skip
+                     quantize=None, engine="transformers", precision=None)  # fmt: skip
         setups, skipped = sw.plan(spec, options, dtype=dtype, threads=threads, attn=attn, cache=cache,
-                                  compile_=compile_, quantize=quantize)  # fmt: skip
+                                  compile_=compile_, quantize=quantize, engine=engine, precision=precision)  # fmt: skip
         for why in skipped:
             display.warn(f"left out {why}")
         from llmbench.storage import prepare_driver_dir
@@ -456,6 +477,8 @@ def scan(
     threads: ThreadsOpt = None,
     attn: AttnOpt = None,
     quantize: QuantizeOpt = Quantize.none,
+    engine: EngineOpt = "transformers",
+    precision: PrecisionOpt = None,
     device_map: DeviceMapOpt = None,
     allow_offload: AllowOffloadOpt = False,
     allow_pickle: AllowPickleOpt = False,
@@ -469,12 +492,16 @@ def scan(
 ) -> None:
     """TTFT against prompt length, TPOT against context depth, throughput against batch size: controlled prompts,
     interleaved rounds, fitted curves."""
-    from llmbench import display, models
+    from llmbench import display, engines, models
     from llmbench.drivers import scan as sc
     from llmbench.options import ModelOptions, RunOptions
 
     args = locals()
     with _user_errors():
+        if engines.engine_info(engine).name != "transformers" and batch == "1,2,4,8":
+            display.warn(f"--engine {engine}: no batch points (batched generate() is transformers'); the default "
+                         "--batch is left out")  # fmt: skip
+            batch = ""
         points = sc.grid(sc.parse_values(prompt_tokens, "--prompt-tokens"), sc.parse_values(depth, "--depth"),
                          sc.parse_values(batch, "--batch"))  # fmt: skip
         if rounds < 1 or prompts_per_point < 1:
@@ -483,7 +510,7 @@ def scan(
                              system_prompt=system_prompt, chat_template=not no_chat_template)  # fmt: skip
         options.validate()
         spec = _pick(ModelOptions, args, model=model or DEFAULT_MODEL, quantize=_none(quantize))
-        models.validate(spec)
+        engines.validate(spec)
         sc.check_context(points, models.context_length(spec), max_new_tokens, batch_prompt_tokens)  # before loading
         from llmbench.storage import prepare_driver_dir
 
@@ -574,6 +601,8 @@ def quality(
     threads: ThreadsOpt = None,
     attn: AttnOpt = None,
     quantize: QuantizeOpt = Quantize.none,
+    engine: EngineOpt = "transformers",
+    precision: PrecisionOpt = None,
     compile_: Annotated[bool, typer.Option("--compile", help="The candidate decodes through torch.compile.")] = False,
     reference_dtype: Annotated[
         DType, typer.Option(help="The reference setup's dtype (no quantization).")
@@ -599,7 +628,7 @@ def quality(
 ) -> None:
     """Faster, but still the same model? KL divergence, top-1 agreement and perplexity against a reference setup
     (teacher-forced on a text), and where greedy answers part."""
-    from llmbench import display, models
+    from llmbench import display, engines
     from llmbench.drivers.quality import quality as quality_driver
     from llmbench.options import ModelOptions, RunOptions
     from llmbench.prompts import load_prompts
@@ -608,7 +637,7 @@ def quality(
     args = locals()
     with _user_errors():
         spec = _pick(ModelOptions, args, model=model or DEFAULT_MODEL, quantize=_none(quantize))
-        models.validate(spec)
+        engines.validate(spec)
         options = RunOptions(max_new_tokens=max_new_tokens, cache="static" if compile_ else "dynamic", compile=compile_)
         options.validate()
         path = prepare_output(output, overwrite)
@@ -813,6 +842,8 @@ def ab(
 def worker(
     model: ModelOpt = None,
     weights: WeightsOpt = Weights.pretrained,
+    engine: EngineOpt = "transformers",
+    precision: PrecisionOpt = None,
     device: DeviceOpt = "auto",
     dtype: DTypeOpt = DType.auto,
     reprobe: ReprobeOpt = False,
@@ -828,14 +859,14 @@ def worker(
 ) -> None:
     """A model in a process of its own, measuring on command over stdin/stdout (JSON lines): one side of
     `llmbench ab`. Not for typing at: ab starts it."""
-    from llmbench import models
+    from llmbench import engines
     from llmbench import worker as w
     from llmbench.options import ModelOptions
 
     args = locals()
     with _user_errors():
         spec = _pick(ModelOptions, args, model=model or DEFAULT_MODEL, quantize=_none(quantize))
-        models.validate(spec)
+        engines.validate(spec)
     raise typer.Exit(w.main(spec, "static" if compile_ else cache.value, compile_))
 
 

@@ -108,6 +108,8 @@ def summary_table(run: Run) -> Table:
     s = run.summary
     c = run.config
     title = escape(f"{c.model} · {c.weights} weights · {c.device} · {c.dtype} · {c.threads} threads")
+    if c.engine not in (None, "transformers"):
+        title = escape(f"{c.model} · {c.engine} · {c.weights} weights · {c.dtype} · {c.threads} threads")
     if c.mode == "endpoint" and c.endpoint is not None:
         title = escape(f"{c.model} via {c.endpoint.url} · concurrency {c.endpoint.concurrency}")
     table = Table(title=title, title_justify="left")
@@ -131,6 +133,12 @@ def summary_table(run: Run) -> Table:
             f"; stream: {share:.0f}% of gaps < 1 ms, largest burst: {s.stream_largest_burst} event(s) "
             f"({'buffered' if s.stream_buffered else 'not buffered'})"
         )
+    if s.engine_tpot_ms is not None and s.tpot_vs_engine_pct is not None:
+        caption += (f"; {c.engine}'s own timer: TPOT {s.engine_tpot_ms.mean:.2f} ms (llmbench's "
+                    f"{s.tpot_vs_engine_pct:+.1f}%)")  # fmt: skip
+    if s.prompt_reuse_requests is not None:
+        reuse = s.prompt_reuse_requests
+        caption += "; every prompt evaluated whole" if not reuse else f"; {reuse} requests reused a cached prefix"
     if s.failed_requests:
         caption += f"; {s.failed_requests} failed"
     table.caption = caption

@@ -18,6 +18,8 @@ import torch
 from transformers.generation.stopping_criteria import StoppingCriteria
 from transformers.generation.streamers import BaseStreamer
 
+from llmbench.chat import chat_inputs
+
 
 class TokenStamper(BaseStreamer):
     """The stopwatch: records ``time.perf_counter_ns()`` and the ids of each generated token.
@@ -81,19 +83,10 @@ class StopCriterion(StoppingCriteria):
         )
 
 
-def messages_for(prompt: str, system_prompt: str | None) -> list[dict[str, str]]:
-    """The chat messages of one prompt: an optional system message, then the user's."""
-    messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
-    return [*messages, {"role": "user", "content": prompt}]
-
-
 def encode_messages(tokenizer, messages: list[dict], use_template: bool):
-    """Chat messages -> ``{"input_ids", "attention_mask"}`` tensors: through the chat template (with the
-    assistant's turn opened) when ``use_template``, else the contents joined by blank lines."""
-    if use_template:
-        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        return tokenizer(text, return_tensors="pt", add_special_tokens=False)
-    return tokenizer("\n\n".join(str(m.get("content", "")) for m in messages), return_tensors="pt")
+    """Chat messages -> ``{"input_ids", "attention_mask"}`` tensors (see :func:`llmbench.chat.chat_inputs`)."""
+    text, special = chat_inputs(tokenizer, messages, use_template)
+    return tokenizer(text, return_tensors="pt", add_special_tokens=special)
 
 
 def sampling_kwargs(sample: bool, temperature: float | None, top_p: float | None) -> dict[str, Any]:

@@ -149,8 +149,13 @@ class RunLoop:
         stop: Stop | None = None,
         reporter: Reporter | None = None,
         start_at: Callable[[], Awaitable[float]] | None = None,
+        survive_backend_loss: bool = False,
     ) -> None:
         self.tracks = list(tracks)
+        # a sweep's setups are independent: one whose backend dies (an engine's crashed worker) ends alone, its
+        # failure recorded, and the others go on; a run or an ab pair can't go on without it
+        self.survive = survive_backend_loss
+        self.lost: dict[int, str] = {}  # id(track) -> why its backend was lost
         self.start_at = start_at  # awaited after warm-up and probe: the perf_counter() instant to start at
         self.prompts = prompts
         self.warmup = warmup
@@ -184,20 +189,23 @@ class RunLoop:
         try:
             todo = self._open(plan)
             await self._warm_up()
-            await self._probe("before")
-            swap0 = psutil.swap_memory()
-            t0 = await self.start_at() if self.start_at is not None else time.perf_counter()
-            if (wait := t0 - time.perf_counter()) > 0:
-                await asyncio.sleep(wait)
-            self.sampler.start()
-            self.t0, self.measuring = t0, True
-            if any(req.scheduled_s is not None for _, req in todo):
-                await self._measure_open(todo)
-            else:
-                await self._measure_all(todo)
-            self.sampler.stop()
-            if not self.stop.requested and self.fatal is None:
-                await self._probe("after")
+            swap0 = None
+            if self.fatal is None and not self.stop.requested:  # a warm-up that failed ends the run here, saved
+                await self._probe("before")
+            if self.fatal is None and not self.stop.requested:
+                swap0 = psutil.swap_memory()
+                t0 = await self.start_at() if self.start_at is not None else time.perf_counter()
+                if (wait := t0 - time.perf_counter()) > 0:
+                    await asyncio.sleep(wait)
+                self.sampler.start()
+                self.t0, self.measuring = t0, True
+                if any(req.scheduled_s is not None for _, req in todo):
+                    await self._measure_open(todo)
+                else:
+                    await self._measure_all(todo)
+                self.sampler.stop()
+                if not self.stop.requested and self.fatal is None:
+                    await self._probe("after")
             self._close(swap0)
         except asyncio.CancelledError:  # cancelled from outside: asyncio.run's Ctrl-C, a caller's cancel
             self.stop.signal = self.stop.signal or "SIGINT"
@@ -244,23 +252,41 @@ class RunLoop:
             await self._activate(t)
             for w in range(self.warmup):
                 i = n - 1 - w % n
+                req = Request(prompts[i], i, -1 - w // n)
                 try:
-                    r = await self._call(t, Request(prompts[i], i, -1 - w // n), 0.0)
+                    r = await self._call(t, req, 0.0)
                 except (RequestFailed, BackendUnavailable) as e:
-                    raise UserError(f"{t.backend.label}warm-up request failed: {e}") from None
+                    # recorded (a repeat below 0 is a warm-up): the file says what happened, not only the terminal
+                    await self._record(t, self._failure(req, f"warm-up: {e}", getattr(e, "status", None), 0.0))
+                    if self.survive and isinstance(e, BackendUnavailable) and self._lose(t, str(e)):
+                        break
+                    self.fatal = UserError(f"{t.backend.label}warm-up request failed: {e}")
+                    return
                 if r is None:
                     return
                 t.run.warmup_requests += r if isinstance(r, list) else [r]
                 self.reporter.warmup(w + 1, self.warmup)
 
+    def _lose(self, t: Track, why: str) -> bool:
+        """Give up on ``t`` alone (its backend died); False when no other track is left to go on with."""
+        self.lost[id(t)] = why
+        self._warn(f"{t.backend.label}lost: {why}")
+        return any(id(o) not in self.lost for o in self.tracks)
+
     async def _probe(self, when: str) -> None:
         probes: dict[Hashable, Probe | None] = {}
         for t in self.tracks:
             key = t.backend.probe_key()
-            if key is None:
+            if key is None or id(t) in self.lost:
                 continue
             if key not in probes:
-                probes[key] = await t.backend.probe()
+                try:
+                    probes[key] = await t.backend.probe()
+                except BackendUnavailable as e:
+                    if not (self.survive and self._lose(t, str(e))):
+                        self.fatal = UserError(f"{t.backend.label}{e}")
+                        return
+                    continue
             setattr(t, f"probe_{when}", probes[key])
 
     async def _activate(self, t: Track) -> None:
@@ -276,6 +302,8 @@ class RunLoop:
         async def worker() -> None:
             while queue and not self.stop.requested and self.fatal is None:
                 t, req = queue.pop()
+                if id(t) in self.lost:
+                    continue
                 try:
                     if not await self._one(t, req):
                         return
@@ -329,6 +357,9 @@ class RunLoop:
             await self._record(t, self._failure(req, str(e), e.status, started))
             return True
         except BackendUnavailable as e:
+            await self._record(t, self._failure(req, str(e), None, started))
+            if self.survive and self._lose(t, str(e)):
+                return True
             self.fatal = UserError(f"{t.backend.label}{e}")
             return False
         except Exception as e:  # a defect: never dropped silently; recorded, then the run ends and re-raises it
@@ -418,10 +449,12 @@ class RunLoop:
             for w in warnings:
                 run.warnings.append(w)
                 self._warn(w)
+            if id(t) in self.lost:
+                warnings.append(f"its backend was lost, the other setups went on: {self.lost[id(t)]}")
             if stopped:
                 run.sessions[t.session].interrupted_by = stopped
             have = {(r.prompt_index, r.repeat) for r in run.requests}
-            run.complete = not stopped and self.fatal is None and t.expected <= have
+            run.complete = not stopped and self.fatal is None and id(t) not in self.lost and t.expected <= have
             self._save(t)
 
     def _save(self, t: Track) -> None:
@@ -438,11 +471,12 @@ class RunLoop:
             raise RunInterrupted(runs, self.tracks[0].path, self.stop.signal or "stop")
         if self.fatal is not None:
             if isinstance(self.fatal, UserError):
-                kept = [f"{len(t.run.requests)} finished requests are in {t.path}" for t in self.tracks if t.writer]
+                kept = [f"{len(t.run.requests)} finished requests are in {t.path}" if t.run.requests else
+                        f"the failure is recorded in {t.path}" for t in self.tracks if t.writer]  # fmt: skip
                 raise UserError("; ".join([str(self.fatal), *kept]))
             raise self.fatal
         for t in self.tracks:
-            if t.run.failed_requests and not t.run.requests:
+            if t.run.failed_requests and not t.run.requests and id(t) not in self.lost:
                 where = f"; they are listed in {t.path}" if t.path else ""
                 raise UserError(f"every request failed (first: {t.run.failed_requests[0].error}){where}")
         return runs
@@ -463,10 +497,12 @@ async def execute(
     stop: Stop | None = None,
     reporter: Reporter | None = None,
     start_at: Callable[[], Awaitable[float]] | None = None,
+    survive_backend_loss: bool = False,
 ) -> list[Run]:
-    """Run ``plan`` with a new :class:`RunLoop`; the runs, in the order of ``tracks``."""
+    """Run ``plan`` with a new :class:`RunLoop`; the runs, in the order of ``tracks``. ``survive_backend_loss``:
+    tracks are independent (a sweep's setups), so one whose backend dies ends alone."""
     loop = RunLoop(tracks, prompts, warmup=warmup, concurrency=concurrency, stop=stop, reporter=reporter,
-                   start_at=start_at)  # fmt: skip
+                   start_at=start_at, survive_backend_loss=survive_backend_loss)  # fmt: skip
     return await loop.run(plan)
 
 

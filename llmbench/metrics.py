@@ -195,7 +195,30 @@ def summarize(
         **open_loop_figures(requests, offered_rate_rps),
         ttfrt_ms=describe(r.ttfrt_ms for r in requests if r.ttfrt_ms is not None),
         token_count_disagreements=count_disagreements(requests),
+        **engine_figures(requests),
     )
+
+
+def engine_figures(requests: Sequence[RequestResult]) -> dict:
+    """The engine's own timers beside llmbench's stamps (fields of :class:`Summary`); {} when no request has
+    them (transformers, endpoints). ``tpot_vs_engine_pct``: the median per-request ratio, so a request the
+    machine disturbed does not move it."""
+    timed = [r for r in requests if r.engine_tpot_ms or r.engine_ttft_ms or r.engine_prompt_tokens_evaluated]
+    if not timed:
+        return {}
+    ratios = [r.tpot_ms / r.engine_tpot_ms for r in timed if r.tpot_ms and r.engine_tpot_ms]
+    counted = [r for r in timed if r.engine_prompt_tokens_evaluated is not None and r.prompt_tokens is not None]
+    return {
+        "engine_ttft_ms": describe(r.engine_ttft_ms for r in timed if r.engine_ttft_ms is not None),
+        "engine_tpot_ms": describe(r.engine_tpot_ms for r in timed if r.engine_tpot_ms is not None),
+        "tpot_vs_engine_pct": round(100 * (float(np.median(ratios)) - 1), 3) if ratios else None,
+        "prompt_reuse_requests": sum(
+            r.engine_prompt_tokens_evaluated < r.prompt_tokens  # type: ignore[operator]
+            for r in counted
+        )
+        if counted
+        else None,
+    }
 
 
 def open_loop_figures(requests: Sequence[RequestResult], offered_rate_rps: float | None) -> dict:

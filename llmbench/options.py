@@ -92,7 +92,21 @@ class ModelOptions:
     attn: str | None = None  # attention kernel: eager, sdpa, ... (None: transformers' default)
     quantize: str | None = None  # "int8" (weight-only) or "int8-dynamic": see llmbench.quantize
     reprobe: bool = False  # --dtype auto: measure again instead of reusing this machine's cached choice
+    # the engine that generates: transformers (this process, torch), or llama.cpp, openvino, onnxruntime
+    # (llmbench.engines), each fed the same token ids
+    engine: str = "transformers"
+    precision: str | None = None  # an engine's weight format (llama.cpp q8_0, openvino int4, ...): see engines
+    # an engine other than transformers runs in a worker process of its own (None: so it does), so a crash of
+    # the engine (SIGILL, SIGSEGV) ends as a recorded failure with a clear line; False: in this process
+    isolate: bool | None = None
     # checked by llmbench.models.validate (it needs torch to know the devices)
+
+    @property
+    def is_transformers(self) -> bool:
+        """True when transformers generates (the default engine)."""
+        from llmbench.engines import engine_info
+
+        return engine_info(self.engine).name == "transformers"
 
 
 @dataclass

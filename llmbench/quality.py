@@ -141,9 +141,22 @@ def load_reference(path: str | Path) -> Reference:
 
 def teacher_forced(ref: Reference, model: Any, device: str) -> dict[str, Any]:
     """The candidate against ``ref`` on the same chunks: KL (mean, p99, max), top-1 agreement, perplexities."""
+    return teacher_forced_from(ref, lambda c: next_token_logprobs(model, c, device))
+
+
+def teacher_forced_from(ref: Reference, logprobs: Any) -> dict[str, Any]:
+    """:func:`teacher_forced` for any candidate: ``logprobs(chunk)`` gives its next-token log-probabilities
+    (positions x vocabulary; an engine's, as numpy or torch). A candidate whose vocabulary has more rows than
+    the reference's (padding) is compared over the reference's."""
     kls, agree, nll_ref, nll_cand = [], [], [], []
     for i, c in enumerate(ref.chunks):
-        cand = next_token_logprobs(model, c, device)
+        cand = torch.as_tensor(logprobs(c)).float()
+        width = ref.logp[i].shape[-1] if ref.exact else None
+        if width is not None and cand.shape[-1] != width:
+            if cand.shape[-1] < width:
+                raise UserError(f"the candidate's vocabulary ({cand.shape[-1]}) is smaller than the reference's "
+                                f"({width}): their distributions can't be compared")  # fmt: skip
+            cand = torch.log_softmax(cand[:, :width], dim=-1)
         target = torch.tensor(c[1:]).unsqueeze(-1)
         nll_cand.append(-cand.gather(-1, target).squeeze(-1))
         if ref.exact:

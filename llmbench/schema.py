@@ -19,7 +19,11 @@ Schema history (bump ``SCHEMA_VERSION`` on any change a reader of the old versio
     ttft_from_schedule_ms/offered_rate_rps/achieved_rate_rps (0.2.0, open-loop --rate); requests[].ttfrt_ms/
     reasoning_events/reasoning_tokens, summary.ttfrt_ms (0.2.0, reasoning streams);
     requests[].output_tokens_server/output_tokens_client, summary.token_count_disagreements (0.2.0, both
-    counts when a server's usage and --tokenizer are both there); config.endpoint.workers (0.2.0, --workers).
+    counts when a server's usage and --tokenizer are both there); config.endpoint.workers (0.2.0, --workers);
+    config.engine/precision/engine_settings, environment.engine, load.convert_s/converted,
+    requests[].prompt_token_ids_sha256/engine_ttft_ms/engine_tpot_ms/engine_prompt_tokens_evaluated,
+    summary.engine_ttft_ms/engine_tpot_ms/tpot_vs_engine_pct/prompt_reuse_requests (0.3.0, --engine: llama.cpp,
+    OpenVINO GenAI and ONNX Runtime GenAI beside transformers; a run without config.engine is transformers').
 
 No torch here: compare, show and the endpoint client read and write runs without it.
 """
@@ -63,6 +67,28 @@ METRIC_FORMULAS: dict[str, str] = {
     "tpot_efficiency": "tpot_bound_ms / mean tpot_ms",
     "token_times_ms": "stamp of each output token, in ms since request_start; token_times_ms[0] == ttft_ms",
     "stamp": "time.perf_counter_ns() in the streamer's put(), when generate() hands over the token on the host",
+    "prompt_token_ids_sha256": "sha256 of the prompt's token ids as fed to the model (the Hugging Face tokenizer, "
+    "chat template included): equal hashes mean the same input ids, whatever the engine",
+}
+
+# The same names for the other engines (config.engine): the same ids in, each token stamped at the step that
+# makes it, text decoded after the request.
+ENGINE_METRIC_FORMULAS: dict[str, str] = {
+    **METRIC_FORMULAS,
+    "tokenize_ms": "chat templating + tokenizing with the model's Hugging Face tokenizer, inside ttft_ms (the "
+    "engine receives token ids, never text)",
+    "stamp": "time.perf_counter_ns() when the engine hands over a token id: llama.cpp, as Llama.generate() yields "
+    "it (after eval + sample); OpenVINO GenAI, in StreamerBase.write() (called on the generating thread by the "
+    "stateful SDPA pipeline); ONNX Runtime GenAI, after generate_next_token() + get_next_tokens()",
+    "engine_ttft_ms": "the engine's own timer for the first token: llama.cpp t_p_eval_ms (prompt evaluation, "
+    "llama_perf_context); OpenVINO GenAI PerfMetrics.get_ttft(); null for ONNX Runtime GenAI (it keeps none)",
+    "engine_tpot_ms": "the engine's own time per output token after the first: llama.cpp t_eval_ms / n_eval "
+    "(decode evaluations only, sampling excluded); OpenVINO GenAI PerfMetrics.get_tpot(); null for ONNX Runtime",
+    "engine_prompt_tokens_evaluated": "prompt tokens the engine says it evaluated for this request (llama.cpp "
+    "n_p_eval; OpenVINO GenAI num_input_tokens; null for ONNX Runtime GenAI, whose fresh Generator per request "
+    "holds no earlier cache): less than prompt_tokens means it reused an earlier request's prefix",
+    "tpot_vs_engine_pct": "100 * (median over requests of tpot_ms / engine_tpot_ms - 1): how far llmbench's "
+    "stopwatch is from the engine's own (llama.cpp's excludes sampling and the Python loop)",
 }
 
 # The same names measured over HTTP (config.mode "endpoint"): the client's clock, events instead of tokens.
@@ -140,6 +166,13 @@ class ABConfig(_Model):
 
 class RunConfig(_Model):
     mode: Literal["in-process", "endpoint"] = _match(RESUME, COMPARE, default="in-process")
+    # the engine that generated (in-process runs): transformers, llama.cpp, openvino, onnxruntime; a run written
+    # before engines existed reads as transformers. None: an endpoint run (the server's own engine)
+    engine: str | None = _match(RESUME, COMPARE, default=None)
+    # what the weights and activations are on that engine: {format, weights, activations, kv_cache} (engines
+    # other than transformers, whose dtype and quantization say it)
+    precision: dict | None = _match(RESUME, COMPARE, default=None)
+    engine_settings: dict | None = _match(RESUME, default=None)  # thread counts per phase, context, attention
     model: str = _match(RESUME, COMPARE, default=...)
     model_source: str  # "hub" | "folder" | "gguf" | "builtin" | "endpoint"
     # unknown: an endpoint that doesn't say
@@ -174,6 +207,12 @@ class RunConfig(_Model):
     # function of these and the model's tokenizer (prompt_sha256 covers them)
     synthetic: dict | None = None
 
+    @model_validator(mode="after")
+    def _engine(self) -> RunConfig:
+        if self.engine is None and self.mode == "in-process":
+            self.engine = "transformers"  # files from before --engine
+        return self
+
 
 class GPUInfo(_Model):
     name: str
@@ -192,6 +231,7 @@ class Environment(_Model):
     cpu_physical_cores: int | None = None
     ram_total_bytes: int | None = None
     gpu: GPUInfo | None = _match(RESUME, ENV)
+    engine: str | None = _match(RESUME, ENV)  # the engine's package and version (--engine other than transformers)
 
 
 class Offload(_Model):
@@ -212,6 +252,8 @@ class LoadInfo(_Model):
     # input embedding not at all (one row is gathered)
     quantize_s: float | None = None  # --quantize: seconds spent quantizing, after loading
     compile_s: float | None = None  # --compile: wall time of a 2-token generate() that compiles (untimed)
+    convert_s: float | None = None  # --engine: converting the model for the engine (0 when cached; untimed)
+    converted: dict | None = None  # --engine: {steps: [{from, to, tool, seconds, cached}], path, cache_key}
 
 
 class RequestResult(_Model):
@@ -250,6 +292,12 @@ class RequestResult(_Model):
     # metrics used)
     output_tokens_server: int | None = None
     output_tokens_client: int | None = None
+    # in-process runs: the input ids' hash (equal across engines when they were fed the same ids)
+    prompt_token_ids_sha256: str | None = None
+    # --engine other than transformers: the engine's own stopwatch and counters (ENGINE_METRIC_FORMULAS)
+    engine_ttft_ms: float | None = None
+    engine_tpot_ms: float | None = None
+    engine_prompt_tokens_evaluated: int | None = None
 
     @model_validator(mode="after")
     def _invariants(self) -> RequestResult:
@@ -296,6 +344,11 @@ class Summary(_Model):
     ttft_from_schedule_ms: Stats | None = None
     ttfrt_ms: Stats | None = None  # reasoning streams
     token_count_disagreements: int | None = None  # requests whose server and client counts differ
+    # --engine: the engine's own timers beside llmbench's stamps, and requests that reused a cached prefix
+    engine_ttft_ms: Stats | None = None
+    engine_tpot_ms: Stats | None = None
+    tpot_vs_engine_pct: float | None = None
+    prompt_reuse_requests: int | None = None
 
 
 class Probe(_Model):
@@ -407,6 +460,7 @@ class RequestScalars(_Lean):
     tpot_ms: float | None
     e2e_ms: float
     output_token_ids_sha256: str
+    prompt_token_ids_sha256: str | None = None
 
 
 class RunScalars(_Lean):

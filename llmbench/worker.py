@@ -16,7 +16,11 @@ every message carries ``"v"``):
     parent -> {"v": 1, "op": "probe"}     worker -> {"v": 1, "event": "probe", "probe": {...}}
     parent -> {"v": 1, "op": "exit"}      (or end of stdin): the worker exits 0
 
-The worker writes nothing else on stdout (everything else goes to stderr).
+    worker -> {"v": 1, "event": "failed", "error": ...}   a request the engine could not finish (the run goes on)
+
+The worker writes nothing else on stdout (everything else goes to stderr). ``--engine`` other than transformers:
+the engine's model is loaded (converted first when needed) and measured the same way; an engine that crashes
+the worker (a signal) is reported by the parent with the signal's name.
 """
 
 from __future__ import annotations
@@ -35,7 +39,6 @@ def serve_forever(spec: Any, cache: str, compile_: bool, inp: IO[str], out: IO[s
     """Load ``spec`` and answer commands from ``inp`` on ``out`` until told to exit; the exit code."""
     from llmbench import machine, models
     from llmbench.backends import Request
-    from llmbench.backends.inprocess import InProcessBackend
     from llmbench.generation import generation_thread
     from llmbench.options import RunOptions
     from llmbench.process import freeze_now, frozen_gc, stop_on_signals
@@ -49,13 +52,18 @@ def serve_forever(spec: Any, cache: str, compile_: bool, inp: IO[str], out: IO[s
     thread = generation_thread()
     with stop_on_signals() as stop, frozen_gc():
         try:
-            loaded = thread.run(models.load_model, spec)
+            if spec.is_transformers:
+                loaded = thread.run(models.load_model, spec)
+            else:
+                from llmbench.engines.base import load
+
+                loaded = thread.run(load, spec, lambda text: print(text, file=sys.stderr, flush=True))
         except UserError as e:
             send(event="error", message=str(e))
             return 2
         freeze_now()
         send(event="ready", llmbench_version=__version__, pid=os.getpid())
-        backend: InProcessBackend | None = None
+        backend: Any = None
         prompts: PromptSet | None = None
         for line in inp:
             msg = json.loads(line)
@@ -70,22 +78,26 @@ def serve_forever(spec: Any, cache: str, compile_: bool, inp: IO[str], out: IO[s
                     options = RunOptions(**{**msg["options"], "cache": cache, "compile": compile_})
                     prompts = PromptSet(msg["prompt_file"], msg["prompt_sha256"], tuple(msg["prompts"]),
                                         tuple(range(1, len(msg["prompts"]) + 1)))  # fmt: skip
-                    backend = InProcessBackend(spec, options, loaded=loaded)
+                    backend = _backend(spec, options, loaded)
                     thread.run(backend.start_now, prompts)
                     send(event="prepared", run=json.loads(backend.new_run(prompts).model_dump_json()))
                 elif op == "measure":
                     assert backend is not None and prompts is not None, "prepare first"
                     i, rep = int(msg["prompt_index"]), int(msg["repeat"])
-                    result = None if stop.requested else thread.run(
-                        backend.measure_now, Request(prompts.prompts[i], i, rep), stop
-                    )  # fmt: skip
+                    try:
+                        result = None if stop.requested else thread.run(
+                            backend.measure_now, Request(prompts.prompts[i], i, rep), stop
+                        )  # fmt: skip
+                    except (RuntimeError, ValueError, OSError) as e:  # the engine failed this request
+                        send(event="failed", error=f"{type(e).__name__}: {str(e).strip()[:300]}")
+                        continue
                     if result is None:
                         send(event="stopped")
                     else:
                         send(event="result", result=json.loads(result.model_dump_json()), warnings=backend.warnings())
                 elif op == "probe":
                     assert backend is not None, "prepare first"
-                    probe = thread.run(machine.probe, backend.lm.threads, backend.lm.device)
+                    probe = thread.run(machine.probe, loaded.threads, loaded.device)
                     send(event="probe", probe=json.loads(probe.model_dump_json()))
                 else:
                     send(event="error", message=f"unknown op {op!r}")
@@ -93,6 +105,36 @@ def serve_forever(spec: Any, cache: str, compile_: bool, inp: IO[str], out: IO[s
                 send(event="error", message=str(e))
                 return 2
     return 0
+
+
+def _backend(spec: Any, options: Any, loaded: Any) -> Any:
+    """The in-process backend of ``spec``'s engine around the model already loaded."""
+    if spec.is_transformers:
+        from llmbench.backends.inprocess import InProcessBackend
+
+        return InProcessBackend(spec, options, loaded=loaded)
+    from llmbench.backends.engine import EngineBackend
+
+    return EngineBackend(spec, options, loaded=loaded)
+
+
+def command(spec: Any, executable: str | None = None) -> list[str]:
+    """The ``llmbench worker`` command line that loads ``spec`` (this Python's llmbench by default)."""
+    argv = [executable or sys.executable, "-m", "llmbench", "worker", "--engine", spec.engine, "--model", spec.model,
+            "--weights", spec.weights]  # fmt: skip
+    if spec.precision:
+        argv += ["--precision", spec.precision]
+    if spec.threads is not None:
+        argv += ["--threads", str(spec.threads)]
+    if spec.is_transformers:
+        argv += ["--device", spec.device, "--dtype", spec.dtype]
+        if spec.quantize:
+            argv += ["--quantize", spec.quantize]
+        if spec.attn:
+            argv += ["--attn", spec.attn]
+    argv += [flag for flag, on in (("--allow-pickle", spec.allow_pickle), ("--trust-remote-code",
+             spec.trust_remote_code)) if on]  # fmt: skip
+    return argv
 
 
 def main(spec: Any, cache: str, compile_: bool) -> int:

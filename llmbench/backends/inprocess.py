@@ -19,6 +19,7 @@ import torch
 
 from llmbench import envinfo, machine, models
 from llmbench.backends import Request
+from llmbench.chat import fit_context, messages_for
 from llmbench.errors import UserError
 from llmbench.generation import (
     StopCriterion,
@@ -27,7 +28,6 @@ from llmbench.generation import (
     encode_messages,
     generate_kwargs,
     generation_thread,
-    messages_for,
     recompile_warning,
 )
 from llmbench.metrics import ids_sha256, request_result
@@ -275,6 +275,7 @@ class InProcessBackend:
             output_text=self.lm.tokenizer.decode(ids, skip_special_tokens=True),
             started_s=started_s,
             truncated_tokens=cut,
+            prompt_token_ids_sha256=ids_sha256(input_ids[0].tolist()),
         )
 
     def _measure_batch(self, request: Request, stop: Stop | None, started_s: float) -> list[RequestResult] | None:
@@ -322,21 +323,8 @@ class InProcessBackend:
 
     def _fit(self, prompt_tokens: int, where: str) -> int:
         """How many tokens to cut from the prompt's start so it fits the context; UserError if not allowed."""
-        limit = self.lm.max_positions
-        room = (limit - self.options.max_new_tokens) if limit else None
-        if room is None or prompt_tokens <= room:
-            return 0
-        if room < 1:
-            raise UserError(
-                f"--max-new-tokens {self.options.max_new_tokens} leaves no room in the model's context "
-                f"of {limit} tokens"
-            )
-        if self.options.truncate:
-            return prompt_tokens - room
-        raise UserError(
-            f"{where}: the prompt has {prompt_tokens} tokens; with --max-new-tokens {self.options.max_new_tokens} "
-            f"that exceeds the model's context of {limit} tokens (--truncate cuts it to fit)"
-        )
+        return fit_context(prompt_tokens, self.lm.max_positions, self.options.max_new_tokens, self.options.truncate,
+                           where)  # fmt: skip
 
     def check_prompts(self, prompts: PromptSet) -> None:
         """Tokenize every prompt once, before anything is written: a too-long prompt fails the run up front."""

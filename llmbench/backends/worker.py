@@ -22,6 +22,29 @@ from llmbench.prompts import PromptSet
 from llmbench.schema import Probe, RequestResult, Run
 from llmbench.worker import PROTOCOL
 
+# What a signal that killed a worker usually means, for the one line the user reads.
+_SIGNAL_HINTS = {
+    "SIGILL": "illegal instruction: the engine was built for instructions this CPU lacks (a -march=native build "
+    "on another CPU; README, 'Engines', says how to build llama-cpp-python for every CPU of a kind)",
+    "SIGSEGV": "segmentation fault in native code",
+    "SIGBUS": "bus error in native code (a memory-mapped file changed or vanished?)",
+    "SIGABRT": "the engine aborted (an assertion or an uncaught C++ exception)",
+    "SIGKILL": "killed (out of memory? see dmesg)",
+    "SIGFPE": "arithmetic fault in native code",
+}
+
+
+def exit_reason(code: int | None) -> str:
+    """'the worker exited (code N)', or the signal that killed it and what that usually means."""
+    if code is not None and code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        hint = _SIGNAL_HINTS.get(name)
+        return f"the worker crashed with {name}" + (f" ({hint})" if hint else "")
+    return f"the worker exited (code {code})"
+
 
 class WorkerBackend:
     """Starts ``command`` (an ``llmbench worker ...`` command line, maybe through ``env`` or another venv's
@@ -29,11 +52,16 @@ class WorkerBackend:
 
     cancel_on_stop = False  # the worker stops after the token in flight (it gets the SIGINT), then says so
 
-    def __init__(self, command: list[str], options: RunOptions, *, label: str = "") -> None:
+    def __init__(
+        self, command: list[str], options: RunOptions, *, label: str = "", name: str | None = None,
+        on_stderr: Any = None,
+    ) -> None:  # fmt: skip
         options.validate()
         if not command:
             raise UserError(f"{label}an empty worker command")
         self.command = command
+        self.name = name  # how errors name the worker (default: its command line)
+        self.on_stderr = on_stderr  # each line the worker writes on stderr (its progress while loading)
         self.options = options
         self.label = label
         self.proc: asyncio.subprocess.Process | None = None
@@ -45,14 +73,18 @@ class WorkerBackend:
 
     # -- the pipe ---------------------------------------------------------------------------------------------
 
-    def _where(self) -> str:
-        last = next((line for line in reversed(self.stderr_tail) if line.strip()), "")
-        return f"(worker: {shlex.join(self.command)}" + (f"; its last line: {last.strip()[:200]})" if last else ")")
+    def _where(self, last_line: bool = True) -> str:
+        last = next((line for line in reversed(self.stderr_tail) if line.strip()), "") if last_line else ""
+        who = self.name or f"worker: {shlex.join(self.command)}"
+        return f"({who}" + (f"; its last line: {last.strip()[:200]})" if last else ")")
 
     async def _read_stderr(self) -> None:
         assert self.proc is not None and self.proc.stderr is not None
         while line := await self.proc.stderr.readline():
-            self.stderr_tail.append(line.decode("utf-8", "replace"))
+            text = line.decode("utf-8", "replace")
+            self.stderr_tail.append(text)
+            if self.on_stderr is not None and text.strip() and self._record is None:  # while it loads
+                self.on_stderr(text.strip()[:200])
 
     async def _receive(self) -> dict[str, Any]:
         assert self.proc is not None and self.proc.stdout is not None
@@ -61,7 +93,7 @@ class WorkerBackend:
             code = await self.proc.wait()
             if self._stderr_task is not None:
                 await self._stderr_task  # the last lines, for the message
-            raise BackendUnavailable(f"the worker exited (code {code}) {self._where()}")
+            raise BackendUnavailable(f"{exit_reason(code)} {self._where()}")
         try:
             msg = json.loads(line)
         except json.JSONDecodeError:
@@ -70,8 +102,8 @@ class WorkerBackend:
         if msg.get("v") != PROTOCOL:
             raise BackendUnavailable(f"the worker speaks protocol {msg.get('v')!r}, this llmbench {PROTOCOL} "
                                      f"(upgrade one of them) {self._where()}")  # fmt: skip
-        if msg.get("event") == "error":
-            raise BackendUnavailable(f"{msg.get('message')} {self._where()}")
+        if msg.get("event") == "error":  # the worker's own one line says what is wrong
+            raise BackendUnavailable(f"{msg.get('message')} {self._where(last_line=False)}")
         return msg
 
     async def _ask(self, **msg: Any) -> dict[str, Any]:
@@ -102,6 +134,7 @@ class WorkerBackend:
             raise UserError(
                 f"{self.label}cannot start the worker {shlex.join(self.command)}: {e.strerror or e}"
             ) from None
+        self.pid = self.proc.pid
         self._stderr_task = asyncio.ensure_future(self._read_stderr())
         try:
             await self._receive()  # ready

@@ -24,9 +24,12 @@ DEFAULT_GREEDY_PROMPTS = 8
 
 
 def setup_of(spec: ModelOptions, options: RunOptions | None = None) -> dict[str, Any]:
-    """The fields that make a setup, as recorded in quality.json."""
-    return {"model": spec.model, "dtype": spec.dtype, "quantize": spec.quantize, "attn": spec.attn,
-            "compile": bool(options and options.compile)}  # fmt: skip
+    """The fields that make a setup, as recorded in quality.json (an engine's: engine and precision too)."""
+    setup = {"model": spec.model, "dtype": spec.dtype, "quantize": spec.quantize, "attn": spec.attn,
+             "compile": bool(options and options.compile)}  # fmt: skip
+    if not spec.is_transformers:
+        setup.update(engine=spec.engine, precision=spec.precision)
+    return setup
 
 
 def default_prompts() -> PromptSet:
@@ -36,7 +39,8 @@ def default_prompts() -> PromptSet:
 
 
 def _encoded(lm: Any, prompt: str, options: RunOptions) -> Any:
-    from llmbench.generation import encode_messages, messages_for
+    from llmbench.chat import messages_for
+    from llmbench.generation import encode_messages
 
     use_template = options.chat_template and bool(getattr(lm.tokenizer, "chat_template", None))
     return encode_messages(lm.tokenizer, messages_for(prompt, options.system_prompt), use_template)
@@ -72,6 +76,49 @@ def evaluate(ref: q.Reference, ref_lm: Any, cand_lm: Any, prompts: PromptSet, op
     return {**stats, "greedy": q.greedy_summary(divergences, options.max_new_tokens)}
 
 
+def engine_greedy_ids(em: Any, prompt: str, options: RunOptions) -> list[int]:
+    """One greedy continuation of exactly ``options.max_new_tokens`` tokens on another engine, from the ids the
+    model's tokenizer makes (as a run sends it)."""
+    from llmbench.chat import encode_ids, messages_for
+
+    use_template = options.chat_template and bool(getattr(em.tokenizer, "chat_template", None))
+    ids = encode_ids(em.tokenizer, messages_for(prompt, options.system_prompt), use_template)
+    out: list[int] = []
+    em.runner.generate(ids, options.max_new_tokens, None, lambda t: out.append(t) is None)
+    return out
+
+
+def evaluate_engine(ref: q.Reference, ref_lm: Any, em: Any, prompts: PromptSet, options: RunOptions) -> dict[str, Any]:
+    """:func:`evaluate` for an engine other than transformers: teacher-forced figures where it exposes logits
+    (llama.cpp, ONNX Runtime GenAI), greedy divergence always (generation thread)."""
+    from llmbench.engines import ENGINES
+
+    if ENGINES[em.engine].logits:
+        stats = q.teacher_forced_from(ref, em.runner.logprobs)
+    else:
+        stats = {"positions": 0, "kld_mean": None, "kld_p99": None, "kld_max": None, "top1_agreement": None,
+                 "perplexity_candidate": None, "perplexity_reference": None,
+                 "kld_method": f"none: {em.engine} exposes no logits (greedy divergence only)"}  # fmt: skip
+    reference_options = dataclasses.replace(options, cache="dynamic", compile=False)
+    divergences = [q.first_divergence(greedy_ids(ref_lm, p, reference_options), engine_greedy_ids(em, p, options))
+                   for p in prompts.prompts]  # fmt: skip
+    return {**stats, "greedy": q.greedy_summary(divergences, options.max_new_tokens)}
+
+
+def evaluate_engine_spec(ref: q.Reference, ref_lm: Any, spec: ModelOptions, prompts: PromptSet,
+                         options: RunOptions) -> dict[str, Any]:  # fmt: skip
+    """Load ``spec``'s engine here (its files are cached by now), evaluate it, let it go (generation thread)."""
+    from llmbench.engines.base import load
+
+    em = load(spec)
+    try:
+        if not same_tokenizer(ref_lm.tokenizer, em.tokenizer):
+            raise UserError("the reference and the candidate have different tokenizers")
+        return evaluate_engine(ref, ref_lm, em, prompts, options)
+    finally:
+        em.runner.close()
+
+
 def same_tokenizer(a: Any, b: Any) -> bool:
     return a is b or a.get_vocab() == b.get_vocab()
 
@@ -94,6 +141,9 @@ async def quality(
     from llmbench.process import freeze_now
 
     text_value, text_source = q.read_text(text)
+    if not candidate.is_transformers:
+        return await _engine_quality(candidate, options, reference_dtype, reference_model, text_value, text_source,
+                                     prompts, chunk_tokens, reference_cache, output)  # fmt: skip
     reference = dataclasses.replace(candidate, model=reference_model or candidate.model, dtype=reference_dtype,
                                     quantize=None, attn=None)  # fmt: skip
     try:
@@ -136,6 +186,58 @@ async def quality(
         "notes": notes(candidate, same),
         "metrics": q_formulas(),
     }
+    if output is not None:
+        write_record(output, record)
+    return record
+
+
+async def _engine_quality(
+    candidate: ModelOptions, options: RunOptions, reference_dtype: str, reference_model: str | None, text: str,
+    text_source: str, prompts: PromptSet | None, chunk_tokens: int, reference_cache: Path | None,
+    output: Path | None,
+) -> dict[str, Any]:  # fmt: skip
+    """``quality --engine E``: the engine's model (in this process) against transformers' reference setup of the
+    same source (a .gguf dequantized by transformers, a folder, random weights)."""
+    from llmbench import engines, models
+    from llmbench.engines.base import load
+    from llmbench.generation import generation_thread
+    from llmbench.process import freeze_now
+
+    engines.validate(candidate)
+    if options.compile or options.cache != "dynamic":
+        raise UserError("--compile is a transformers knob; the other engines manage their own")
+    reference = dataclasses.replace(candidate, model=reference_model or candidate.model, dtype=reference_dtype,
+                                    engine="transformers", precision=None, quantize=None, attn=None,
+                                    threads=None)  # fmt: skip
+    try:
+        models.validate(reference)
+    except UserError as e:
+        raise UserError(f"the reference ({reference.model}, {reference_dtype}) can't be built: {e}") from None
+    thread = generation_thread()
+    em = await asyncio.wrap_future(thread.submit(load, candidate))
+    try:
+        ref_lm = await asyncio.wrap_future(thread.submit(models.load_model, reference))
+        freeze_now()
+        if not same_tokenizer(ref_lm.tokenizer, em.tokenizer):
+            raise UserError("the reference and the candidate have different tokenizers: their distributions are "
+                            "over different tokens and can't be compared")  # fmt: skip
+        size = min(chunk_tokens, ref_lm.max_positions or chunk_tokens)
+        ref = await asyncio.wrap_future(thread.submit(_reference, ref_lm, text, setup_of(reference), size,
+                                                      reference_cache))  # fmt: skip
+        prompts = prompts or default_prompts()
+        result = await asyncio.wrap_future(thread.submit(evaluate_engine, ref, ref_lm, em, prompts, options))
+    finally:
+        await asyncio.wrap_future(thread.submit(em.runner.close))
+    record = {
+        "quality_version": q.QUALITY_VERSION, "created_at": utc_now(), "weights": candidate.weights, "device": "cpu",
+        "candidate": {**setup_of(candidate, options), "dtype": em.dtype, "engine_version": em.version,
+                      "precision_detail": em.runner.precision()},
+        "reference": {**setup_of(reference), "dtype": ref_lm.dtype},
+        "text": {"source": text_source, "sha256": ref.text_sha256, "tokens": sum(len(c) for c in ref.chunks),
+                 "chunk_tokens": size, "chunks": len(ref.chunks)},
+        "prompts": {"source": prompts.path, "sha256": prompts.sha256, "count": len(prompts.prompts)},
+        **result, "notes": notes(candidate, False), "metrics": q_formulas(),
+    }  # fmt: skip
     if output is not None:
         write_record(output, record)
     return record

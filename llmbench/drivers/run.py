@@ -16,18 +16,45 @@ from llmbench.storage import default_output_path, load_run, prepare_dir, prepare
 from llmbench.synthetic import SyntheticSpec, synthetic_record
 
 if TYPE_CHECKING:
+    from llmbench.engines.base import EngineModel
     from llmbench.models import LoadedModel
 
-# what a run measures: a model to load, a model loaded already, or a server
-Target = Union[ModelOptions, EndpointOptions, "LoadedModel"]
+# what a run measures: a model to load, a model loaded already (transformers' or another engine's), or a server
+Target = Union[ModelOptions, EndpointOptions, "LoadedModel", "EngineModel"]
 
 
-def make_backend(target: Target, options: RunOptions, label: str = "") -> Backend:
-    """The backend for ``target``: a model to load here (or loaded already), or a server to stream from."""
+def make_backend(
+    target: Target, options: RunOptions, label: str = "", *, reporter: Reporter | None = None,
+    in_process: bool = False,
+) -> Backend:  # fmt: skip
+    """The backend for ``target``: a model to load here (or loaded already), or a server to stream from. An engine
+    other than transformers runs in a worker process of its own unless ``target.isolate`` is False or
+    ``in_process`` (a crash of its native code then ends this process)."""
     if isinstance(target, EndpointOptions):
         from llmbench.backends.endpoint import EndpointBackend
 
         return EndpointBackend(target, options, label=label)
+    if isinstance(target, ModelOptions) and not target.is_transformers:
+        from llmbench import engines
+
+        engines.validate(target)
+        engines.check_run_options(target.engine, options)
+        if target.isolate is False or in_process:
+            from llmbench.backends.engine import EngineBackend
+
+            return EngineBackend(target, options, label=label, on_status=reporter.status if reporter else None)
+        from llmbench import worker
+        from llmbench.backends.worker import WorkerBackend
+
+        return WorkerBackend(worker.command(target), options, label=label, name=f"the {target.engine} worker",
+                             on_stderr=reporter.status if reporter else None)  # fmt: skip
+    from llmbench.engines.base import EngineModel
+
+    if isinstance(target, EngineModel):  # an engine loaded already (llmbench.load_model(engine=...))
+        from llmbench.backends.engine import EngineBackend
+
+        spec = ModelOptions(model=target.name, weights=target.weights, engine=target.engine)
+        return EngineBackend(spec, options, loaded=target, label=label)
     from llmbench.backends.inprocess import InProcessBackend  # torch: imported only for in-process runs
 
     if isinstance(target, ModelOptions):
@@ -56,7 +83,8 @@ async def run(
     options.validate()
     if isinstance(target, EndpointOptions) and (ol := target.open_loop) is not None and (ol.workers > 1 or ol.ray):
         return await _shared(prompts, target, options, output, overwrite, default_dir, resume, stop, reporter)
-    backend = make_backend(target, options)
+    synthetic_spec = isinstance(prompts, SyntheticSpec)  # made by the tokenizer here: an engine runs in this process
+    backend = make_backend(target, options, reporter=reporter, in_process=synthetic_spec)
     previous = path = None
     if resume is not None:
         if output is not None and Path(output).resolve() != Path(resume).resolve():

@@ -119,14 +119,29 @@ class Scan:
         from llmbench.process import freeze_now
 
         self.reporter.status(f"loading {self.spec.model} ...")
-        self.lm = await asyncio.wrap_future(generation_thread().submit(models.load_model, self.spec))
+        engine = not self.spec.is_transformers  # another engine: in this process, one model for every point
+        if engine and any(p.kind == "batch" for p in self.points):
+            raise UserError(f"--engine {self.spec.engine}: batch points need transformers' batched generate(); "
+                            "drop --batch (--batch '')")  # fmt: skip
+        if engine:
+            from llmbench.engines.base import load
+
+            self.lm = await asyncio.wrap_future(generation_thread().submit(load, self.spec, self.reporter.status))
+        else:
+            self.lm = await asyncio.wrap_future(generation_thread().submit(models.load_model, self.spec))
         freeze_now()
         check_context(self.points, self.lm.max_positions, self.options.max_new_tokens, self.batch_prompt_tokens)
         for p in self.points:
             new = LENGTH_NEW_TOKENS if p.kind == "length" else self.options.max_new_tokens
             options = dataclasses.replace(self.options, max_new_tokens=new, repeats=self.options.repeats)
-            backend = InProcessBackend(self.spec, options, loaded=self.lm, label=f"{p.label}: ",
-                                       batch=p.value if p.kind == "batch" else 1)  # fmt: skip
+            backend: Any
+            if engine:
+                from llmbench.backends.engine import EngineBackend
+
+                backend = EngineBackend(self.spec, options, loaded=self.lm, label=f"{p.label}: ")
+            else:
+                backend = InProcessBackend(self.spec, options, loaded=self.lm, label=f"{p.label}: ",
+                                           batch=p.value if p.kind == "batch" else 1)  # fmt: skip
             tokens = {"length": p.value, "depth": p.value, "batch": self.batch_prompt_tokens}[p.kind]
             floor = backend.count_prompt_tokens("x")
             if p.kind == "depth" and tokens < floor:
@@ -177,7 +192,11 @@ class Scan:
         lm = self.lm
         points = [self._point(p, t) for p, t in self.tracks.items()]
         gbps = self._bandwidth()
-        kv = kv_bytes_per_token(lm.model.config, lm.dtype)
+        engine = getattr(lm, "engine", "transformers")
+        if engine == "transformers":
+            kv = kv_bytes_per_token(lm.model.config, lm.dtype)
+        else:  # the engine's own KV cache element
+            kv = kv_bytes_per_token(lm.hf_config, kv_element(lm.runner.precision().get("kv_cache")))
         weights = lm.load.decode_weight_bytes
         return {
             "scan_version": SCAN_VERSION,
@@ -185,6 +204,7 @@ class Scan:
             "finished_at": utc_now(),
             "complete": complete,
             "model": lm.name,
+            "engine": engine,
             "weights": lm.weights,
             "device": lm.device,
             "dtype": lm.dtype,
@@ -334,6 +354,16 @@ def fit_batch(
     return {"table": table, "saturation_batch": saturation}
 
 
+def kv_element(kv_cache: str | None) -> str:
+    """An engine's KV cache element type (f16, uint8_t, float32, ...) as kv_bytes_per_token's dtype name."""
+    text = (kv_cache or "").lower()
+    if text.startswith(("u8", "uint8", "i8", "int8", "q8")):
+        return "int8"
+    if text.startswith(("f16", "fp16", "float16", "half", "bf16", "bfloat16")):
+        return "float16"
+    return "float32"
+
+
 def kv_bytes_per_token(config: Any, dtype: str) -> int | None:
     """2 (K, V) x layers x key/value heads x head dim x bytes per element, from a transformers config."""
     layers = getattr(config, "num_hidden_layers", None)
@@ -341,7 +371,7 @@ def kv_bytes_per_token(config: Any, dtype: str) -> int | None:
     head_dim = getattr(config, "head_dim", None) or (
         config.hidden_size // config.num_attention_heads if getattr(config, "num_attention_heads", None) else None
     )
-    size = {"float32": 4, "bfloat16": 2, "float16": 2}.get(dtype)
+    size = {"float32": 4, "bfloat16": 2, "float16": 2, "int8": 1}.get(dtype)
     if not (layers and heads and head_dim and size):
         return None
     return int(2 * layers * heads * head_dim * size)

@@ -39,17 +39,27 @@ SWEEP_VERSION = 1  # sweep.json; history: 1 (llmbench 0.1.0) first version; 0.2.
 
 @dataclass(frozen=True)
 class Setup:
-    """One combination of knobs."""
+    """One combination of knobs. ``engine`` other than transformers: ``precision`` is its weight format (None: the
+    .gguf as it is) and the transformers knobs stay at their defaults."""
 
-    dtype: str
+    dtype: str | None
     threads: int
     attn: str | None = None  # None: the model's default kernel
     cache: str = "dynamic"
     compile: bool = False
     quantize: str | None = None
+    engine: str = "transformers"
+    precision: str | None = None
+
+    @property
+    def is_transformers(self) -> bool:
+        return self.engine == "transformers"
 
     def label(self) -> str:
-        """Short human name, e.g. ``bfloat16 2t sdpa static compiled`` or ``bfloat16+int8 2t``."""
+        """Short human name, e.g. ``bfloat16 2t sdpa static compiled``, ``bfloat16+int8 2t``, ``llama.cpp q8_0
+        2t``."""
+        if not self.is_transformers:
+            return f"{self.engine} {self.precision or 'gguf'} {self.threads}t"
         if self.quantize is None:
             weights = self.dtype
         elif forced_dtype(self.quantize) is not None:  # int8-dynamic: float32 goes without saying
@@ -67,7 +77,7 @@ class Setup:
 
     def slug(self) -> str:
         """A file name stem."""
-        return self.label().replace(" ", "-")
+        return self.label().replace(" ", "-").replace(".", "")
 
     def as_dict(self) -> dict[str, Any]:
         """The knobs as JSON fields."""
@@ -96,29 +106,76 @@ def plan(
     cache: str,
     compile_: bool,
     quantize: str,
+    engine: str = "transformers",
+    precision: list[str] | None = None,
 ) -> tuple[list[Setup], list[str]]:
     """The CLI's comma lists -> the setups to run and why others were left out. Every knob of every setup is
-    checked here, before any model loads (UserError)."""
+    checked here, before any model loads (UserError). ``engine``: a comma list of engines; ``precision``:
+    ``ENGINE=P1,P2`` items (or ``P1,P2`` for every engine other than transformers)."""
+    from llmbench import engines as eng
+
     if options.repeats < 1:
         raise UserError(f"--rounds must be at least 1, not {options.repeats}")
-    if "auto" in split_list(dtype, "--dtype"):
-        raise UserError("--dtype auto has no place in a sweep: list the dtypes to compare")
-    dtypes = [models.resolve_dtype(d, "cpu", probe=False)[0] for d in split_list(dtype, "--dtype")]
+    engine_list = [eng.engine_info(e).name for e in split_list(engine, "--engine")]
+    if len(set(engine_list)) != len(engine_list):
+        raise UserError(f"--engine '{engine}' names an engine twice")
     thread_list = [_whole(t, "--threads") for t in split_list(threads, "--threads")] or [torch.get_num_threads()]
-    setups, skipped = expand(
-        dtypes,
-        thread_list,
-        list[str | None](split_list(attn, "--attn")) or [None],
-        split_list(cache, "--cache"),
-        [False, True] if compile_ else [False],
-        [None if q == "none" else q for q in split_list(quantize, "--quantize")],
-    )
+    setups: list[Setup] = []
+    skipped: list[str] = []
+    if "transformers" in engine_list:
+        if "auto" in split_list(dtype, "--dtype"):
+            raise UserError("--dtype auto has no place in a sweep: list the dtypes to compare")
+        dtypes = [models.resolve_dtype(d, "cpu", probe=False)[0] for d in split_list(dtype, "--dtype")]
+        setups, skipped = expand(
+            dtypes,
+            thread_list,
+            list[str | None](split_list(attn, "--attn")) or [None],
+            split_list(cache, "--cache"),
+            [False, True] if compile_ else [False],
+            [None if q == "none" else q for q in split_list(quantize, "--quantize")],
+        )
+    per_engine = engine_precisions(precision or [], [e for e in engine_list if e != "transformers"])
+    source, _path = models.classify_source(spec.model, spec.weights)
+    for name in engine_list:
+        if name == "transformers":
+            continue
+        eng.require_engine(name)
+        for p in per_engine.get(name) or [None]:
+            resolved = eng.check_precision(name, p, source)
+            for th in thread_list:
+                setups.append(Setup(dtype=None, threads=th, engine=name, precision=resolved))
     if not setups:
         raise UserError(f"no setup to sweep: every combination was left out ({'; '.join(skipped)})")
     for s in setups:
-        dataclasses.replace(options, cache=s.cache, compile=s.compile).validate()
-        models.validate(dataclasses.replace(spec, dtype=s.dtype, threads=s.threads, attn=s.attn, quantize=s.quantize))
+        if s.is_transformers:
+            dataclasses.replace(options, cache=s.cache, compile=s.compile).validate()
+            models.validate(dataclasses.replace(spec, dtype=s.dtype or "auto", threads=s.threads, attn=s.attn,
+                                                quantize=s.quantize))  # fmt: skip
+        else:
+            eng.validate(engine_spec(spec, s))
     return setups, skipped
+
+
+def engine_precisions(items: list[str], engines: list[str]) -> dict[str, list[str]]:
+    """``["llama.cpp=q8_0,q4_k_m", "int8"]`` -> per engine its precisions (a bare list: every engine listed)."""
+    from llmbench import engines as eng
+
+    out: dict[str, list[str]] = {}
+    for item in items:
+        name, sep, values = item.partition("=")
+        targets = [eng.engine_info(name).name] if sep else engines
+        if sep and targets[0] not in engines:
+            raise UserError(f"--precision {item}: {targets[0]} is not among --engine {','.join(engines)}")
+        for t in targets:
+            out.setdefault(t, [])
+            out[t] += [v for v in split_list(values if sep else name, "--precision") if v not in out[t]]
+    return out
+
+
+def engine_spec(spec: ModelOptions, s: Setup) -> ModelOptions:
+    """The model options of an engine setup."""
+    return dataclasses.replace(spec, engine=s.engine, precision=s.precision, threads=s.threads, dtype="auto",
+                               attn=None, quantize=None)  # fmt: skip
 
 
 def _whole(text: str, option: str) -> int:
@@ -157,7 +214,7 @@ class SweepEntry:
     """One setup's backend and run while the sweep runs."""
 
     setup: Setup
-    backend: InProcessBackend
+    backend: Any  # InProcessBackend, or a WorkerBackend running another engine
     path: Path
     track: Track | None = None
 
@@ -203,6 +260,8 @@ class Sweep:
     # -- loading ------------------------------------------------------------------------------------------
 
     def _model_key(self, s: Setup) -> tuple:
+        if not s.is_transformers:
+            return (s.engine, s.precision, s.threads)
         # Uncompiled setups of one dtype share a model: threads and attention are switched before each block.
         # A compiled setup gets its own, so its traced graph (made for its threads and kernel) is never shared.
         if s.compile:
@@ -215,6 +274,16 @@ class Sweep:
         loaded: dict[tuple, LoadedModel] = {}
         thread = generation_thread()
         for s in self.setups:
+            if not s.is_transformers:  # another engine: a worker process of its own (a crash ends only that setup)
+                from llmbench.drivers.run import make_backend
+
+                self.reporter.status(f"starting {s.label()} ...")
+                worker = make_backend(engine_spec(self.spec, s), self.options, label=f"{s.label()}: ",
+                                      reporter=self.reporter)  # fmt: skip
+                await worker.start(prompts)
+                path = prepare_output(self.out_dir / f"{s.slug()}.json", overwrite=False)
+                self.entries.append(SweepEntry(s, worker, path))
+                continue
             key = self._model_key(s)
             if key not in loaded:
                 loaded[key] = await asyncio.wrap_future(thread.submit(self._load, s, loaded))
@@ -267,10 +336,14 @@ class Sweep:
         tracks = [e.track for e in self.entries if e.track is not None]
         try:
             await execute(tracks, self.plan(prompts), prompts, warmup=self.options.warmup, stop=stop,
-                          reporter=self.reporter)  # fmt: skip
+                          reporter=self.reporter, survive_backend_loss=True)  # fmt: skip
         except RunInterrupted as e:
             write_record(path, self.record(prompts, complete=False))
             raise RunInterrupted(e.runs, path, e.signal_name) from None
+        finally:
+            for e in self.entries:
+                if not e.setup.is_transformers:
+                    await e.backend.close()  # the engines' workers: their memory is needed for the quality pass
         if self.quality:
             await self.measure_quality()
         record = self.record(prompts, complete=True)
@@ -298,16 +371,33 @@ class Sweep:
                                                       ref_lm.device, setup, size))  # fmt: skip
         prompts = dq.default_prompts()
         for e in self.entries:
+            if not e.setup.is_transformers:
+                if not e.run.requests:
+                    continue  # a setup whose engine failed: nothing to vouch for
+                self.reporter.status(f"quality of {e.setup.label()} ...")
+                spec = engine_spec(self.spec, e.setup)
+                options = dataclasses.replace(self.options, max_new_tokens=min(self.options.max_new_tokens, 32))
+                result = await asyncio.wrap_future(thread.submit(dq.evaluate_engine_spec, ref, ref_lm, spec, prompts,
+                                                                 options))  # fmt: skip
+                self._keep_quality(e, setup, ref.text_sha256, result)
+                continue
             await e.backend.activate()
             # greedy continuations decode as the setup does (its cache, its compiled step)
             options = dataclasses.replace(self.options, cache=e.setup.cache, compile=e.setup.compile,
                                           max_new_tokens=min(self.options.max_new_tokens, 32))  # fmt: skip
             result = await asyncio.wrap_future(thread.submit(dq.evaluate, ref, ref_lm, e.backend.lm, prompts, options))
-            e.run.quality = {"reference": setup, "text_sha256": ref.text_sha256, **result}
-            if self.max_kld is not None and result["kld_mean"] > self.max_kld:
-                e.run.warnings.append(f"KL divergence {result['kld_mean']:.4g} above --max-kld {self.max_kld:g}: not "
-                                      "eligible as best")  # fmt: skip
-            save_run(e.run, e.path)
+            self._keep_quality(e, setup, ref.text_sha256, result)
+
+    def _keep_quality(self, e: SweepEntry, setup: dict, text_sha256: str, result: dict) -> None:
+        """A setup's quality figures into its run JSON (saved again), with the --max-kld verdict."""
+        e.run.quality = {"reference": setup, "text_sha256": text_sha256, **result}
+        kld = result.get("kld_mean")
+        if self.max_kld is not None and kld is None:
+            e.run.warnings.append(f"no KL divergence (the engine exposes no logits) to hold against --max-kld "
+                                  f"{self.max_kld:g}: not eligible as best")  # fmt: skip
+        elif self.max_kld is not None and kld > self.max_kld:
+            e.run.warnings.append(f"KL divergence {kld:.4g} above --max-kld {self.max_kld:g}: not eligible as best")
+        save_run(e.run, e.path)
 
     # -- the record ---------------------------------------------------------------------------------------
 
@@ -315,7 +405,7 @@ class Sweep:
         """What ``sweep.json`` holds: one row per setup, the best per metric and the Pareto front."""
         rows = []
         for e in self.entries:
-            s = e.run.summary
+            s, load = e.run.summary, e.run.load
             rows.append(
                 {
                     **e.setup.as_dict(),
@@ -327,10 +417,13 @@ class Sweep:
                     "tpot_ms_p50": s.tpot_ms.p50 if s and s.tpot_ms else None,
                     "tpot_efficiency": s.tpot_efficiency if s else None,
                     "tpot_bound_ms": s.tpot_bound_ms if s else None,
-                    "decode_weight_bytes": e.backend.lm.load.decode_weight_bytes,
-                    "load_s": e.backend.lm.load.seconds,
-                    "quantize_s": e.backend.lm.load.quantize_s,
-                    "compile_s": e.backend.lm.load.compile_s,
+                    "decode_weight_bytes": load.decode_weight_bytes if load else None,
+                    "load_s": load.seconds if load else None,
+                    "quantize_s": load.quantize_s if load else None,
+                    "compile_s": load.compile_s if load else None,
+                    "convert_s": load.convert_s if load else None,
+                    "precision_detail": e.run.config.precision,
+                    "failed": not e.run.complete and bool(e.run.failed_requests),
                     "run_file": e.path.name,
                     **self._quality_fields(e.run.quality),
                 }
@@ -344,7 +437,8 @@ class Sweep:
             "complete": complete,
             "model": self.spec.model,
             "weights": self.spec.weights,
-            "device": self.entries[0].backend.lm.device,
+            "device": self.entries[0].run.config.device,
+            "engines": sorted({e.setup.engine for e in self.entries}),
             "varied": self.varied(),
             "prompt_file": prompts.path,
             "prompt_sha256": prompts.sha256,
@@ -369,7 +463,10 @@ class Sweep:
                 "paired bootstrap 95% interval over the same (prompt, round) requests",
                 "kld_mean": "--quality: mean KL(P_float32 || P_setup) of next-token distributions on llmbench's text "
                 "(see llmbench quality); top1_agreement: share of positions with the same argmax",
-                "excluded_by_max_kld": "kld_mean above --max-kld: kept in the tables, not eligible for best or pareto",
+                "excluded_by_max_kld": "kld_mean above --max-kld (or unknown: an engine without logits): kept in the "
+                "tables, not eligible for best or pareto",
+                "greedy_identical_share": "--quality: share of prompts whose greedy continuation equals the float32 "
+                "reference's for max_new_tokens (every engine, logits or not)",
             },
         }
 
@@ -384,12 +481,15 @@ class Sweep:
     def _quality_fields(self, quality: dict | None) -> dict[str, Any]:
         if not quality:
             return {}
+        kld = quality.get("kld_mean")
         return {
-            "kld_mean": quality["kld_mean"],
-            "kld_p99": quality["kld_p99"],
-            "top1_agreement": quality["top1_agreement"],
+            "kld_mean": kld,
+            "kld_p99": quality.get("kld_p99"),
+            "top1_agreement": quality.get("top1_agreement"),
             "greedy_identical_share": quality["greedy"]["identical_share"],
-            "excluded_by_max_kld": self.max_kld is not None and quality["kld_mean"] > self.max_kld,
+            "greedy_first_divergence_median": quality["greedy"]["first_divergence_median"],
+            # an engine without logits can't be vouched for under a KL limit
+            "excluded_by_max_kld": self.max_kld is not None and (kld is None or kld > self.max_kld),
         }
 
     def varied(self) -> list[str]:

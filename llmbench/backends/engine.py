@@ -1,0 +1,244 @@
+"""An engine other than transformers (llama.cpp, OpenVINO GenAI, ONNX Runtime GenAI) in this process, fed the
+token ids the model's Hugging Face tokenizer makes, each token stamped when the engine hands its id over.
+
+It runs on the process's generation thread (as the in-process backend does), so the event loop stays free. By
+default the CLI and the API run it inside a worker process (``llmbench worker --engine ...``): an engine that
+crashes its process then ends as a recorded failure, not a lost run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import time
+from collections.abc import Hashable
+from typing import Any
+
+from llmbench import envinfo, machine
+from llmbench.backends import Request
+from llmbench.chat import encode_ids, fit_context, messages_for
+from llmbench.engines.base import EngineModel
+from llmbench.errors import UserError
+from llmbench.generation import generation_thread
+from llmbench.metrics import ids_sha256, request_result
+from llmbench.options import ModelOptions, RunOptions
+from llmbench.process import Stop, freeze_now
+from llmbench.prompts import PromptSet
+from llmbench.schema import Probe, RequestResult, Run, RunConfig, new_run_record
+from llmbench.synthetic import SyntheticSpec
+from llmbench.synthetic import make as make_synthetic
+
+# The engine's own TPOT and llmbench's are two stopwatches of the same steps; beyond this they disagree and the
+# run says so. llama.cpp's own excludes sampling and its Python loop, OpenVINO's includes its streamer call.
+TPOT_TOLERANCE_PCT = 5.0
+
+
+class EngineBackend:
+    """Loads ``spec`` on its engine (or takes one loaded) and measures requests on it."""
+
+    cancel_on_stop = False  # the token in flight finishes
+
+    def __init__(
+        self,
+        spec: ModelOptions,
+        options: RunOptions,
+        *,
+        loaded: EngineModel | None = None,
+        label: str = "",
+        on_status: Any = None,
+    ) -> None:
+        options.validate()
+        from llmbench.engines import check_run_options
+
+        check_run_options(spec.engine, options)
+        self.spec, self.options, self.loaded, self.label = spec, options, loaded, label
+        self.on_status = on_status
+        self.thread = generation_thread()
+        self._ids: dict[str, list[int]] = {}
+        self.mismatched = 0
+
+    # -- lifecycle ------------------------------------------------------------------------------------------
+
+    @property
+    def em(self) -> EngineModel:
+        if self.loaded is None:
+            raise RuntimeError("the backend is not started")
+        return self.loaded
+
+    def early_config(self, prompts: PromptSet) -> dict[str, Any]:
+        o, s = self.options, self.spec
+        return {"model": s.model, "weights": s.weights, "device": "cpu", "max_new_tokens": o.max_new_tokens,
+                "ignore_eos": o.ignore_eos, "repeats": o.repeats, "prompt_sha256": prompts.sha256,
+                "system_prompt": o.system_prompt, "truncate": o.truncate}  # fmt: skip
+
+    def load_now(self) -> None:
+        """Load the engine's model (converting it first when needed), on the calling thread."""
+        if self.loaded is None:
+            from llmbench.engines.base import load
+
+            self.loaded = load(self.spec, self.on_status)
+            freeze_now()
+
+    async def start(self, prompts: PromptSet) -> None:
+        await asyncio.wrap_future(self.thread.submit(self.start_now, prompts))
+
+    def start_now(self, prompts: PromptSet) -> None:
+        """Load, then check every prompt: it fits the context, and the engine reads its ids as the tokenizer
+        wrote them (the same vocabulary)."""
+        self.load_now()
+        self.check_prompts(prompts)
+
+    async def synthesize(self, spec: SyntheticSpec) -> PromptSet:
+        """Prompts of exactly ``spec.tokens`` tokens as this backend counts them (loads the model first)."""
+        await asyncio.wrap_future(self.thread.submit(self.load_now))
+        return make_synthetic(spec, self.em.tokenizer, self.count_prompt_tokens)
+
+    def count_prompt_tokens(self, prompt: str) -> int:
+        return len(self._encode(prompt))
+
+    @property
+    def uses_template(self) -> bool:
+        return self.options.chat_template and bool(getattr(self.em.tokenizer, "chat_template", None))
+
+    def _encode(self, prompt: str) -> list[int]:
+        return encode_ids(self.em.tokenizer, messages_for(prompt, self.options.system_prompt), self.uses_template)
+
+    def _fit(self, n: int, where: str) -> int:
+        return fit_context(n, self.em.max_positions, self.options.max_new_tokens, self.options.truncate, where)
+
+    def check_prompts(self, prompts: PromptSet) -> None:
+        """Every prompt's ids, made once: they fit, they are in the engine's vocabulary, and the engine decodes
+        them to the tokenizer's text. UserError otherwise, before anything is measured."""
+        runner, tok = self.em.runner, self.em.tokenizer
+        vocab = runner.vocab_size()
+        longest = 0
+        for i, prompt in enumerate(prompts.prompts):
+            ids = self._encode(prompt)
+            ids = ids[self._fit(len(ids), prompts.where(i)) :]
+            longest = max(longest, len(ids))
+            if max(ids) >= vocab:
+                raise UserError(
+                    f"{prompts.where(i)}: token id {max(ids)} is beyond {self.em.engine}'s vocabulary of {vocab}: the "
+                    f"engine's model has another vocabulary than {self.em.name}'s tokenizer"
+                )
+            theirs = runner.detokenize(ids)
+            ours = tok.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
+            if theirs.strip() != ours.strip():
+                pairs = zip(theirs, ours, strict=False)
+                at = next((k for k, (a, b) in enumerate(pairs) if a != b), min(len(theirs), len(ours)))
+                raise UserError(
+                    f"{prompts.where(i)}: {self.em.engine} decodes the tokenizer's ids to other text (from character "
+                    f"{at}: {theirs[at : at + 20]!r} vs {ours[at : at + 20]!r}): its vocabulary differs from "
+                    f"{self.em.name}'s tokenizer, so the engines would not get the same input"
+                )
+        reserve = getattr(runner, "reserve", None)
+        if reserve is not None:
+            reserve(longest + self.options.max_new_tokens)
+
+    def new_run(self, prompts: PromptSet) -> Run:
+        o, em = self.options, self.em
+        config = RunConfig(
+            model=em.name,
+            model_source=em.source,
+            weights=em.weights,  # type: ignore[arg-type]
+            device="cpu",
+            dtype=em.dtype,
+            dtype_reason=f"{em.engine}: {em.runner.precision().get('format')} weights",
+            threads=em.threads,
+            chat_template=self.uses_template,
+            **o.config_fields(prompts),
+            truncate=o.truncate,
+            engine=em.engine,
+            precision=em.runner.precision(),
+            engine_settings=em.runner.facts(),
+            auto=list(em.auto),
+        )
+        env = envinfo.collect("cpu")
+        env.engine = em.version
+        run = new_run_record(config, env, load=em.load.model_copy(deep=True), warnings=list(em.warnings))
+        from llmbench.schema import ENGINE_METRIC_FORMULAS
+
+        run.metrics = dict(ENGINE_METRIC_FORMULAS)
+        return run
+
+    async def activate(self) -> None:
+        pass  # the engine's threads are fixed when it loads
+
+    async def measure(self, request: Request, stop: Stop, started_s: float) -> RequestResult | None:
+        return await asyncio.wrap_future(self.thread.submit(self.measure_now, request, stop, started_s))
+
+    def measure_now(self, request: Request, stop: Stop | None = None, started_s: float = 0.0) -> RequestResult | None:
+        """One prompt on this thread; None when ``stop`` cut it short. The clock starts before templating and
+        tokenizing; each stamp is one clock read and two appends, in the engine's own per-token callback."""
+        if request.batch:
+            raise UserError(f"--engine {self.em.engine}: batched requests are transformers' (generate() of B prompts)")
+        em, o = self.em, self.options
+        eos = None if o.ignore_eos else self._eos()
+        gc.collect()  # the previous request's garbage goes now, not inside this one's timing
+        stamps: list[int] = []
+        tokens: list[int] = []
+        clock = time.perf_counter_ns
+
+        def on_token(token: int) -> bool:
+            stamps.append(clock())
+            tokens.append(token)
+            return stop is None or not stop.requested
+
+        start = clock()
+        ids = self._encode(request.prompt)
+        cut = self._fit(len(ids), f"prompt {request.prompt_index + 1}")
+        ids = ids[cut:]
+        tokenized = clock()
+        was_enabled = gc.isenabled()
+        gc.disable()  # no collection inside a timed request (see backends.inprocess)
+        try:
+            timers = em.runner.generate(ids, o.max_new_tokens, eos, on_token)
+        finally:
+            if was_enabled:
+                gc.enable()
+        if stop is not None and stop.requested:
+            return None
+        return request_result(
+            prompt_index=request.prompt_index, repeat=request.repeat, start_ns=start, tokenized_ns=tokenized,
+            stamps_ns=stamps, prompt_tokens=len(ids), output_sha256=ids_sha256(tokens),
+            output_text=em.tokenizer.decode(tokens, skip_special_tokens=True), started_s=started_s,
+            truncated_tokens=cut, prompt_token_ids_sha256=ids_sha256(ids), engine_ttft_ms=timers.ttft_ms,
+            engine_tpot_ms=timers.tpot_ms, engine_prompt_tokens_evaluated=timers.prompt_tokens_evaluated,
+        )  # fmt: skip
+
+    def _eos(self) -> frozenset[int]:
+        ids: set[int] = set()
+        for v in (getattr(self.em.hf_config, "eos_token_id", None), self.em.tokenizer.eos_token_id):
+            ids.update(v if isinstance(v, list) else [] if v is None else [v])
+        return frozenset(ids)
+
+    def probe_key(self) -> Hashable:
+        return ("torch", "cpu", self.em.threads)
+
+    async def probe(self) -> Probe:
+        return await asyncio.wrap_future(self.thread.submit(machine.probe, self.em.threads, "cpu"))
+
+    def finish(self, run: Run) -> list[str]:
+        return engine_warnings(run)
+
+    def warnings(self) -> list[str]:
+        return []
+
+    async def close(self) -> None:
+        pass
+
+
+def engine_warnings(run: Run) -> list[str]:
+    """What an engine run must say: requests that evaluated fewer prompt tokens than their prompt (a prefix
+    reused from an earlier request), and llmbench's stopwatch disagreeing with the engine's beyond tolerance."""
+    out = []
+    s = run.summary
+    if s is None:
+        return out
+    if s.prompt_reuse_requests:
+        out.append(f"PREFIX REUSED: {s.prompt_reuse_requests} of {s.requests} requests evaluated fewer prompt tokens "
+                   "than their prompt (engine_prompt_tokens_evaluated): their TTFT is not a full prefill")  # fmt: skip
+    if s.tpot_vs_engine_pct is not None and abs(s.tpot_vs_engine_pct) > TPOT_TOLERANCE_PCT:
+        out.append(f"llmbench's TPOT and {run.config.engine}'s own timer disagree by {s.tpot_vs_engine_pct:+.1f}% "
+                   f"(median per request; tolerance {TPOT_TOLERANCE_PCT:g}%): see tpot_vs_engine_pct")  # fmt: skip
+    return out

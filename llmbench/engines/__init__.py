@@ -1,0 +1,135 @@
+"""Engines beside transformers: llama.cpp, OpenVINO GenAI and ONNX Runtime GenAI, in process, fed token ids.
+
+Every engine gets the same work: the prompt's ids made once by the model's Hugging Face tokenizer (chat template
+included), greedy decoding of exactly ``max_new_tokens`` tokens (each engine's own way of ignoring EOS), no
+prefix carried over from an earlier request (checked per request on the engine's own counter), thread counts set
+explicitly and alike for prefill and decode. Each token is stamped when the engine hands its id over; ids are
+decoded to text after the request.
+
+- :mod:`llmbench.engines.base`: what an engine runner does (:class:`~llmbench.engines.base.Runner`) and the
+  loaded model (:class:`~llmbench.engines.base.EngineModel`).
+- :mod:`llmbench.engines.convert`: a model's files for an engine (GGUF as is; a Hugging Face folder converted
+  by the engine's own tool), cached by the source's hash, the engine's version and the precision.
+- :mod:`llmbench.engines.llamacpp`, :mod:`~llmbench.engines.openvino`, :mod:`~llmbench.engines.onnxruntime`.
+
+No engine package is imported here: ``--help`` and the readers stay light.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from llmbench.errors import UserError
+
+if TYPE_CHECKING:
+    from llmbench.options import ModelOptions
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    """What llmbench knows of an engine before importing it."""
+
+    name: str  # as --engine takes it
+    extra: str  # pip install 'llmbench[EXTRA]'
+    modules: tuple[str, ...]  # what must import
+    distribution: str  # the package whose version is recorded
+    precisions: tuple[str, ...]  # what --precision accepts for a Hugging Face folder
+    default_precision: str
+    logits: bool  # exposes next-token logits (quality: KL divergence and top-1 agreement)
+
+
+ENGINES: dict[str, EngineInfo] = {
+    "transformers": EngineInfo("transformers", "cpu", ("transformers", "torch"), "transformers", (), "", True),
+    "llama.cpp": EngineInfo(
+        "llama.cpp", "llamacpp", ("llama_cpp",), "llama-cpp-python",
+        ("f32", "f16", "bf16", "q8_0", "q6_k", "q5_k_m", "q5_0", "q4_k_m", "q4_1", "q4_0"), "q8_0", True,
+    ),
+    "openvino": EngineInfo(
+        "openvino", "openvino", ("openvino_genai", "openvino", "openvino_tokenizers"), "openvino-genai",
+        ("fp32", "fp16", "int8", "int4"), "int8", False,
+    ),
+    "onnxruntime": EngineInfo(
+        "onnxruntime", "onnxruntime", ("onnxruntime_genai", "onnxruntime"), "onnxruntime-genai",
+        ("fp32", "fp16", "bf16", "int8", "int4"), "int8", True,
+    ),
+}  # fmt: skip
+ENGINE_ALIASES = {"llamacpp": "llama.cpp", "llama-cpp": "llama.cpp", "ov": "openvino", "ort": "onnxruntime",
+                  "onnx": "onnxruntime", "hf": "transformers"}  # fmt: skip
+
+
+def engine_info(name: str) -> EngineInfo:
+    """The engine called ``name`` (aliases accepted); UserError naming the engines there are."""
+    key = (name or "").strip().lower()
+    key = ENGINE_ALIASES.get(key, key)
+    if key not in ENGINES:
+        raise UserError(f"unknown --engine '{name}'; expected {', '.join(ENGINES)}")
+    return ENGINES[key]
+
+
+def require_engine(name: str) -> EngineInfo:
+    """The engine, after checking its package is installed: UserError naming the extra to install."""
+    info = engine_info(name)
+    missing = [m for m in info.modules if importlib.util.find_spec(m) is None]
+    if missing:
+        raise UserError(f"--engine {info.name} needs {', '.join(missing)}: pip install 'llmbench[{info.extra}]'")
+    return info
+
+
+def check_precision(engine: str, precision: str | None, source: str) -> str | None:
+    """The precision to convert to (lower case), None: the file's own (a GGUF on llama.cpp or OpenVINO), or
+    UserError for one the engine's converter can't make."""
+    info = engine_info(engine)
+    if info.name == "transformers":
+        if precision is not None:
+            raise UserError("--precision is for the other engines; transformers takes --dtype and --quantize")
+        return None
+    p = precision.strip().lower() if precision else None
+    if source == "gguf" and info.name in ("llama.cpp", "openvino"):
+        if p not in (None, "gguf"):
+            raise UserError(
+                f"--engine {info.name} runs a .gguf as it is quantized; --precision {precision} would quantize "
+                "it again (compounding the error): give the Hugging Face folder, or drop --precision"
+            )
+        return None
+    if p in (None, "gguf"):
+        return info.default_precision
+    if p not in info.precisions:
+        raise UserError(
+            f"--engine {info.name}: unknown --precision '{precision}'; expected {', '.join(info.precisions)}"
+        )
+    return p
+
+
+def validate(spec: ModelOptions) -> str:
+    """The cheap checks of an engine run before anything loads (the engine installed, its knobs, the source, the
+    precision); the engine's name. transformers' own checks are :func:`llmbench.models.validate`."""
+    from llmbench import models
+
+    info = require_engine(spec.engine)
+    if info.name == "transformers":
+        models.validate(spec)
+        return info.name
+    if spec.device.strip().lower() not in ("auto", "cpu"):
+        raise UserError(f"--engine {info.name} runs on the CPU here; --device {spec.device} is for transformers")
+    knobs = (("--dtype", spec.dtype.strip().lower() != "auto"), ("--quantize", spec.quantize), ("--attn", spec.attn),
+             ("--device-map", spec.device_map), ("--reprobe", spec.reprobe))  # fmt: skip
+    for flag, given in knobs:
+        if given:
+            raise UserError(f"{flag} is a transformers knob; --engine {info.name} takes --precision")
+    if spec.weights not in ("pretrained", "random"):
+        raise UserError(f"unknown --weights '{spec.weights}'; expected pretrained or random")
+    if spec.threads is not None and spec.threads < 1:
+        raise UserError(f"--threads must be at least 1, not {spec.threads}")
+    source, _path = models.classify_source(spec.model, spec.weights)
+    check_precision(info.name, spec.precision, source)
+    return info.name
+
+
+def check_run_options(engine: str, options: object) -> None:
+    """UserError for run options only transformers honours: engines decode greedily and manage their own cache."""
+    if getattr(options, "sample", False):
+        raise UserError(f"--sample: --engine {engine} is measured with greedy decoding (the same work on every engine)")
+    if getattr(options, "compile", False) or getattr(options, "cache", "dynamic") != "dynamic":
+        raise UserError("--cache and --compile are transformers knobs; the other engines manage their own")

