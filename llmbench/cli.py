@@ -390,8 +390,10 @@ def sweep(
     ] = "transformers",
     precision: Annotated[
         Optional[list[str]],
-        typer.Option(help="ENGINE=P1,P2 (repeatable), e.g. llama.cpp=q8_0,q4_k_m; a bare P1,P2 applies to every "
-                     "engine but transformers (default: each engine's 8-bit, a .gguf as is)."),
+        typer.Option(
+            help="ENGINE=P1,P2 (repeatable), e.g. llama.cpp=q8_0,q4_k_m; a bare P1,P2 applies to every "
+            "engine but transformers (default: each engine's 8-bit, a .gguf as is)."
+        ),
     ] = None,
     model: ModelOpt = None,
     weights: WeightsOpt = Weights.pretrained,
@@ -868,6 +870,17 @@ def worker(
         spec = _pick(ModelOptions, args, model=model or DEFAULT_MODEL, quantize=_none(quantize))
         engines.validate(spec)
     raise typer.Exit(w.main(spec, "static" if compile_ else cache.value, compile_))
+
+
+@app.command()
+def engines() -> None:
+    """The engines --engine can use here: installed versions, what each reads, its converter, and whether
+    llama.cpp's build runs on this CPU."""
+    from llmbench import display
+    from llmbench import engines as eng
+
+    for line in display.engines_lines(eng.status()):
+        display.out.print(line, markup=False, soft_wrap=True)
 
 
 @app.command()

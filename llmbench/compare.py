@@ -142,6 +142,18 @@ class Comparison:
         return d
 
 
+def _prompt_ids_differ(base: Any, new: Any) -> tuple[str, str] | None:
+    """When both runs recorded their input ids and some paired prompt got other ids (another tokenizer, chat
+    template or system prompt): (base, new) descriptions for compare's setup differences; else None."""
+    b = {r.prompt_index: r.prompt_token_ids_sha256 for r in base.requests if r.prompt_token_ids_sha256}
+    n = {r.prompt_index: r.prompt_token_ids_sha256 for r in new.requests if r.prompt_token_ids_sha256}
+    both = b.keys() & n.keys()
+    differ = sum(b[k] != n[k] for k in both)
+    if not differ:
+        return None
+    return f"{len(both)} prompts' ids", f"{differ} of them differ"
+
+
 def thresholds_of(fail_on_regression: float | None, fail_on: dict[str, float] | None) -> dict[str, float]:
     """{metric: PCT} from a threshold for TTFT, TPOT and E2E and per-metric ones; UserError for bad ones."""
     gates: dict[str, float] = {}
@@ -296,6 +308,8 @@ def compare_runs(
         outputs_note=note,
     )
     comp.quality, comp.quality_note = _quality(base, new)
+    if paired and (ids := _prompt_ids_differ(base, new)) is not None:
+        comp.config_diffs.append(("prompt_token_ids", *ids))
     both_auto = set(base.config.auto) & set(new.config.auto)
     comp.auto_diffs = [k for k, _, _ in comp.config_diffs if k in both_auto]
     # probes are comparable when made the same way (torch on the run's threads, or numpy on one)

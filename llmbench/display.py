@@ -513,3 +513,17 @@ def load_comparison(base: dict, new: dict) -> Table:
             f"{b['http_429']} -> {r['http_429']}",
         )
     return t
+
+
+def engines_lines(rows: list[dict[str, str]]) -> list[str]:
+    """``llmbench engines``: a few lines per engine (plain text)."""
+    out = []
+    for r in rows:
+        state = r["installed"] if r["installed"] != "no" else f"not installed: pip install '{r['extra']}'"
+        out.append(f"{r['engine']}: {state}")
+        out.append(f"  reads {r['reads']}")
+        if r["converter"] != "-":
+            out.append(f"  converter: {r['converter']}")
+        if r["note"]:
+            out.append(f"  {r['note']}")
+    return out

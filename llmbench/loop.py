@@ -446,11 +446,12 @@ class RunLoop:
                 warnings.append(
                     f"{failed} of {len(t.expected)} requests failed (failed_requests): the summary omits them"
                 )
-            for w in warnings:
-                run.warnings.append(w)
-                self._warn(w)
             if id(t) in self.lost:
                 warnings.append(f"its backend was lost, the other setups went on: {self.lost[id(t)]}")
+            for w in warnings:
+                run.warnings.append(w)
+                if self.fatal is None:  # a fatal end is one line; the file keeps the rest
+                    self._warn(w)
             if stopped:
                 run.sessions[t.session].interrupted_by = stopped
             have = {(r.prompt_index, r.repeat) for r in run.requests}

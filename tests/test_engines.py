@@ -52,7 +52,13 @@ class KnownRunner:
     controls), emitting ids 100, 101, ...; it reports ``reuse`` fewer prompt tokens evaluated than it was given."""
 
     def __init__(self, tokenizer, prefill_s=0.02, step_s=0.01, reuse=0, garble=False):
-        self.tokenizer, self.prefill_s, self.step_s, self.reuse, self.garble = tokenizer, prefill_s, step_s, reuse, garble
+        self.tokenizer, self.prefill_s, self.step_s, self.reuse, self.garble = (
+            tokenizer,
+            prefill_s,
+            step_s,
+            reuse,
+            garble,
+        )
         self.fed: list[list[int]] = []
 
     def generate(self, ids, max_new_tokens, eos, on_token):
@@ -217,9 +223,13 @@ def test_a_folder_is_built_for_onnxruntime_once_and_the_cache_reused(cli, tmp_pa
 
 @pytest.mark.slow
 @needs("llama.cpp")
-@pytest.mark.skipif(not os.environ.get("LLMBENCH_LLAMA_CPP_CONVERTER"),
-                    reason="LLMBENCH_LLAMA_CPP_CONVERTER unset (llama.cpp's convert_hf_to_gguf.py; .ci/run sets it)")  # fmt: skip
 def test_random_weights_of_a_folder_are_converted_to_gguf_and_quantized(cli, tmp_path, prompt_file, tiny_model_dir):
+    from llmbench.engines.convert import llama_cpp_converter
+
+    try:
+        llama_cpp_converter()
+    except UserError as e:
+        pytest.skip(str(e))
     run = _run(cli, tmp_path, "lc", prompt_file, "-m", tiny_model_dir, "--weights", "random", "--engine", "llama.cpp",
                "--precision", "q4_0")  # fmt: skip
     tools = [s["tool"].split()[0] for s in run.load.converted["steps"]]
@@ -281,3 +291,95 @@ def test_quality_of_an_engine_against_transformers_float32(cli, tmp_path):
     assert q["candidate"]["engine"] == "llama.cpp" and q["reference"]["dtype"] == "float32"
     assert q["kld_method"] == "exact" and 0 < q["kld_mean"] < 1 and 0.5 < q["top1_agreement"] < 1
     assert q["greedy"]["prompts"] == 8 and len(q["greedy"]["first_divergence"]) == 8
+
+
+@pytest.mark.slow
+@needs_gguf
+@needs("llama.cpp")
+@needs("openvino")
+def test_a_sweep_across_engines_names_a_best_per_metric_with_quality(cli, tmp_path, prompt_file):
+    out = tmp_path / "sweep"
+    r = cli("sweep", prompt_file, "-m", SMOLLM2, "--engine", "transformers,llama.cpp,openvino", "--dtype", "float32",
+            "--threads", "2", "--max-new-tokens", "6", "--ignore-eos", "--rounds", "1", "--quality", "-o", out,
+            "-q")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    record = json.loads((out / "sweep.json").read_text(encoding="utf-8"))
+    rows = {row["engine"]: row for row in record["results"]}
+    assert set(rows) == {"transformers", "llama.cpp", "openvino"} and record["complete"]
+    assert (
+        rows["llama.cpp"]["label"] == "llama.cpp gguf 2t" and rows["llama.cpp"]["precision_detail"]["weights"] == "Q4_1"
+    )
+    assert rows["transformers"]["kld_mean"] == 0.0  # the float32 setup is the reference
+    assert 0 < rows["llama.cpp"]["kld_mean"] < 1 and rows["openvino"]["kld_mean"] is None  # OpenVINO: no logits
+    for row in rows.values():
+        assert row["greedy_identical_share"] is not None and row["tpot_ms_mean"] > 0
+        run = load_run(out / row["run_file"])
+        assert run.config.engine == row["engine"] and run.quality["greedy"]["prompts"] == 8
+    assert {record["best"]["tpot_ms"]["label"], record["best"]["ttft_ms"]["label"]} <= {
+        r["label"] for r in rows.values()
+    }
+    assert "KLD" in r.stdout and "best TPOT" in r.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+@needs_gguf
+@needs("llama.cpp")
+def test_a_sweep_goes_on_when_one_engine_crashes(many_prompts, tmp_path):
+    import psutil
+
+    out = tmp_path / "sweep"
+    proc = cli_process("sweep", many_prompts, "-m", SMOLLM2, "--engine", "transformers,llama.cpp", "--dtype",
+                       "float32", "--threads", "1,2", "--max-new-tokens", "2", "--ignore-eos", "--rounds", "1",
+                       "--warmup", "0", "-o", out, "-q")  # fmt: skip
+    try:
+        wait_for_requests(out / "llamacpp-gguf-1t.json", 2, proc, timeout=300)
+        victim = next(c for c in psutil.Process(proc.pid).children() if "--threads 1" in " ".join(c.cmdline()))
+        os.kill(victim.pid, signal.SIGSEGV)
+        _, stderr = proc.communicate(timeout=600)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, stderr
+    record = json.loads((out / "sweep.json").read_text(encoding="utf-8"))
+    crashed = next(r for r in record["results"] if r["label"] == "llama.cpp gguf 1t")
+    assert crashed["failed"] and record["best"]["tpot_ms"]["label"] != "llama.cpp gguf 1t"
+    run = load_run(out / crashed["run_file"])
+    assert not run.complete and any("SIGSEGV" in f.error for f in run.failed_requests)
+    others = [load_run(out / r["run_file"]) for r in record["results"] if r["label"] != "llama.cpp gguf 1t"]
+    assert others and all(o.complete and len(o.requests) == 60 for o in others)
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+@needs_gguf
+@needs("llama.cpp")
+def test_ab_sets_one_engine_against_another_and_compare_names_it(cli, tmp_path, prompt_file):
+    import sys
+
+    worker = f"{sys.executable} -m llmbench worker -m {SMOLLM2} --threads 2"
+    r = cli("ab", prompt_file, "--base", f"{worker} --dtype float32", "--head", f"{worker} --engine llama.cpp",
+            "--max-new-tokens", "6", "-o", tmp_path / "ab", "--format", "json")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    base, head = load_run(tmp_path / "ab" / "base.json"), load_run(tmp_path / "ab" / "head.json")
+    assert (base.config.engine, head.config.engine) == ("transformers", "llama.cpp")
+    assert [q.prompt_token_ids_sha256 for q in sorted(base.requests, key=lambda q: q.prompt_index)] == [
+        q.prompt_token_ids_sha256 for q in sorted(head.requests, key=lambda q: q.prompt_index)]  # fmt: skip
+    compared = json.loads(r.stdout)[0]
+    diffs = {d["key"] for d in compared["config_diffs"]}
+    assert {"engine", "precision", "dtype"} <= diffs
+
+
+@pytest.mark.slow
+@needs_gguf
+@needs("llama.cpp")
+def test_scan_measures_length_and_depth_on_an_engine(cli, tmp_path):
+    out = tmp_path / "scan"
+    r = cli("scan", "-m", SMOLLM2, "--engine", "llama.cpp", "--threads", "2", "--prompt-tokens", "32,96",
+            "--depth", "0,128", "--rounds", "1", "--prompts-per-point", "2", "--max-new-tokens", "4", "-o", out,
+            "-q")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "no batch points" in r.stderr
+    record = json.loads((out / "scan.json").read_text(encoding="utf-8"))
+    assert record["engine"] == "llama.cpp" and record["grid"]["batch"] == []
+    run = load_run(out / "length-96.json")
+    assert all(q.prompt_tokens == 96 and q.engine_prompt_tokens_evaluated == 96 for q in run.requests)

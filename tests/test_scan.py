@@ -133,7 +133,11 @@ def test_scan_measures_curves_and_writes_runs(cli, tiny_model_dir, tmp_path):
     assert [by[f"length-{n}"]["prompt_tokens"] for n in (32, 128, 400)] == [32, 128, 400]
     assert by["length-32"]["ttft_ms_mean"] < by["length-400"]["ttft_ms_mean"]  # 12x the tokens
     assert record["fits"]["length"]["r2"] is not None and record["fits"]["length"]["requests"] == 12
-    assert by["batch-4"]["aggregate_decode_tokens_per_s"] > 2.0 * by["batch-1"]["aggregate_decode_tokens_per_s"]
+    # B sequences per step: the aggregate rate is B / TPOT (how much batching gains is the machine's: it was 3x on
+    # one of this project's CPUs and 1.45x on another, so only "more than one sequence's" is asserted)
+    b4, b1 = by["batch-4"], by["batch-1"]
+    assert b4["aggregate_decode_tokens_per_s"] == pytest.approx(4 * 1000.0 / b4["tpot_ms_mean"], rel=1e-3)
+    assert b4["aggregate_decode_tokens_per_s"] > b1["aggregate_decode_tokens_per_s"]
     assert record["fits"]["depth"]["roofline_tpot_ms"] and record["fits"]["batch"]["table"][1]["batch"] == 4
     batch = load_run(out / "batch-4.json")
     assert len(batch.requests) == 2 * 4 and {q.prompt_tokens for q in batch.requests} == {40}

@@ -133,3 +133,57 @@ def check_run_options(engine: str, options: object) -> None:
         raise UserError(f"--sample: --engine {engine} is measured with greedy decoding (the same work on every engine)")
     if getattr(options, "compile", False) or getattr(options, "cache", "dynamic") != "dynamic":
         raise UserError("--cache and --compile are transformers knobs; the other engines manage their own")
+
+
+def status() -> list[dict[str, str]]:
+    """Each engine: installed version, what it reads, its converter, and (llama.cpp) whether its build uses
+    instructions this CPU lacks (the SIGILL a -march=native build from another CPU dies with)."""
+    from llmbench.engines import convert as cv
+
+    rows = []
+    for info in ENGINES.values():
+        ok = all(importlib.util.find_spec(m) is not None for m in info.modules)
+        row = {"engine": info.name, "installed": cv.package_version(info.distribution) if ok else "no",
+               "extra": f"llmbench[{info.extra}]", "reads": "", "converter": "", "note": ""}  # fmt: skip
+        if info.name == "transformers":
+            row.update(reads="Hugging Face folders, hub ids, .gguf (dequantized)", converter="-")
+        elif info.name == "llama.cpp":
+            row["reads"] = ".gguf; a folder through llama.cpp's converter"
+            row["converter"] = _found(cv.llama_cpp_converter)
+            if ok:
+                row["note"] = llama_cpp_build_check()
+        elif info.name == "openvino":
+            row["reads"] = ".gguf (llama/qwen2/qwen3), OpenVINO IR; a folder through optimum-intel"
+            row["converter"] = _found(cv.optimum_cli)
+        else:
+            row["reads"] = "onnxruntime-genai folders; a folder (or a float .gguf) through its model builder"
+            have = all(importlib.util.find_spec(m) is not None for m in ("onnx", "onnx_ir"))
+            row["converter"] = "onnxruntime_genai.models.builder" if ok and have else "missing (onnx, onnx_ir)"
+        rows.append(row)
+    return rows
+
+
+def _found(fn: object) -> str:
+    try:
+        return str(fn())  # type: ignore[operator]
+    except UserError:
+        return "not found"
+
+
+def llama_cpp_build_check() -> str:
+    """'' when llama.cpp's build uses only instructions this CPU has, else what it would die of (SIGILL)."""
+    import llama_cpp
+
+    from llmbench.envinfo import cpu_flags
+
+    built = llama_cpp.llama_print_system_info().decode(errors="replace")
+    flags = cpu_flags()
+    if not flags:
+        return ""
+    needs = {"AVX": "avx", "AVX2": "avx2", "FMA": "fma", "F16C": "f16c", "AVX512": "avx512f",
+             "AVX512_VBMI": "avx512vbmi", "AVX512_VNNI": "avx512_vnni", "AVX512_BF16": "avx512_bf16",
+             "AMX_INT8": "amx_int8", "AMX_BF16": "amx_bf16"}  # fmt: skip
+    missing = [name for name, flag in needs.items() if f"{name} = 1" in built and flag not in flags]
+    if missing:
+        return f"its build uses {', '.join(missing)}, which this CPU lacks: it will die with SIGILL (rebuild it)"
+    return "build matches this CPU"

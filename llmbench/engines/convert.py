@@ -47,6 +47,12 @@ def package_version(dist: str) -> str:
         return "?"
 
 
+def tools_root() -> Path:
+    """``$XDG_DATA_HOME/llmbench/tools`` (~/.local/share): where scripts/install-engines.sh puts llama.cpp's
+    converter and optimum-intel's exporter venv."""
+    return Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "llmbench" / "tools"
+
+
 def cache_root() -> Path:
     """``$XDG_CACHE_HOME/llmbench/engines`` (beside the --dtype auto cache)."""
     from llmbench.autodtype import cache_path
@@ -274,13 +280,13 @@ def llama_cpp_converter() -> Path:
         if not p.is_file():
             raise UserError(f"{ENV_CONVERTER}={given}: no such file (llama.cpp's convert_hf_to_gguf.py)")
         return p
-    found = shutil.which("convert_hf_to_gguf.py")
-    if found:
-        return Path(found)
+    for candidate in (tools_root() / "llama.cpp" / "convert_hf_to_gguf.py", shutil.which("convert_hf_to_gguf.py")):
+        if candidate and Path(candidate).is_file():
+            return Path(candidate)
     raise UserError(
         "converting a Hugging Face folder for llama.cpp needs llama.cpp's convert_hf_to_gguf.py, which "
-        f"llama-cpp-python's wheel does not ship: set {ENV_CONVERTER} to it (it is in llama-cpp-python's source "
-        "archive and in llama.cpp's repository; README, 'Engines'), or give a .gguf file"
+        f"llama-cpp-python's wheel does not ship: run scripts/install-engines.sh llamacpp, or set {ENV_CONVERTER} to "
+        "it (it is in llama-cpp-python's source archive and llama.cpp's repository), or give a .gguf file"
     )
 
 
@@ -292,14 +298,15 @@ def optimum_cli() -> Path:
         if not p.is_file():
             raise UserError(f"{ENV_OPTIMUM_CLI}={given}: no such file (optimum-intel's optimum-cli)")
         return p
-    here = Path(sys.executable).parent / "optimum-cli"
-    found = here if here.is_file() else (Path(w) if (w := shutil.which("optimum-cli")) else None)
-    if found is None:
-        raise UserError(
-            "converting a Hugging Face folder for OpenVINO needs optimum-intel's exporter (optimum-cli): install it "
-            f"in a venv of its own and set {ENV_OPTIMUM_CLI} to its optimum-cli (README, 'Engines'), or give a .gguf"
-        )
-    return found
+    for candidate in (tools_root() / "ov-export" / "bin" / "optimum-cli", Path(sys.executable).parent / "optimum-cli",
+                      shutil.which("optimum-cli")):  # fmt: skip
+        if candidate and Path(candidate).is_file():
+            return Path(candidate)
+    raise UserError(
+        "converting a Hugging Face folder for OpenVINO needs optimum-intel's exporter (optimum-cli), which pins an "
+        f"older transformers: run scripts/install-engines.sh openvino (a venv of its own), or set {ENV_OPTIMUM_CLI} "
+        "to an optimum-cli, or give a .gguf"
+    )
 
 
 def _to_openvino(folder: Path, precision: str, steps: list[dict[str, Any]], status: Callable[[str], None]) -> Path:
