@@ -383,3 +383,16 @@ def test_scan_measures_length_and_depth_on_an_engine(cli, tmp_path):
     assert record["engine"] == "llama.cpp" and record["grid"]["batch"] == []
     run = load_run(out / "length-96.json")
     assert all(q.prompt_tokens == 96 and q.engine_prompt_tokens_evaluated == 96 for q in run.requests)
+
+
+@pytest.mark.slow
+@needs("onnxruntime")
+def test_a_failed_conversion_is_one_line_with_the_tools_last_words(cli, tmp_path, prompt_file, tiny_copy):
+    (tiny_copy / "model.safetensors").write_bytes(b"not a safetensors file")
+    r = cli("run", prompt_file, "-m", tiny_copy, "--engine", "onnxruntime", "--max-new-tokens", "2", "-q")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    line = r.stderr.strip().splitlines()[-1]
+    assert len(r.stderr.strip().splitlines()) == 1 and "failed (onnxruntime_genai builder" in line and "log:" in line
+    leftovers = [p.name for p in (Path(os.environ["XDG_CACHE_HOME"]) / "llmbench" / "engines" / "onnxruntime").iterdir()
+                 if ".tmp-" in p.name]  # fmt: skip
+    assert leftovers == []  # nothing half-built is left where the cache would reuse it

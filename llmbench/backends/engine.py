@@ -231,7 +231,7 @@ class EngineBackend:
 def engine_warnings(run: Run) -> list[str]:
     """What an engine run must say: requests that evaluated fewer prompt tokens than their prompt (a prefix
     reused from an earlier request), and llmbench's stopwatch disagreeing with the engine's beyond tolerance."""
-    out = []
+    out: list[str] = []
     s = run.summary
     if s is None:
         return out

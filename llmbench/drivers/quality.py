@@ -84,7 +84,12 @@ def engine_greedy_ids(em: Any, prompt: str, options: RunOptions) -> list[int]:
     use_template = options.chat_template and bool(getattr(em.tokenizer, "chat_template", None))
     ids = encode_ids(em.tokenizer, messages_for(prompt, options.system_prompt), use_template)
     out: list[int] = []
-    em.runner.generate(ids, options.max_new_tokens, None, lambda t: out.append(t) is None)
+
+    def keep(token: int) -> bool:
+        out.append(token)
+        return True
+
+    em.runner.generate(ids, options.max_new_tokens, None, keep)
     return out
 
 

@@ -66,7 +66,7 @@ class Setup:
             weights = self.quantize
         else:
             weights = f"{self.dtype}+{self.quantize}"
-        parts = [weights, f"{self.threads}t"]
+        parts = [weights or "?", f"{self.threads}t"]
         if self.attn:
             parts.append(self.attn)
         if self.cache != "dynamic":
@@ -140,7 +140,8 @@ def plan(
         if name == "transformers":
             continue
         eng.require_engine(name)
-        for p in per_engine.get(name) or [None]:
+        asked: list[str | None] = list(per_engine.get(name) or []) or [None]
+        for p in asked:
             resolved = eng.check_precision(name, p, source)
             for th in thread_list:
                 setups.append(Setup(dtype=None, threads=th, engine=name, precision=resolved))
@@ -291,7 +292,8 @@ class Sweep:
             base = loaded[key]
             lm = dataclasses.replace(base, threads=s.threads, load=base.load.model_copy(deep=True))
             options = dataclasses.replace(self.options, cache=s.cache, compile=s.compile)
-            spec = dataclasses.replace(self.spec, dtype=s.dtype, threads=s.threads, attn=s.attn, quantize=s.quantize)
+            spec = dataclasses.replace(self.spec, dtype=s.dtype or "auto", threads=s.threads, attn=s.attn,
+                                       quantize=s.quantize)  # fmt: skip
             backend = InProcessBackend(spec, options, loaded=lm, label=f"{s.label()}: ")
             if s.compile:
                 self.reporter.status(f"compiling {s.label()} ...")
@@ -310,7 +312,8 @@ class Sweep:
             src = loaded[plain]
             return dataclasses.replace(src, model=copy.deepcopy(src.model), warnings=list(src.warnings))
         self.reporter.status(f"loading {self.spec.model} as {s.label().split()[0]} ...")
-        spec = dataclasses.replace(self.spec, dtype=s.dtype, threads=s.threads, quantize=s.quantize, attn=None)
+        spec = dataclasses.replace(self.spec, dtype=s.dtype or "auto", threads=s.threads, quantize=s.quantize,
+                                   attn=None)  # fmt: skip
         lm = models.load_model(spec)
         freeze_now()
         return lm
@@ -341,9 +344,9 @@ class Sweep:
             write_record(path, self.record(prompts, complete=False))
             raise RunInterrupted(e.runs, path, e.signal_name) from None
         finally:
-            for e in self.entries:
-                if not e.setup.is_transformers:
-                    await e.backend.close()  # the engines' workers: their memory is needed for the quality pass
+            for entry in self.entries:
+                if not entry.setup.is_transformers:
+                    await entry.backend.close()  # the engines' workers: their memory is needed for the quality pass
         if self.quality:
             await self.measure_quality()
         record = self.record(prompts, complete=True)
@@ -395,7 +398,7 @@ class Sweep:
         if self.max_kld is not None and kld is None:
             e.run.warnings.append(f"no KL divergence (the engine exposes no logits) to hold against --max-kld "
                                   f"{self.max_kld:g}: not eligible as best")  # fmt: skip
-        elif self.max_kld is not None and kld > self.max_kld:
+        elif self.max_kld is not None and kld is not None and kld > self.max_kld:
             e.run.warnings.append(f"KL divergence {kld:.4g} above --max-kld {self.max_kld:g}: not eligible as best")
         save_run(e.run, e.path)
 

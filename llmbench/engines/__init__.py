@@ -38,21 +38,22 @@ class EngineInfo:
     precisions: tuple[str, ...]  # what --precision accepts for a Hugging Face folder
     default_precision: str
     logits: bool  # exposes next-token logits (quality: KL divergence and top-1 agreement)
+    module: str = ""  # llmbench's runner for it (llmbench.engines.<module>)
 
 
 ENGINES: dict[str, EngineInfo] = {
     "transformers": EngineInfo("transformers", "cpu", ("transformers", "torch"), "transformers", (), "", True),
     "llama.cpp": EngineInfo(
         "llama.cpp", "llamacpp", ("llama_cpp",), "llama-cpp-python",
-        ("f32", "f16", "bf16", "q8_0", "q6_k", "q5_k_m", "q5_0", "q4_k_m", "q4_1", "q4_0"), "q8_0", True,
+        ("f32", "f16", "bf16", "q8_0", "q6_k", "q5_k_m", "q5_0", "q4_k_m", "q4_1", "q4_0"), "q8_0", True, "llamacpp",
     ),
     "openvino": EngineInfo(
         "openvino", "openvino", ("openvino_genai", "openvino", "openvino_tokenizers"), "openvino-genai",
-        ("fp32", "fp16", "int8", "int4"), "int8", False,
+        ("fp32", "fp16", "int8", "int4"), "int8", False, "openvino",
     ),
     "onnxruntime": EngineInfo(
         "onnxruntime", "onnxruntime", ("onnxruntime_genai", "onnxruntime"), "onnxruntime-genai",
-        ("fp32", "fp16", "bf16", "int8", "int4"), "int8", True,
+        ("fp32", "fp16", "bf16", "int8", "int4"), "int8", True, "onnxruntime",
     ),
 }  # fmt: skip
 ENGINE_ALIASES = {"llamacpp": "llama.cpp", "llama-cpp": "llama.cpp", "ov": "openvino", "ort": "onnxruntime",

@@ -109,7 +109,7 @@ def load(spec: ModelOptions, on_status: Callable[[str], None] | None = None) -> 
     config, tokenizer = cv.config_and_tokenizer(spec, source, path)
     prepared = cv.prepare(info.name, spec, source, path, precision, status)
     status(f"loading {prepared.path.name} on {info.name} ...")
-    module = importlib.import_module(f"llmbench.engines.{ {'llama.cpp': 'llamacpp'}.get(info.name, info.name) }")
+    module = importlib.import_module(f"llmbench.engines.{info.module}")
     context = int(getattr(config, "max_position_embeddings", 0) or 0) or None
     t1 = time.perf_counter()
     runner = module.load(prepared.path, threads=threads, context=context, precision=precision)

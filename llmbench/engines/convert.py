@@ -189,6 +189,8 @@ def config_and_tokenizer(spec: ModelOptions, source: str, path: Path | None) -> 
     """The transformers config and the Hugging Face tokenizer of the model (the tokenizer makes every id)."""
     from llmbench import models
 
+    folder: Path | None
+    gguf: dict[str, Any]
     if source == "hub":  # the config and tokenizer files are enough here; the weights come with the conversion
         folder, gguf = models.hub_snapshot(spec.model, config_only=True), {}
     else:
@@ -388,7 +390,7 @@ def _dequantize_main(gguf: str, out: str) -> None:
     model = AutoModelForCausalLM.from_pretrained(p.parent, gguf_file=p.name, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(p.parent, gguf_file=p.name)
     # the weights are plain float32 tensors now; transformers only refuses to save "a gguf-quantized model"
-    model.hf_quantizer = None
+    model.hf_quantizer = None  # type: ignore[assignment]
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     model.save_pretrained(out)

@@ -127,7 +127,7 @@ def gguf_file_type(metadata: dict[str, Any]) -> str:
 
     raw = metadata.get("general.file_type")
     try:
-        return gguf.LlamaFileType(int(raw)).name.removeprefix("MOSTLY_").removeprefix("ALL_")
+        return gguf.LlamaFileType(int(raw)).name.removeprefix("MOSTLY_").removeprefix("ALL_")  # type: ignore[arg-type]
     except (TypeError, ValueError):
         return str(raw or "unknown")
 

@@ -111,7 +111,7 @@ def _IdStreamer(og: Any, on_token: Callable[[int], bool]) -> Any:
     global _STREAMER
     if _STREAMER is None:
 
-        class IdStreamer(og.StreamerBase):  # type: ignore[name-defined,misc]
+        class IdStreamer(og.StreamerBase):
             def __init__(self, on_token: Callable[[int], bool]) -> None:
                 super().__init__()
                 self.on_token = on_token
