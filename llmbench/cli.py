@@ -447,7 +447,7 @@ def sweep(
                                  quality=quality, max_kld=max_kld)  # fmt: skip
             record = _run_async(_load_and_sweep(the_sweep, prompt_set, stop))
     for t in display.sweep_tables(record):
-        display.out.print(t, width=max(display.out.width, 100))  # setups don't wrap, even in a CI log
+        display.print_wide(t)  # setups don't wrap, even in a CI log
     for line in display.sweep_verdicts(record):
         display.out.print(line, soft_wrap=True, markup=False)
     display.out.print(f"wrote {out_dir / 'sweep.json'} and {len(setups)} run files", markup=False)

@@ -18,6 +18,17 @@ err = Console(stderr=True, highlight=False)
 out = Console(highlight=False)
 
 
+def print_wide(renderable: Any, min_width: int = 120) -> None:
+    """Print on stdout at least ``min_width`` columns wide (a CI log's 80 would cut a sweep's columns).
+    ``Console.print(width=...)`` does not widen a table's layout; the console's width does."""
+    old = out.width
+    out.width = max(old, min_width)
+    try:
+        out.print(renderable)
+    finally:
+        out.width = old
+
+
 def warn(message: str) -> None:
     """A warning the user must not miss (stderr). The message is text, never markup: it may carry names from
     files or servers."""
@@ -290,9 +301,9 @@ def sweep_tables(record: dict) -> list[Table]:
         stat = record.get("rank_by", "mean")
         t = Table(title=f"sweep {title}, {stat}s", title_justify="left", box=box.SIMPLE_HEAD)
         t.add_column("setup", no_wrap=True)
-        extra = (("compile s",) if compiled else ()) + (("KLD", "top-1") if quality else ())
+        extra = (("compile s",) if compiled else ()) + (("KLD", "top-1", "same greedy") if quality else ())
         for col in ("TPOT ms", "TTFT ms", "efficiency", *extra):
-            t.add_column(col, justify="right")
+            t.add_column(col, justify="right", no_wrap=True)
         t.add_column("", no_wrap=True)
         for r in ordered:
             marks = []
@@ -301,14 +312,24 @@ def sweep_tables(record: dict) -> list[Table]:
             if r["label"] in front:
                 marks.append("pareto")
             if r.get("excluded_by_max_kld"):
-                marks.append("over --max-kld")
+                marks.append("over --max-kld" if r.get("kld_mean") is not None else "no KLD: not eligible")
+            if r.get("failed"):
+                marks.append("FAILED (its engine crashed)")
             t.add_row(
                 escape(r["label"]),
                 _num(r[f"tpot_ms_{stat}"]),
                 _num(r[f"ttft_ms_{stat}"], 1),
                 _num(r["tpot_efficiency"]),
                 *((_num(r["compile_s"], 1),) if compiled else ()),
-                *((_kld(r.get("kld_mean")), _num(r.get("top1_agreement"), 3)) if quality else ()),
+                *(
+                    (
+                        _kld(r.get("kld_mean")),
+                        _num(r.get("top1_agreement"), 3),
+                        _num(r.get("greedy_identical_share"), 2),
+                    )
+                    if quality
+                    else ()
+                ),
                 ", ".join(marks),
             )
         tables.append(t)

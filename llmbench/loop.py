@@ -256,10 +256,12 @@ class RunLoop:
                 try:
                     r = await self._call(t, req, 0.0)
                 except (RequestFailed, BackendUnavailable) as e:
-                    # recorded (a repeat below 0 is a warm-up): the file says what happened, not only the terminal
-                    await self._record(t, self._failure(req, f"warm-up: {e}", getattr(e, "status", None), 0.0))
-                    if self.survive and isinstance(e, BackendUnavailable) and self._lose(t, str(e)):
-                        break
+                    if isinstance(e, BackendUnavailable):
+                        # a crashed engine's worker: recorded (a repeat below 0 is a warm-up), so the file says
+                        # what happened; a refused request (a wrong setup) writes nothing, as before
+                        await self._record(t, self._failure(req, f"warm-up: {e}", None, 0.0))
+                        if self.survive and self._lose(t, str(e)):
+                            break
                     self.fatal = UserError(f"{t.backend.label}warm-up request failed: {e}")
                     return
                 if r is None:

@@ -209,3 +209,16 @@ def test_the_plan_alternates_who_goes_first():
         (1, 0),
         (1, 0),
     ]
+
+
+@pytest.mark.subprocess
+def test_a_worker_that_dies_in_its_warm_up_is_recorded(cli, tiny_model_dir, prompt_file, tmp_path):
+    dies = _worker(tiny_model_dir, "LLMBENCH_INJECT_EXIT_AFTER=2")  # its first (warm-up) request's second token
+    r = cli("ab", prompt_file, "--base", _worker(tiny_model_dir), "--head", dies, "--max-new-tokens", "4", "-o",
+            tmp_path / "w", "-q")  # fmt: skip
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and "head: warm-up request failed" in lines[0]
+    assert "the worker exited (code 9)" in lines[0] and "recorded in" in lines[0]
+    head = load_run(tmp_path / "w" / "head.json")
+    assert not head.complete and not head.requests
+    assert [(f.repeat < 0, "code 9" in f.error) for f in head.failed_requests] == [(True, True)]
