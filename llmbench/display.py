@@ -374,8 +374,8 @@ def sweep_verdicts(record: dict) -> list[str]:
     if record.get("pareto"):
         lines.append("no other setup beats on both: " + "; ".join(record["pareto"]))
     if record.get("excluded_by_max_kld"):
-        lines.append(f"not eligible (KL divergence above --max-kld {record['max_kld']:g}): "
-                     + "; ".join(record["excluded_by_max_kld"]))  # fmt: skip
+        lines.append(f"not eligible (KL divergence above --max-kld {record['max_kld']:g}, or none to check: an engine "
+                     "without logits): " + "; ".join(record["excluded_by_max_kld"]))  # fmt: skip
     lines += [f"note: {n}" for n in record.get("quality_notes", [])]
     return lines
 
