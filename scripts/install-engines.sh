@@ -44,7 +44,7 @@ if has llamacpp; then
   pip install -q -e ".[llamacpp]"  # gguf, sentencepiece (llama-cpp-python is satisfied by the build above)
   echo "== llama.cpp's converter -> $TOOLS/llama.cpp"
   rm -rf "$TOOLS/llama.cpp" && mkdir -p "$TOOLS/llama.cpp"
-  top=$(tar -tzf "$archive" | head -1 | cut -d/ -f1)
+  top=$(basename "$archive" .tar.gz)  # an sdist's one top folder is named like the archive
   tar -xzf "$archive" -C "$TOOLS/llama.cpp" --strip-components=3 \
     "$top/vendor/llama.cpp/convert_hf_to_gguf.py" "$top/vendor/llama.cpp/conversion" "$top/vendor/llama.cpp/gguf-py"
 fi
