@@ -48,11 +48,38 @@ def regression(session: nox.Session) -> None:
     E2E regression beyond the threshold. `nox -s regression -- [BASE_REF]`: the base commit (default: the merge
     base with origin/main, else main). Extra pip options (e.g. PyTorch's CPU index on a stock runner) come from
     the usual PIP_* environment variables. The markdown report goes to stdout."""
+    ref = session.posargs[0] if session.posargs else _merge_base(session)
+    _ab_against(session, ref, [*REGRESSION_GATE, "--format", "markdown"])
+
+
+# The nightly creep check: main against a pinned anchor, recorded into the history, the trend page published.
+NIGHTLY_BUDGET = "5"  # % slower than the anchor that main may become before the job fails
+
+
+@nox.session
+def nightly(session: nox.Session) -> None:
+    """main against the pinned anchor (`nox -s nightly -- ANCHOR_REF`, default: benchmarks/ANCHOR), recorded into
+    the history (LLMBENCH_HISTORY: a PostgreSQL URL, or the default SQLite file that the workflow caches), then
+    `trend --anchor` as an HTML page (trend.html) and the budget check: exit 1 when main has crept significantly
+    more than 5% past the anchor, or a change point left it there."""
+    import os
+    from pathlib import Path
+
+    given = [a for a in session.posargs if a.strip()]
+    ref = given[0] if given else Path("benchmarks/ANCHOR").read_text(encoding="utf-8").strip()
+    head = session.run("git", "rev-parse", "HEAD", external=True, silent=True).strip()
+    history = ["--history", os.environ.get("LLMBENCH_HISTORY") or "default"]
+    _ab_against(session, ref, [*history, "--anchor", ref, "--head-ref", head, "--format", "markdown"], gate=False)
+    session.run("llmbench", "trend", "tpot_ms", "--anchor", ref, "-o", "trend.html", "--overwrite", *history)
+    session.run("llmbench", "trend", "tpot_ms", "--anchor", ref, "--check", "--budget", NIGHTLY_BUDGET, *history)
+
+
+def _ab_against(session: nox.Session, ref: str, extra: list[str], gate: bool = True) -> None:
+    """`llmbench ab` of this checkout (head) against ``ref`` (base: a git worktree with its own venv)."""
     import shlex
     import subprocess
     from pathlib import Path
 
-    ref = session.posargs[0] if session.posargs else _merge_base(session)
     tmp = Path(session.create_tmp()).resolve()
     base_tree, base_venv = tmp / "base-tree", tmp / "base-venv"
     # set-up output stays out of the report on stdout (nox shows it if a step fails)
@@ -62,13 +89,14 @@ def regression(session: nox.Session) -> None:
     session.run("python", "-m", "venv", "--clear", str(base_venv), silent=True)
     session.run(str(base_venv / "bin" / "python"), "-m", "pip", "install", "-q", "-e", f"{base_tree}[cpu]",
                 external=True, silent=True)  # fmt: skip
-    session.install("-q", "-e", ".[cpu]", silent=True)
+    session.install("-q", "-e", ".[cpu,history,report]", silent=True)
     head_bin = Path(session.bin) / "llmbench"
     base_worker = shlex.join([str(base_venv / "bin" / "llmbench"), "worker", *REGRESSION_WORKER])
     head_worker = shlex.join([str(head_bin), "worker", *REGRESSION_WORKER])
     try:
-        session.run("llmbench", "ab", *REGRESSION_AB, "--base", base_worker, "--head", head_worker, *REGRESSION_GATE,
-                    "--format", "markdown", "-o", str(tmp / "ab"), "-q", env={"HF_HUB_OFFLINE": "1"})  # fmt: skip
+        session.run("llmbench", "ab", *REGRESSION_AB, "--base", base_worker, "--head", head_worker, *extra,
+                    "-o", str(tmp / "ab"), "-q", env={"HF_HUB_OFFLINE": "1"},
+                    success_codes=[0] if gate else [0, 1])  # fmt: skip
     finally:
         subprocess.run(["git", "worktree", "remove", "--force", str(base_tree)], check=False)
 

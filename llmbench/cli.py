@@ -158,6 +158,12 @@ PrecisionOpt = Annotated[
                  "...; openvino fp16, int8, int4; onnxruntime fp32, int8, int4 (default 8-bit; a .gguf runs as is)."),
 ]  # fmt: skip
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")]
+HistoryOpt = Annotated[
+    Optional[str],
+    typer.Option(envvar="LLMBENCH_HISTORY", show_envvar=True,
+                 help="Record the result in the history: a URL (sqlite:///FILE.db, postgresql://...), a .db file, or "
+                 "nothing for the default file (~/.local/share/llmbench/history.db)."),
+]  # fmt: skip
 OverwriteOpt = Annotated[bool, typer.Option("--overwrite", help="Replace an existing output file.")]
 
 # run's flags that belong to one mode only: refused in the other, in one line
@@ -293,6 +299,7 @@ def run(
         typer.Option("--output", "-o", help="Run JSON (default: results/<UTC time>-<model>-<device>.json)."),
     ] = None,
     overwrite: OverwriteOpt = False,
+    history: HistoryOpt = None,
     resume: Annotated[Optional[Path], typer.Option(help="Continue this incomplete run JSON (same setup).")] = None,
     truncate: Annotated[bool, typer.Option("--truncate", help="Cut prompts longer than the context.")] = False,
     attn: AttnOpt = None,
@@ -319,6 +326,9 @@ def run(
         options = _pick(RunOptions, args, ignore_eos=ignore, chat_template=not no_chat_template,
                         cache="static" if compile_ else cache.value, compile=compile_)  # fmt: skip
         prompt_set = _prompt_source(prompts, synthetic, seed)
+        from llmbench.drivers.history import check_url
+
+        check_url(history)
         with _measuring(quiet) as (stop, reporter):
             coro = run_driver(prompt_set, target, options, output=output, overwrite=overwrite, default_dir="results",
                               resume=resume, stop=stop, reporter=reporter)  # fmt: skip
@@ -329,6 +339,10 @@ def run(
     if result.client:
         display.info(display.client_line(result.client))
     display.out.print(f"wrote {path}", markup=False)
+    with _user_errors():
+        from llmbench.records import run_result
+
+        _history_line(history, [run_result(result, path)] if path else [], str(path))
 
 
 def _open_loop(ctx: typer.Context, args: dict[str, Any]) -> Any:
@@ -341,6 +355,26 @@ def _open_loop(ctx: typer.Context, args: dict[str, Any]) -> Any:
     duration = args["duration"] if args["duration"] is not None or args["requests"] is not None else 30.0
     return OpenLoop(rate_rps=args["rate"], arrival=args["arrival"], requests=args["requests"], duration_s=duration,
                     seed=args["seed"], workers=args["workers"], ray=args["ray"])  # fmt: skip
+
+
+def _record_file(url: str | None, path: Path) -> None:
+    """Record the records a written file gives (a sweep's setups, a scan's points, a load test's rates)."""
+    with _user_errors():
+        from llmbench.drivers.history import check_url
+        from llmbench.records import results_of_file
+
+        if check_url(url) is not None:
+            _history_line(url, results_of_file(path), str(path))
+
+
+def _history_line(url: str | None, results: Any, where: str) -> None:
+    """Record a command's result in the history (its files are written already) and say so."""
+    from llmbench import display
+    from llmbench.drivers.history import after_write
+
+    line = after_write(url, results, where)
+    if line:  # on stderr: stdout may be a report (ab --format markdown/json)
+        display.err.print(line, markup=False, soft_wrap=True)
 
 
 def _prompt_source(prompts: Path | None, synthetic: str | None, seed: int) -> Any:
@@ -418,6 +452,7 @@ def sweep(
     output: Annotated[
         Optional[Path], typer.Option("--output", "-o", help="Folder (default: results/sweep-<time>).")
     ] = None,
+    history: HistoryOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
     """Find the fastest setup: every combination of engine, precision, dtype, threads, attention, cache, compile and
@@ -441,6 +476,9 @@ def sweep(
         from llmbench.storage import prepare_driver_dir
 
         out_dir = prepare_driver_dir(output, "sweep")
+        from llmbench.drivers.history import check_url
+
+        check_url(history)
         with _measuring(quiet) as (stop, reporter):
             reporter.status(f"{len(setups)} setups x {rounds} rounds x {len(prompt_set.prompts)} prompts -> {out_dir}")
             the_sweep = sw.Sweep(setups, spec, options, out_dir, reporter=reporter, rank_by=rank_by.value,
@@ -451,6 +489,7 @@ def sweep(
     for line in display.sweep_verdicts(record):
         display.out.print(line, soft_wrap=True, markup=False)
     display.out.print(f"wrote {out_dir / 'sweep.json'} and {len(setups)} run files", markup=False)
+    _record_file(history, out_dir / "sweep.json")
 
 
 async def _load_and_sweep(the_sweep: Any, prompts: Any, stop: Any) -> dict:
@@ -490,6 +529,7 @@ def scan(
     output: Annotated[
         Optional[Path], typer.Option("--output", "-o", help="Folder (default: results/scan-<time>).")
     ] = None,
+    history: HistoryOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
     """TTFT against prompt length, TPOT against context depth, throughput against batch size: controlled prompts,
@@ -517,6 +557,9 @@ def scan(
         from llmbench.storage import prepare_driver_dir
 
         out_dir = prepare_driver_dir(output, "scan")
+        from llmbench.drivers.history import check_url
+
+        check_url(history)
         with _measuring(quiet) as (stop, reporter):
             the_scan = sc.Scan(points, spec, options, out_dir, prompts_per_point=prompts_per_point,
                                batch_prompt_tokens=batch_prompt_tokens, seed=seed, reporter=reporter)  # fmt: skip
@@ -524,6 +567,7 @@ def scan(
     for line in display.scan_lines(record):
         display.out.print(line, markup=False, soft_wrap=True)
     display.out.print(f"wrote {out_dir / 'scan.json'} and {len(points)} run files", markup=False)
+    _record_file(history, out_dir / "scan.json")
 
 
 @app.command()
@@ -561,6 +605,7 @@ def load(
     output: Annotated[
         Optional[Path], typer.Option("--output", "-o", help="Folder (default: results/load-<time>).")
     ] = None,
+    history: HistoryOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
     """A server under open-loop load, rate by rate: latency percentiles, 429s, goodput under SLOs, and the
@@ -585,6 +630,9 @@ def load(
         from llmbench.storage import prepare_driver_dir
 
         out_dir = prepare_driver_dir(output, "load")
+        from llmbench.drivers.history import check_url
+
+        check_url(history)
         with _measuring(quiet) as (stop, reporter):
             record, path = _run_async(ld.load(prompt_set, target, options, spec, out_dir, stop=stop,
                                               reporter=reporter))  # fmt: skip
@@ -592,6 +640,7 @@ def load(
     for line in display.load_lines(record):
         display.out.print(line, markup=False, soft_wrap=True)
     display.out.print(f"wrote {path} and {len(record['rates'])} run files", markup=False)
+    _record_file(history, path)
 
 
 @app.command()
@@ -627,6 +676,7 @@ def quality(
     trust_remote_code: TrustRemoteCodeOpt = False,
     output: Annotated[Path, typer.Option("--output", "-o", help="The quality JSON to write.")] = Path("quality.json"),
     overwrite: OverwriteOpt = False,
+    history: HistoryOpt = None,
 ) -> None:
     """Faster, but still the same model? KL divergence, top-1 agreement and perplexity against a reference setup
     (teacher-forced on a text), and where greedy answers part."""
@@ -643,6 +693,9 @@ def quality(
         options = RunOptions(max_new_tokens=max_new_tokens, cache="static" if compile_ else "dynamic", compile=compile_)
         options.validate()
         path = prepare_output(output, overwrite)
+        from llmbench.drivers.history import check_url
+
+        check_url(history)
         prompt_set = load_prompts(prompts) if prompts is not None else None
         record = _run_async(quality_driver(
             spec, options, reference_dtype=reference_dtype.value, reference_model=reference_model, text=text,
@@ -651,6 +704,7 @@ def quality(
     for line in display.quality_lines(record):
         display.out.print(line, markup=False, soft_wrap=True)
     display.out.print(f"wrote {path}", markup=False)
+    _record_file(history, path)
 
 
 @app.command()
@@ -817,6 +871,25 @@ def ab(
     ] = Stat.p50,
     fmt: FormatOpt = CompareFormat.table,
     resume: Annotated[bool, typer.Option("--resume", help="Continue the interrupted ab run in -o's folder.")] = False,
+    history: HistoryOpt = None,
+    anchor: Annotated[
+        Optional[str],
+        typer.Option(
+            help="With --history: the base is this pinned ref's code (a tag or commit); the head is recorded "
+            "relative to it, for trend --anchor."
+        ),
+    ] = None,
+    head_ref: Annotated[
+        Optional[str], typer.Option(help="With --history: the head's ref (default: this checkout's commit).")
+    ] = None,
+    move_anchor: Annotated[
+        bool,
+        typer.Option(
+            "--move-anchor",
+            help="This ab measures the new anchor (head) against --anchor: later results "
+            "against it chain onto the old one's index.",
+        ),
+    ] = False,
     quiet: QuietOpt = False,
 ) -> None:
     """Base and head side by side, request by request (ABBA), so machine drift cancels; compare's verdict and
@@ -829,6 +902,12 @@ def ab(
     with _user_errors():
         if resume and output is None:
             raise UserError("--resume continues the ab run in a folder: give it with -o")
+        from llmbench.drivers.history import check_url
+
+        if (anchor or head_ref or move_anchor) and check_url(history) is None:
+            raise UserError("--anchor, --head-ref and --move-anchor record into the history: give --history")
+        if move_anchor and not (anchor and head_ref):
+            raise UserError("--move-anchor needs --anchor OLD and --head-ref NEW (the new anchor's ref)")
         options = RunOptions(max_new_tokens=max_new_tokens, ignore_eos=ignore_eos, warmup=warmup, repeats=repeats,
                              system_prompt=system_prompt)  # fmt: skip
         prompt_set = load_prompts(prompts)
@@ -837,6 +916,11 @@ def ab(
             base_run, head_run, folder = _run_async(coro)
         comp = compare_runs(base_run, head_run, base_name=str(folder / "base.json"), new_name=str(folder / "head.json"))
         checks = _checks([comp], fail_on_regression, fail_on, gate_stat)
+        if check_url(history) is not None:
+            from llmbench.records import ab_result
+
+            result = ab_result(base_run, head_run, folder, anchor=anchor, head_ref=head_ref, moves_anchor=move_anchor)
+            _history_line(history, [result], str(folder))
     _render_comparisons([comp], checks, fmt)
 
 
@@ -881,6 +965,210 @@ def engines() -> None:
 
     for line in display.engines_lines(eng.status()):
         display.out.print(line, markup=False, soft_wrap=True)
+
+
+history_app = typer.Typer(help="The history database: results over time, per machine (see --history).",
+                          no_args_is_help=True)  # fmt: skip
+app.add_typer(history_app, name="history")
+DbOpt = Annotated[
+    Optional[str],
+    typer.Option("--history", envvar="LLMBENCH_HISTORY", show_envvar=True,
+                 help="The database (default: ~/.local/share/llmbench/history.db)."),
+]  # fmt: skip
+SinceOpt = Annotated[Optional[str], typer.Option(help="Only results measured since: 30d, 12h, 2w or a date.")]
+
+
+def _since(text: str | None) -> str | None:
+    """``30d``/``12h``/``2w`` -> an ISO time that long ago; a date is taken as it is."""
+    import re
+    from datetime import datetime, timedelta, timezone
+
+    if text is None:
+        return None
+    m = re.fullmatch(r"\s*(\d+)\s*([hdw])\s*", text)
+    if m:
+        hours = int(m.group(1)) * {"h": 1, "d": 24, "w": 168}[m.group(2)]
+        then = datetime.now(timezone.utc) - timedelta(hours=hours)
+        return then.isoformat(timespec="seconds").replace("+00:00", "Z")
+    if re.fullmatch(r"\d{4}-\d{2}-\d{2}.*", text.strip()):
+        return text.strip()
+    raise UserError(f"--since {text}: expected 30d, 12h, 2w or a date (2026-11-30)")
+
+
+@history_app.command("add")
+def history_add(
+    files: Annotated[
+        list[Path], typer.Argument(help="Run JSONs, sweep/scan/load folders or files, quality.json, ab folders.")
+    ],
+    history: DbOpt = None,
+) -> None:
+    """Record results already on disk (idempotent: a file recorded before is not recorded twice)."""
+    from llmbench.drivers.history import get_history, record_files
+
+    with _user_errors():
+        get_history(history).close()  # created or checked before reading any file
+        url = history if history is not None else "default"
+        done = record_files(url, files)
+    new = sum(1 for *_, n in done if n)
+    typer.echo(f"{new} new, {len(done) - new} already recorded ({len(done)} results from {len(files)} paths)")
+
+
+@history_app.command("list")
+def history_list(
+    since: SinceOpt = None,
+    machine: Annotated[Optional[str], typer.Option(help="A machine id (or its start).")] = None,
+    config: Annotated[Optional[str], typer.Option(help="A setup hash (or its start).")] = None,
+    commit: Annotated[Optional[str], typer.Option(help="A commit (or its start).")] = None,
+    kind: Annotated[Optional[str], typer.Option(help="run, ab, sweep, scan, load or quality.")] = None,
+    limit: Annotated[Optional[int], typer.Option(help="The newest N only.")] = None,
+    fmt: FormatOpt = CompareFormat.table,
+    history: DbOpt = None,
+) -> None:
+    """The recorded results, oldest first."""
+    from llmbench import display
+    from llmbench.drivers.history import get_history
+    from llmbench.history import dumps
+
+    with _user_errors():
+        h = get_history(history)
+        rows = h.list(since=_since(since), machine=machine, config=config, commit=commit, kind=kind, limit=limit)
+        h.close()
+    if fmt is CompareFormat.json:
+        typer.echo(dumps(rows))
+    else:
+        display.print_wide(display.history_table(rows), 140)
+
+
+@history_app.command("show")
+def history_show(
+    result_id: Annotated[int, typer.Argument(help="A result's id (history list).")],
+    fmt: FormatOpt = CompareFormat.table,
+    history: DbOpt = None,
+) -> None:
+    """One result: its code, machine, setup and metrics with intervals."""
+    from llmbench import display
+    from llmbench.drivers.history import get_history
+    from llmbench.history import dumps
+
+    with _user_errors():
+        h = get_history(history)
+        r = h.get(result_id)
+        h.close()
+        if r is None:
+            raise UserError(f"no result {result_id} in the history")
+    if fmt is CompareFormat.json:
+        typer.echo(dumps(r))
+    else:
+        for line in display.history_result_lines(r):
+            display.out.print(line, markup=False, soft_wrap=True)
+
+
+@history_app.command("prune")
+def history_prune(
+    keep: Annotated[int, typer.Option(help="Results to keep per machine, setup and kind (the newest).")],
+    machine: Annotated[Optional[str], typer.Option(help="Prune this machine's results only.")] = None,
+    history: DbOpt = None,
+) -> None:
+    """Delete all but the newest results of each series (their JSON files are left alone)."""
+    from llmbench.drivers.history import get_history
+
+    with _user_errors():
+        if keep < 1:
+            raise UserError(f"--keep must be at least 1, not {keep}")
+        h = get_history(history)
+        n = h.prune(keep, machine)
+        h.close()
+    typer.echo(f"deleted {n} results")
+
+
+@history_app.command("export")
+def history_export(
+    output: Annotated[Path, typer.Option("--output", "-o", help="The file to write.")],
+    fmt: Annotated[ExportFormat, typer.Option("--format", help="File format.")] = ExportFormat.csv,
+    overwrite: OverwriteOpt = False,
+    history: DbOpt = None,
+) -> None:
+    """The history as a table: one row per (result, metric, statistic)."""
+    from llmbench.drivers.history import get_history
+    from llmbench.errors import require
+    from llmbench.storage import prepare_output
+
+    with _user_errors():
+        require("llmbench history export", "export", "pandas")
+        from llmbench.export import export_history
+
+        path = prepare_output(output, overwrite)
+        h = get_history(history)
+        rows = export_history(h, path, fmt.value)
+        h.close()
+    typer.echo(f"wrote {rows} rows to {path}")
+
+
+@app.command()
+def trend(
+    metric: Annotated[str, typer.Argument(help="ttft_ms, tpot_ms, e2e_ms, decode_tokens_per_s, ...")],
+    stat: Annotated[str, typer.Option(help="mean, p50, p90 or p99.")] = "p50",
+    since: SinceOpt = None,
+    machine: Annotated[Optional[str], typer.Option(help="A machine id (or its start).")] = None,
+    config: Annotated[Optional[str], typer.Option(help="A setup hash (or its start).")] = None,
+    anchor: Annotated[
+        Optional[str], typer.Option(help="The series of ab results against this pinned ref (percent change).")
+    ] = None,
+    check: Annotated[
+        bool, typer.Option("--check", help="With --anchor: exit 1 when the series is significantly over --budget.")
+    ] = False,
+    budget: Annotated[float, typer.Option(help="--check: the allowed slowdown against the anchor, %.")] = 5.0,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="An HTML page of the series.")] = None,
+    overwrite: OverwriteOpt = False,
+    fmt: FormatOpt = CompareFormat.table,
+    history: DbOpt = None,
+) -> None:
+    """A metric over time: the series with its intervals, commits on the axis, change points; against an anchor,
+    the creep a change of runner can't hide."""
+    import json
+
+    from llmbench import display
+    from llmbench import trend as tr
+    from llmbench.drivers.history import get_history
+
+    with _user_errors():
+        if stat not in ("mean", "p50", "p90", "p99"):
+            raise UserError(f"--stat {stat}: expected mean, p50, p90 or p99")
+        if check and anchor is None:
+            raise UserError("--check compares against an anchor's budget: give --anchor REF")
+        path = None
+        if output is not None:
+            from llmbench.errors import require
+            from llmbench.storage import prepare_output
+
+            require("trend -o", "report", "matplotlib")
+            path = prepare_output(output, overwrite)
+        h = get_history(history)
+        try:
+            t = (tr.anchored(h, metric, stat, anchor, since=_since(since)) if anchor else
+                 tr.series(h, metric, stat, since=_since(since), machine=machine, config=config))  # fmt: skip
+        finally:
+            h.close()
+        problems = tr.check(t, budget) if check else []
+        if path is not None:
+            from llmbench.report import build_trend_report
+
+            path.write_text(build_trend_report(t, budget if anchor else None), encoding="utf-8")
+    if fmt is CompareFormat.json:
+        typer.echo(json.dumps({**t.as_dict(), "check": {"budget": budget, "problems": problems} if check else None},
+                              indent=2, default=str))  # fmt: skip
+    else:
+        display.out.print(display.trend_table(t))
+        for line in display.trend_lines(t):
+            display.out.print(line, markup=False, soft_wrap=True)
+        if path is not None:
+            display.out.print(f"wrote {path}", markup=False)
+    if check:
+        for p in problems:
+            display.err.print(f"llmbench: over budget: {p}", markup=False, soft_wrap=True)
+        if not problems:
+            display.err.print(f"within the {budget:g}% budget against {anchor}", markup=False)
+        raise typer.Exit(1 if problems else 0)
 
 
 @app.command()
@@ -988,10 +1276,24 @@ def _resume_command(path: Path) -> str:
     return shlex.join(["llmbench", *args, "--resume", str(path)])
 
 
+def _bare_history(argv: list[str]) -> list[str]:
+    """``--history`` given without a value means the default database: click needs one, so "default" is put in
+    (unless what follows is a URL or a .db file)."""
+    out: list[str] = []
+    for i, a in enumerate(argv):
+        out.append(a)
+        if a == "--history":
+            nxt = argv[i + 1] if i + 1 < len(argv) else None
+            if nxt is None or nxt.startswith("-") or not ("://" in nxt or nxt == "default" or
+                                                          nxt.endswith((".db", ".sqlite", ".sqlite3"))):  # fmt: skip
+                out.append("default")
+    return out
+
+
 def main() -> None:
     """Console entry point: click's usage errors become one line too (exit 2)."""
     try:
-        code = app(standalone_mode=False)
+        code = app(args=_bare_history(sys.argv[1:]), standalone_mode=False)
     except typer.Abort:
         typer.echo("llmbench: aborted", err=True)
         sys.exit(130)

@@ -548,3 +548,81 @@ def engines_lines(rows: list[dict[str, str]]) -> list[str]:
         if r["note"]:
             out.append(f"  {r['note']}")
     return out
+
+
+# ---------------------------------------------------------------------------------------------- history
+
+
+def history_table(rows: list[dict]) -> Table:
+    """``history list``: one row per result."""
+    t = Table(title="history", title_justify="left", box=box.SIMPLE_HEAD)
+    for col in ("id", "measured", "kind", "label", "commit", "machine", "setup", "model", "engine"):
+        t.add_column(col, no_wrap=col in ("id", "measured", "commit", "machine", "setup"))
+    for r in rows:
+        commit = (r.get("head_commit") or r.get("commit") or "")[:10] + ("*" if r.get("dirty") else "")
+        if r.get("anchor_ref"):
+            commit += f" vs {r['anchor_ref']}"
+        t.add_row(str(r["id"]), str(r.get("created_at") or "")[:19], r["kind"], escape(str(r.get("label") or "")),
+                  escape(commit), r["machine_id"][:8], r["config_hash"][:8], escape(str(r.get("model") or "")),
+                  escape(str(r.get("engine") or "")))  # fmt: skip
+    t.caption = f"{len(rows)} results (* dirty checkout)"
+    return t
+
+
+def history_result_lines(r: dict) -> list[str]:
+    """``history show ID``: the record and its metrics."""
+    lines = [f"result {r['id']}: {r['kind']} {r.get('label') or ''} measured {r.get('created_at')}, recorded "
+             f"{r.get('recorded_at')}", f"  file: {r.get('path')} (sha256 {r['sha256'][:16]}...)",
+             f"  code: {r.get('commit')} ({r.get('branch')}{', dirty' if r.get('dirty') else ''})"]  # fmt: skip
+    if r.get("anchor_ref") or r.get("base_commit"):
+        lines.append(f"  ab: base {r.get('base_commit')} (anchor {r.get('anchor_ref')}), head {r.get('head_commit')} "
+                     f"({r.get('head_ref')})")  # fmt: skip
+    lines.append(f"  machine {r['machine_id']}: {r.get('machine')}")
+    lines.append(f"  setup {r['config_hash']}: model {r.get('model')}, engine {r.get('engine')}, prompts "
+                 f"{(r.get('prompt_sha256') or '')[:12]}")  # fmt: skip
+    for m in sorted(r["metrics"], key=lambda m: (m["metric"], m["stat"])):
+        line = f"  {m['metric']} {m['stat']}: {_num(m['value'], 3)}"
+        if m.get("ci_low") is not None:
+            line += f" [{_num(m['ci_low'], 3)}, {_num(m['ci_high'], 3)}]"
+        if m.get("change_pct") is not None:
+            line += f", change {m['change_pct']:+.2f}%"
+            if m.get("change_ci_low") is not None:
+                line += f" [{m['change_ci_low']:+.2f}, {m['change_ci_high']:+.2f}]"
+            if m.get("mdc_pct") is not None:
+                line += f", detectable {m['mdc_pct']:.2f}%"
+        if m.get("n") is not None:
+            line += f" (n {m['n']})"
+        lines.append(line)
+    return lines
+
+
+def trend_table(trend: Any) -> Table:
+    """``trend``: the points with their intervals; the first point of each new level marked."""
+    t = Table(title=f"{trend.metric} {trend.stat} ({trend.unit})", title_justify="left", box=box.SIMPLE_HEAD)
+    for col in ("#", "measured", "commit", "value", "95% CI", ""):
+        t.add_column(col, justify="right" if col in ("#", "value") else "left", no_wrap=True)
+    starts = {c.index: c for c in trend.changes}
+    for i, p in enumerate(trend.points):
+        ci = "-" if p.ci_low is None else f"{p.ci_low:.2f} .. {p.ci_high:.2f}"
+        mark = ""
+        if i in starts:
+            c = starts[i]
+            mark = f"change {c.size:+.2f} [{c.ci_low:+.2f}, {c.ci_high:+.2f}]"
+        t.add_row(str(i), str(p.created_at or "")[:19], escape((p.commit or "")[:10] or str(p.label or "")),
+                  f"{p.value:.3f}", ci, mark)  # fmt: skip
+    return t
+
+
+def trend_lines(trend: Any) -> list[str]:
+    """The change points in words, and what was left out."""
+    lines = []
+    for c in trend.changes:
+        where = f"between {c.between[0]} and {c.between[1]}" if c.between[0] else f"at point {c.index}"
+        lines.append(f"change point {where}: {c.before:.3f} -> {c.after:.3f} ({c.size:+.3f} {trend.unit}, 95% CI "
+                     f"[{c.ci_low:+.3f}, {c.ci_high:+.3f}])")  # fmt: skip
+    if not trend.changes:
+        lines.append(f"no change point in {len(trend.points)} points")
+    if trend.chained:
+        lines.append(f"anchors chained onto {trend.anchor}: {', '.join(trend.chained)}")
+    lines += [f"note: {n}" for n in trend.notes]
+    return lines

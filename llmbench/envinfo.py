@@ -8,6 +8,7 @@ from importlib import metadata
 
 import psutil
 
+from llmbench.records import git_info, isa_flags
 from llmbench.schema import Environment, GPUInfo
 
 
@@ -78,4 +79,6 @@ def collect(device: str = "cpu") -> Environment:
         cpu_physical_cores=psutil.cpu_count(logical=False),
         ram_total_bytes=psutil.virtual_memory().total,
         gpu=gpu_info(device),
+        cpu_flags=isa_flags(cpu_flags()) or None,
+        git=git_info(),
     )

@@ -95,3 +95,28 @@ def export(run: Run, path: str | Path, fmt: str = "csv", tokens: bool = False) -
     except OSError as e:
         raise UserError(f"cannot write {p}: {e.strerror or e}") from None
     return len(df)
+
+
+HISTORY_COLUMNS = [
+    "result_id", "kind", "created_at", "recorded_at", "commit", "branch", "dirty", "base_commit", "head_commit",
+    "anchor_ref", "head_ref", "machine_id", "config_hash", "prompt_sha256", "model", "engine", "label", "path",
+    "metric", "stat", "value", "ci_low", "ci_high", "n", "change_pct", "change_ci_low", "change_ci_high", "mdc_pct",
+]  # fmt: skip
+
+
+def export_history(h, path: str | Path, fmt: str) -> int:
+    """The history as one row per (result, metric, statistic), for pandas and spreadsheets; the row count."""
+    rows = []
+    for r in h.list():
+        full = h.get(r["id"])
+        for m in full["metrics"]:
+            rows.append({**{k: full.get(k) for k in HISTORY_COLUMNS if k in full},
+                         "result_id": full["id"], **{k: m.get(k) for k in HISTORY_COLUMNS if k in m}})  # fmt: skip
+    frame = pd.DataFrame(rows, columns=HISTORY_COLUMNS)
+    if fmt == "parquet":
+        frame.to_parquet(path, index=False)
+    elif fmt == "csv":
+        frame.to_csv(path, index=False)
+    else:
+        raise UserError(f"unknown export format {fmt!r}; expected csv or parquet")
+    return len(frame)

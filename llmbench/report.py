@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import io
+import itertools
 import math
 import re
 
@@ -318,4 +319,61 @@ def build_load_report(records: list[tuple[str, dict]]) -> str:
     axes[2].set_title("goodput and achieved rate", fontsize=8)
     parts.append("<h2>Latency and goodput against offered rate</h2>" + _svg(fig))
     parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def trend_svg(trend, budget: float | None = None) -> str:
+    """The series with its 95% intervals, one point per result in time order, commits on the axis; each level
+    between change points drawn as a segment, and (against an anchor) the budget as a line."""
+    fig, ax = _figure(10.0, 4.0)
+    pts = trend.points
+    x = np.arange(len(pts))
+    y = np.array([p.value for p in pts])
+    lo = np.array([p.value - p.ci_low if p.ci_low is not None else 0.0 for p in pts])
+    hi = np.array([p.ci_high - p.value if p.ci_high is not None else 0.0 for p in pts])
+    ax.errorbar(x, y, yerr=[lo, hi], fmt="o", ms=4, capsize=2, lw=1, color="#1f77b4", label="result, 95% CI")
+    bounds = [0, *[c.index for c in trend.changes], len(pts)]
+    for k, (a, b) in enumerate(itertools.pairwise(bounds)):
+        ax.hlines(y[a:b].mean(), a - 0.4, b - 0.6, colors="#d62728", lw=2, label="level between change points"
+                  if k == 0 else None)  # fmt: skip
+    for c in trend.changes:
+        ax.axvline(c.index - 0.5, color="#d62728", ls=":", lw=1)
+        ax.annotate(f"{c.size:+.2f}", (c.index - 0.5, ax.get_ylim()[1]), ha="center", va="top", fontsize=8,
+                    color="#d62728")  # fmt: skip
+    if budget is not None:
+        ax.axhline(budget, color="#ff7f0e", ls="--", lw=1, label=f"budget {budget:g}%")
+        ax.axhline(0, color="#7f7f7f", lw=0.8)
+    labels = [(p.commit or "")[:7] or str(p.label or i) for i, p in enumerate(pts)]
+    step = max(1, math.ceil(len(pts) / 25))  # at most ~25 commit labels, so they never overlap
+    ax.set_xticks(x[::step], labels[::step], rotation=60, ha="right", fontsize=7)
+    ax.set_xlabel("result (commit), oldest first")
+    ax.set_ylabel(f"{trend.metric} {trend.stat} ({trend.unit})")
+    ax.legend(loc="best", fontsize=8, frameon=False)
+    return _svg(fig)
+
+
+def build_trend_report(trend, budget: float | None = None) -> str:
+    """The trend page: the series, its change points in words and the points as a table."""
+    title = f"{trend.metric} {trend.stat}" + (f" against {trend.anchor}" if trend.anchor else "")
+    parts = [f"<!doctype html><html lang=en><head><meta charset=utf-8><title>llmbench trend: {html.escape(title)}"
+             f"</title><style>{CSS}</style></head><body><h1>Trend: {html.escape(title)}</h1>"]  # fmt: skip
+    chained = f" (chained: {', '.join(trend.chained)})" if trend.chained else ""
+    where = (f"machine {trend.machine_id}, setup {trend.config_hash}" if trend.machine_id else
+             f"ab results against {trend.anchor}{chained}")  # fmt: skip
+    parts.append(f"<p>{len(trend.points)} results, {html.escape(where)}. Change points: PELT (ruptures) with a "
+                 "penalty from the series' own noise; each with its size and 95% interval.</p>")  # fmt: skip
+    parts.append(trend_svg(trend, budget))
+    if trend.changes:
+        items = "".join(f"<li>between {html.escape(str(c.between[0]))} and {html.escape(str(c.between[1]))}: "
+                        f"{c.before:.3f} &rarr; {c.after:.3f} ({c.size:+.3f} {html.escape(trend.unit)}, "
+                        f"95% CI [{c.ci_low:+.3f}, {c.ci_high:+.3f}])</li>" for c in trend.changes)  # fmt: skip
+        parts.append(f"<h2>Change points</h2><ul>{items}</ul>")
+    else:
+        parts.append("<p>No change point.</p>")
+    rows = "".join(f"<tr><td>{i}</td><td>{html.escape(str(p.created_at or '')[:19])}</td>"
+                   f"<td>{html.escape((p.commit or '')[:12])}</td><td>{html.escape(str(p.label or ''))}</td>"
+                   f"<td>{p.value:.3f}</td><td>{'' if p.ci_low is None else f'{p.ci_low:.3f} .. {p.ci_high:.3f}'}"
+                   f"</td></tr>" for i, p in enumerate(trend.points))  # fmt: skip
+    parts.append("<h2>Results</h2><table><tr><th>#</th><th>measured</th><th>commit</th><th>ref/label</th>"
+                 f"<th>value</th><th>95% CI</th></tr>{rows}</table></body></html>")  # fmt: skip
     return "\n".join(parts)

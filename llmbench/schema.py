@@ -23,7 +23,8 @@ Schema history (bump ``SCHEMA_VERSION`` on any change a reader of the old versio
     config.engine/precision/engine_settings, environment.engine, load.convert_s/converted,
     requests[].prompt_token_ids_sha256/engine_ttft_ms/engine_tpot_ms/engine_prompt_tokens_evaluated,
     summary.engine_ttft_ms/engine_tpot_ms/tpot_vs_engine_pct/prompt_reuse_requests (0.3.0, --engine: llama.cpp,
-    OpenVINO GenAI and ONNX Runtime GenAI beside transformers; a run without config.engine is transformers').
+    OpenVINO GenAI and ONNX Runtime GenAI beside transformers; a run without config.engine is transformers');
+    environment.cpu_flags/git (0.3.0, the history's machine fingerprint and measured code).
 
 No torch here: compare, show and the endpoint client read and write runs without it.
 """
@@ -232,6 +233,8 @@ class Environment(_Model):
     ram_total_bytes: int | None = None
     gpu: GPUInfo | None = _match(RESUME, ENV)
     engine: str | None = _match(RESUME, ENV)  # the engine's package and version (--engine other than transformers)
+    cpu_flags: list[str] | None = None  # instruction-set flags (avx*, amx*, fma, ...): the history's fingerprint
+    git: dict | None = None  # the checkout llmbench ran in: {commit, branch, dirty} (the history's "measured code")
 
 
 class Offload(_Model):
