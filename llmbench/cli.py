@@ -770,6 +770,11 @@ FailOnRegressionOpt = Annotated[
 FailOnOpt = Annotated[Optional[list[str]], typer.Option(help="METRIC=PCT, e.g. tpot_ms=5 (repeatable).")]
 GateStatOpt = Annotated[Stat, typer.Option(help="Statistic the gates test.")]
 FormatOpt = Annotated[CompareFormat, typer.Option("--format", help="Output format.")]
+RequireMdcOpt = Annotated[
+    Optional[float],
+    typer.Option(help="Exit 1 when the gated metrics' minimum detectable change is above PCT %: the run could not "
+                 "have seen a regression that small."),
+]  # fmt: skip
 
 
 @app.command()
@@ -779,6 +784,7 @@ def compare(
     fail_on: FailOnOpt = None,
     gate_stat: GateStatOpt = Stat.mean,
     strict: Annotated[bool, typer.Option("--strict", help="Exit 2 when the setups differ.")] = False,
+    require_mdc: RequireMdcOpt = None,
     fmt: FormatOpt = CompareFormat.table,
 ) -> None:
     """Tell a real change from machine noise: change, 95% CI and verdict per metric; CI gates."""
@@ -799,7 +805,7 @@ def compare(
             if c.config_diffs:
                 diffs = ", ".join(f"{k} {b} -> {n}" for k, b, n in c.config_diffs)
                 raise UserError(f"--strict: {c.new} was run with a different setup than {c.base}: {diffs}")
-    _render_comparisons(comps, checks, fmt)
+    _render_comparisons(comps, checks, fmt, require_mdc, gate_stat.value)
 
 
 def _compare_loads(base: dict, paths: list[Path]) -> None:
@@ -832,19 +838,43 @@ def _checks(comps: list[Any], fail_on_regression: float | None, fail_on: list[st
     return [c.checks(fail_on_regression, thresholds, stat.value) for c in comps]
 
 
-def _render_comparisons(comps: list[Any], checks: list[Any], fmt: CompareFormat) -> None:
-    """compare's output in ``fmt``, then its exit code: 1 when a gate found a regression."""
+def _render_comparisons(
+    comps: list[Any], checks: list[Any], fmt: CompareFormat, require_mdc: float | None = None, stat: str = "mean"
+) -> None:
+    """compare's output in ``fmt``, then its exit code: 1 when a gate found a regression, or (``require_mdc``)
+    when the run could not have seen a change of that size. A gate whose threshold is below what the run can
+    detect is said loudly: its pass would otherwise be silent and blind."""
     import json
 
     from llmbench import display
+    from llmbench.compare import GATED_BY_DEFAULT
 
     if fmt is CompareFormat.json:
         typer.echo(json.dumps([c.to_dict(k) for c, k in zip(comps, checks, strict=True)], indent=2, default=str))
+    blind_lines: list[str] = []
     for c, k in zip(comps, checks, strict=True):
         if fmt is CompareFormat.table:
             display.print_comparison(c, k)
         elif fmt is CompareFormat.markdown:
             typer.echo(display.comparison_markdown(c, k))
+        gate_stat = k[0].stat if k else stat
+        for metric, mdc, pct in c.blind_spots({x.metric: x.threshold_pct for x in k}, gate_stat):
+            blind_lines.append(f"BLIND: this run could not have seen a {pct:g}% regression of {metric} {gate_stat}: "
+                               f"its minimum detectable change is {mdc:.1f}% (more pairs: --repeats, or more "
+                               "processes: --processes)")  # fmt: skip
+    for line in blind_lines:
+        display.err.print(line, markup=False, soft_wrap=True)
+        if fmt is CompareFormat.markdown:
+            typer.echo(f"> **{line}**")
+    if require_mdc is not None:
+        wanted = {x.metric for k in checks for x in k} or set(GATED_BY_DEFAULT)
+        gate_stat = next((k[0].stat for k in checks if k), stat)
+        short = [(m, mdc) for c in comps for m, mdc, _ in c.blind_spots(dict.fromkeys(wanted, require_mdc), gate_stat)]
+        if short:
+            shown = ", ".join(f"{m} {gate_stat} {mdc:.1f}%" for m, mdc in short)
+            typer.echo(f"llmbench: error: --require-mdc {require_mdc:g}: this run could not have seen a change that "
+                       f"small ({shown})", err=True)  # fmt: skip
+            raise typer.Exit(1)
     raise typer.Exit(1 if any(x.regression for k in checks for x in k) else 0)
 
 
@@ -871,6 +901,14 @@ def ab(
     ] = Stat.p50,
     fmt: FormatOpt = CompareFormat.table,
     resume: Annotated[bool, typer.Option("--resume", help="Continue the interrupted ab run in -o's folder.")] = False,
+    processes: Annotated[
+        int,
+        typer.Option(
+            help="Worker processes per side, used in turn: a difference only one process shows stays noise "
+            "(the interval is taken over the processes' own changes)."
+        ),
+    ] = 1,
+    require_mdc: RequireMdcOpt = None,
     history: HistoryOpt = None,
     anchor: Annotated[
         Optional[str],
@@ -912,7 +950,8 @@ def ab(
                              system_prompt=system_prompt)  # fmt: skip
         prompt_set = load_prompts(prompts)
         with _measuring(quiet) as (stop, reporter):
-            coro = ab_driver(prompt_set, base, head, options, output, resume=resume, stop=stop, reporter=reporter)
+            coro = ab_driver(prompt_set, base, head, options, output, resume=resume, stop=stop, reporter=reporter,
+                             processes=processes)  # fmt: skip
             base_run, head_run, folder = _run_async(coro)
         comp = compare_runs(base_run, head_run, base_name=str(folder / "base.json"), new_name=str(folder / "head.json"))
         checks = _checks([comp], fail_on_regression, fail_on, gate_stat)
@@ -921,7 +960,7 @@ def ab(
 
             result = ab_result(base_run, head_run, folder, anchor=anchor, head_ref=head_ref, moves_anchor=move_anchor)
             _history_line(history, [result], str(folder))
-    _render_comparisons([comp], checks, fmt)
+    _render_comparisons([comp], checks, fmt, require_mdc, gate_stat.value)
 
 
 @app.command()

@@ -108,6 +108,17 @@ class Comparison:
             return None
         return (row.ci_high_pct - row.ci_low_pct) / 2
 
+    def blind_spots(self, thresholds: dict[str, float], stat: str = "mean") -> list[tuple[str, float, float]]:
+        """(metric, minimum detectable change, threshold) for each gated metric whose detectable change is above
+        its threshold: this comparison could not have seen a regression of that size, so its "pass" says
+        little. The CLI says so loudly; ``--require-mdc`` fails on it."""
+        out = []
+        for metric, pct in thresholds.items():
+            mdc = self.detectable_pct(metric, stat)
+            if mdc is not None and mdc > pct:
+                out.append((metric, mdc, pct))
+        return out
+
     def checks(
         self, fail_on_regression: float | None = None, fail_on: dict[str, float] | None = None, stat: str = "mean"
     ) -> list[GateCheck]:
@@ -207,14 +218,21 @@ def _resamples(n: int) -> int:
     return int(min(2000, max(150, 1_500_000 // max(n, 1))))
 
 
-def change_interval(base: np.ndarray, new: np.ndarray, stat: str, paired: bool, seed: int = 0):
-    """(change %, low %, high %) of ``stat(new)/stat(base) - 1`` with a 95% bootstrap interval."""
+def change_interval(
+    base: np.ndarray, new: np.ndarray, stat: str, paired: bool, seed: int = 0, clusters: np.ndarray | None = None
+):
+    """(change %, low %, high %) of ``stat(new)/stat(base) - 1`` with a 95% bootstrap interval. ``clusters``
+    (paired only): which worker process measured each pair (``ab --processes``); then the interval is over the
+    processes' own changes (see :func:`_cluster_interval`), so a difference between two processes counts as
+    noise unless several processes agree."""
     from scipy import stats as st
 
     f = _stat(stat)
     point = 100.0 * (f(new) / f(base) - 1.0)
     if len(base) < 2 or len(new) < 2:
         return point, float("nan"), float("nan")
+    if clusters is not None and paired and len(np.unique(clusters)) > 1:
+        return (point, *_cluster_interval(base, new, clusters, f, seed))
 
     def ratio(b, n, axis=-1):
         return 100.0 * (f(n, axis=axis) / f(b, axis=axis) - 1.0)
@@ -232,6 +250,20 @@ def change_interval(base: np.ndarray, new: np.ndarray, stat: str, paired: bool, 
         rng=np.random.default_rng(seed),
     )
     return point, float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+def _cluster_interval(base: np.ndarray, new: np.ndarray, clusters: np.ndarray, f, seed: int) -> tuple[float, float]:
+    """The interval at the level of the processes: each process's own change (its pairs' statistic, head over
+    base), and a Student t interval over those N changes (N - 1 degrees of freedom) around the pooled change.
+    The processes are the experimental units: with a handful of them a bootstrap over processes is too narrow
+    (4 processes give 35 distinct resamples), and one odd process must widen the interval, not decide it."""
+    from scipy import stats as st
+
+    point = 100.0 * (f(new) / f(base) - 1.0)
+    per = np.array([100.0 * (f(new[clusters == c]) / f(base[clusters == c]) - 1.0) for c in np.unique(clusters)])
+    se = float(per.std(ddof=1) / np.sqrt(per.size))
+    half = float(st.t.ppf((1 + CONFIDENCE) / 2, per.size - 1)) * se
+    return point - half, point + half
 
 
 def _verdict(direction: int, change: float, significant: bool) -> str:
@@ -272,19 +304,25 @@ def compare_runs(
     paired = base.config.prompt_sha256 == new.config.prompt_sha256
     rows: list[Row] = []
     n_pairs = 0
+    processes = {
+        (r.prompt_index, r.repeat): r.process for r in base.requests if getattr(r, "process", None) is not None
+    }
     for metric, (_label, direction) in METRICS.items():
         bv, nv = _values(base, metric), _values(new, metric)
+        clusters = None
         if paired:
             keys = sorted(bv.keys() & nv.keys())
             b = np.array([bv[k] for k in keys])
             n = np.array([nv[k] for k in keys])
             n_pairs = max(n_pairs, len(keys))
+            if processes and all(k in processes for k in keys):
+                clusters = np.array([processes[k] for k in keys])
         else:
             b, n = np.array(list(bv.values())), np.array(list(nv.values()))
         if len(b) == 0 or len(n) == 0:
             continue
         for stat in STATS:
-            change, low, high = change_interval(b, n, stat, paired and len(b) == len(n))
+            change, low, high = change_interval(b, n, stat, paired and len(b) == len(n), clusters=clusters)
             significant = bool(np.isfinite(low) and (low > 0 or high < 0))
             verdict = _verdict(direction, change, significant)
             rows.append(Row(metric, stat, float(_stat(stat)(b)), float(_stat(stat)(n)), change, low, high,

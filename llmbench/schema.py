@@ -24,7 +24,8 @@ Schema history (bump ``SCHEMA_VERSION`` on any change a reader of the old versio
     requests[].prompt_token_ids_sha256/engine_ttft_ms/engine_tpot_ms/engine_prompt_tokens_evaluated,
     summary.engine_ttft_ms/engine_tpot_ms/tpot_vs_engine_pct/prompt_reuse_requests (0.3.0, --engine: llama.cpp,
     OpenVINO GenAI and ONNX Runtime GenAI beside transformers; a run without config.engine is transformers');
-    environment.cpu_flags/git (0.3.0, the history's machine fingerprint and measured code).
+    environment.cpu_flags/git (0.3.0, the history's machine fingerprint and measured code); config.ab.processes,
+    requests[].process (0.3.0, ab --processes).
 
 No torch here: compare, show and the endpoint client read and write runs without it.
 """
@@ -163,6 +164,7 @@ class ABConfig(_Model):
     other_file: str  # the other run, in the same folder
     other_run_id: str
     order: str = "ABBA"  # each (prompt, repeat) on both sides back to back; who goes first alternates
+    processes: int = 1  # worker processes per side, used in turn (pair k on process k mod N on both sides)
 
 
 class RunConfig(_Model):
@@ -295,6 +297,7 @@ class RequestResult(_Model):
     # metrics used)
     output_tokens_server: int | None = None
     output_tokens_client: int | None = None
+    process: int | None = None  # ab --processes: which of the side's worker processes measured it (0-based)
     # in-process runs: the input ids' hash (equal across engines when they were fed the same ids)
     prompt_token_ids_sha256: str | None = None
     # --engine other than transformers: the engine's own stopwatch and counters (ENGINE_METRIC_FORMULAS)
@@ -464,6 +467,7 @@ class RequestScalars(_Lean):
     e2e_ms: float
     output_token_ids_sha256: str
     prompt_token_ids_sha256: str | None = None
+    process: int | None = None
 
 
 class RunScalars(_Lean):

@@ -222,3 +222,47 @@ def test_a_worker_that_dies_in_its_warm_up_is_recorded(cli, tiny_model_dir, prom
     head = load_run(tmp_path / "w" / "head.json")
     assert not head.complete and not head.requests
     assert [(f.repeat < 0, "code 9" in f.error) for f in head.failed_requests] == [(True, True)]
+
+
+def test_the_interval_resamples_processes_so_one_odd_process_is_noise():
+    import numpy as np
+
+    from llmbench.compare import change_interval
+
+    rng = np.random.default_rng(0)
+    base = 50 + rng.normal(0, 0.2, 40)
+    clusters = np.arange(40) % 4  # pair k on process k mod 4, as ab --processes 4 assigns them
+    shift = np.where(clusters == 0, 1.06, 1.0)  # one head process happens to be 6% slower, the other three not
+    new = base * shift * (1 + rng.normal(0, 0.002, 40))
+    change, low, _ = change_interval(base, new, "mean", paired=True)
+    assert low > 0  # pairs alone: "significant", the odd process's offset sits inside every one of its pairs
+    change_c, low_c, high_c = change_interval(base, new, "mean", paired=True, clusters=clusters)
+    assert change_c == change and low_c < 0 < high_c  # per process: one process disagreeing is not a finding
+    every = base * 1.06 * (1 + rng.normal(0, 0.002, 40))  # all four processes slower: still found
+    assert change_interval(base, every, "mean", paired=True, clusters=clusters)[1] > 4
+
+
+@pytest.mark.subprocess
+def test_ab_spreads_each_side_over_processes_used_in_turn(cli, tiny_model_dir, prompt_file, tmp_path):
+    r = cli("ab", prompt_file, "--base", _worker(tiny_model_dir), "--head", _worker(tiny_model_dir), "--processes", "2",
+            "--max-new-tokens", "3", "--repeats", "2", "-o", tmp_path / "p", "-q", "--format", "json")  # fmt: skip
+    assert r.returncode in (0, 1), r.stderr
+    base, head = load_run(tmp_path / "p" / "base.json"), load_run(tmp_path / "p" / "head.json")
+    assert base.config.ab.processes == 2 and len(set(base.config.engine_settings["worker_pids"])) == 2
+    for run in (base, head):
+        assert {(q.prompt_index, q.repeat): q.process for q in run.requests} == {
+            (i, rep): (rep * 3 + i) % 2 for i in range(3) for rep in range(2)}  # fmt: skip
+    assert json.loads(r.stdout)[0]["n_pairs"] == 6
+
+
+@pytest.mark.subprocess
+def test_a_gate_that_cannot_see_its_threshold_says_so_and_require_mdc_fails(cli, tiny_model_dir, prompt_file,
+                                                                             tmp_path):  # fmt: skip
+    slow = _worker(tiny_model_dir, "LLMBENCH_INJECT_SLEEP_MS=3")
+    args = ("ab", prompt_file, "--base", _worker(tiny_model_dir), "--head", slow, "--max-new-tokens", "3",
+            "--fail-on-regression", "0.01", "-q")  # fmt: skip
+    r = cli(*args, "-o", tmp_path / "a")
+    assert "BLIND: this run could not have seen a 0.01% regression" in r.stderr  # 3 pairs can't see 0.01%
+    r = cli(*args, "-o", tmp_path / "b", "--require-mdc", "0.01")
+    assert r.returncode == 1
+    assert r.stderr.strip().splitlines()[-1].startswith("llmbench: error: --require-mdc 0.01: this run could not")

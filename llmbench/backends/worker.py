@@ -65,6 +65,7 @@ class WorkerBackend:
         self.options = options
         self.label = label
         self.proc: asyncio.subprocess.Process | None = None
+        self.pid: int | None = None
         self.stderr_tail: collections.deque[str] = collections.deque(maxlen=20)
         self._stderr_task: asyncio.Task | None = None
         self._record: Run | None = None

@@ -34,12 +34,14 @@ def is_url(side: str) -> bool:
     return side.strip().lower().startswith(("http://", "https://"))
 
 
-def side_backend(side: str, options: RunOptions, role: str) -> Backend:
-    """The backend of one side: a server URL, or a worker command line."""
+def side_backend(side: str, options: RunOptions, role: str, processes: int = 1) -> Backend:
+    """The backend of one side: a server URL, or a worker command line (``processes`` of them, used in turn)."""
     label = f"{role}: "
     if not side.strip():
         raise UserError(f"--{role} is empty: give a server URL or an `llmbench worker ...` command line")
     if is_url(side):
+        if processes != 1:
+            raise UserError(f"--processes spreads worker sides over processes; --{role} is a server")
         from llmbench.backends.endpoint import EndpointBackend
 
         return EndpointBackend(EndpointOptions(url=side.strip()), options, label=label)
@@ -49,6 +51,12 @@ def side_backend(side: str, options: RunOptions, role: str) -> Backend:
         command = shlex.split(side)
     except ValueError as e:
         raise UserError(f"--{role} '{side}': not a command line ({e})") from None
+    if processes > 1:
+        from llmbench.backends.pool import PoolBackend
+
+        return PoolBackend(command, options, processes, label=label)
+    if processes < 1:
+        raise UserError(f"--processes must be at least 1, not {processes}")
     return WorkerBackend(command, options, label=label)
 
 
@@ -111,12 +119,14 @@ async def ab(
     resume: bool = False,
     stop: Stop | None = None,
     reporter: Reporter | None = None,
+    processes: int = 1,
 ) -> tuple[Run, Run, Path]:
-    """Measure ``prompts`` on both sides in ABBA pairs; (base run, head run, their folder)."""
+    """Measure ``prompts`` on both sides in ABBA pairs; (base run, head run, their folder). ``processes``: worker
+    processes per side, pair k measured by process k mod N on both sides (see :mod:`llmbench.backends.pool`)."""
     options.validate()
-    folder = prepare_ab_dir(out, resume)
     sides = {"base": base, "head": head}
-    backends = [side_backend(sides[r], options, r) for r in ROLES]
+    backends = [side_backend(sides[r], options, r, processes) for r in ROLES]
+    folder = prepare_ab_dir(out, resume)
     previous = {r: load_run(folder / f"{r}.json") if resume else None for r in ROLES}
     for r, b in zip(ROLES, backends, strict=True):
         if previous[r] is not None:
@@ -129,9 +139,10 @@ async def ab(
         for t, r in zip(tracks, ROLES, strict=True):
             other = tracks[1] if r == "base" else tracks[0]
             t.run.config.ab = ABConfig(role=r, side=recorded_side(sides[r]), other_file=f"{_other(r)}.json",
-                                       other_run_id=other.run.run_id)  # fmt: skip
+                                       other_run_id=other.run.run_id, processes=processes)  # fmt: skip
         if reporter is not None:
-            reporter.status(f"{len(prompts.prompts) * options.repeats} pairs, ABBA -> {folder}")
+            spread = f", {processes} processes a side in turn" if processes > 1 else ""
+            reporter.status(f"{len(prompts.prompts) * options.repeats} pairs, ABBA{spread} -> {folder}")
         runs = await execute(tracks, abba(tracks[0], tracks[1], prompts, options.repeats), prompts,
                              warmup=options.warmup, stop=stop, reporter=reporter)  # fmt: skip
     finally:

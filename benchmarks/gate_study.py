@@ -1,0 +1,134 @@
+"""Can the regression job's gate be trusted on this machine? Its exact `llmbench ab` run many times: A/A runs (how
+often unchanged code fails, how far A/A changes spread, how often they exceed the printed minimum detectable
+change) and heads slowed by a known share per token (how often the gate catches them), with the minutes each
+run took. Extends ab_noise.py (its helpers); the job's settings come from noxfile.py.
+
+    HF_HUB_OFFLINE=1 python benchmarks/gate_study.py [--aa 20] [--slow 3,5,10] [--per-slow 5] [-o DIR]
+                     [--ab-args "--processes 4 ..."]    (extra ab options: the job's settings under study)
+
+A slowed head sleeps a fixed time after each model forward (benchmarks/inject, through its worker's
+environment): sleep = PCT% of the TPOT measured by a short calibration run first. Every run's figures go to
+DIR/gate_study.json (appended as they come, so an interrupted study keeps its runs); the summary is printed as a
+markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import llmbench
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from noxfile import REGRESSION_AB, REGRESSION_GATE, REGRESSION_WORKER  # noqa: E402  (the job's own settings)
+
+WORKER = shlex.join([sys.executable, "-m", "llmbench", "worker", *REGRESSION_WORKER])
+INJECT = ROOT / "benchmarks" / "inject"
+
+
+def calibrate_tpot_ms(out: Path) -> float:
+    """The job's TPOT on this machine now: a short run of the same setup."""
+    path = out / "calibration.json"
+    if not path.exists():
+        subprocess.run([sys.executable, "-m", "llmbench", "run", str(ROOT / REGRESSION_AB[0]), *REGRESSION_WORKER,
+                        "--max-new-tokens", "16", "--ignore-eos", "-o", str(path), "-q"], check=True,
+                       cwd=ROOT)  # fmt: skip
+    return float(llmbench.load_run(path).summary.tpot_ms.p50)
+
+
+def one_ab(folder: Path, head_sleep_ms: float, ab_args: list[str]) -> dict:
+    head = WORKER if not head_sleep_ms else (f"env PYTHONPATH={INJECT} LLMBENCH_INJECT_SLEEP_MS={head_sleep_ms:.3f} "
+                                              f"{WORKER}")  # fmt: skip
+    t = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "llmbench", "ab", *REGRESSION_AB[0:1], *REGRESSION_AB[1:],
+                           "--base", WORKER, "--head", head, *REGRESSION_GATE, *ab_args, "-o", str(folder), "-q",
+                           "--format", "json"], capture_output=True, text=True, cwd=ROOT)  # fmt: skip
+    minutes = (time.perf_counter() - t) / 60
+    if proc.returncode not in (0, 1):
+        raise SystemExit(f"ab failed ({proc.returncode}): {proc.stderr.strip().splitlines()[-1:]}")
+    comp = json.loads(proc.stdout)[0]
+    out = {"exit": proc.returncode, "minutes": round(minutes, 2), "pairs": comp["n_pairs"], "sleep_ms": head_sleep_ms}
+    for row in comp["rows"]:
+        if row["stat"] == "p50" and row["metric"] in ("ttft_ms", "tpot_ms"):
+            out[row["metric"]] = [
+                round(row["change_pct"], 3),
+                round(row["ci_low_pct"], 3),
+                round(row["ci_high_pct"], 3),
+            ]
+            out[f"{row['metric']}_mdc"] = round((row["ci_high_pct"] - row["ci_low_pct"]) / 2, 3)
+    out["gate_failed"] = proc.returncode == 1
+    out["stderr_tail"] = proc.stderr.strip().splitlines()[-3:]
+    return out
+
+
+def summarize(runs: list[dict], slow: list[float]) -> list[str]:
+    lines = ["| case | runs | gate failed | TPOT p50 change: mean, sd, min..max | A/A change beyond printed MDC "
+             "(TTFT / TPOT) | mean MDC (TTFT / TPOT) | minutes per run |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+    for pct in [0.0, *slow]:
+        rs = [r for r in runs if r["pct"] == pct]
+        if not rs:
+            continue
+        tp = [r["tpot_ms"][0] for r in rs]
+        beyond = (sum(abs(r["ttft_ms"][0]) > r["ttft_ms_mdc"] for r in rs),
+                  sum(abs(r["tpot_ms"][0] - (0 if pct == 0 else pct)) > r["tpot_ms_mdc"] for r in rs))  # fmt: skip
+        sd = statistics.stdev(tp) if len(tp) > 1 else 0.0
+        name = "A/A" if pct == 0 else f"head +{pct:g}% per token"
+        lines.append(
+            f"| {name} | {len(rs)} | {sum(r['gate_failed'] for r in rs)} | {statistics.mean(tp):+.2f}%, {sd:.2f}, "
+            f"{min(tp):+.2f}..{max(tp):+.2f} | {beyond[0]} / {beyond[1]} | "
+            f"{statistics.mean(r['ttft_ms_mdc'] for r in rs):.2f}% / "
+            f"{statistics.mean(r['tpot_ms_mdc'] for r in rs):.2f}% | {statistics.mean(r['minutes'] for r in rs):.1f} |"
+        )  # fmt: skip
+    return lines
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--aa", type=int, default=20)
+    ap.add_argument("--slow", default="3,5,10", help="percent slower per token, comma list")
+    ap.add_argument("--per-slow", type=int, default=5)
+    ap.add_argument("--ab-args", default="", help="extra `llmbench ab` options (the settings under study)")
+    ap.add_argument("-o", "--output", type=Path, default=Path("results/gate-study"))
+    args = ap.parse_args()
+    out = args.output.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    slow = [float(x) for x in args.slow.split(",") if x.strip()]
+    ab_args = shlex.split(args.ab_args)
+    log = out / "gate_study.json"
+    runs: list[dict] = json.loads(log.read_text(encoding="utf-8"))["runs"] if log.exists() else []
+    tpot = calibrate_tpot_ms(out)
+    # the cases interleaved (an A/A, a slowed head, ...), so the machine's drift over hours lands on all of them
+    order: list[float] = []
+    aa = [0.0] * args.aa
+    sl = [p for _ in range(args.per_slow) for p in slow]
+    while aa or sl:
+        if aa:
+            order.append(aa.pop())
+        if sl:
+            order.append(sl.pop(0))
+    done = len(runs)
+    for k, pct in enumerate(order):
+        if k < done:
+            continue
+        sleep = pct / 100 * tpot
+        r = one_ab(out / f"run-{k:03d}", sleep, ab_args)
+        r.update(pct=pct, index=k)
+        runs.append(r)
+        log.write_text(json.dumps({"tpot_ms_calibration": tpot, "ab_args": ab_args, "runs": runs}, indent=1),
+                       encoding="utf-8")  # fmt: skip
+        print(f"{k + 1}/{len(order)} +{pct:g}%: TPOT p50 {r['tpot_ms'][0]:+.2f}% [{r['tpot_ms'][1]:+.2f}, "
+              f"{r['tpot_ms'][2]:+.2f}], TTFT {r['ttft_ms'][0]:+.2f}%, exit {r['exit']}, {r['minutes']} min",
+              flush=True)  # fmt: skip
+    print(f"\ncalibration TPOT {tpot:.2f} ms; ab args: {' '.join(ab_args) or '(the job as it is)'}\n")
+    print("\n".join(summarize(runs, slow)))
+
+
+if __name__ == "__main__":
+    main()
