@@ -1284,17 +1284,29 @@ def report(
                 raise UserError("report draws load.json files alone, or run files alone: not both at once")
             path = prepare_output(output, overwrite)
             page = build_scan_report(scan_record) if scan_record is not None else build_load_report(
-                [(str(p), r) for p, r in zip(runs, load_records, strict=True)])  # fmt: skip
+                [(_short_name(p, runs), r) for p, r in zip(runs, load_records, strict=True)])  # fmt: skip
             path.write_text(page, encoding="utf-8")
             typer.echo(f"wrote {path} ({path.stat().st_size / 1024:.0f} KiB)")
             return
-        loaded = [(str(p), load_run(p)) for p in runs]
+        loaded = [(_short_name(p, runs), load_run(p)) for p in runs]
         for name, run in loaded:
             if not run.requests:
                 raise UserError(f"{name} has no finished requests: nothing to report")
         path = prepare_output(output, overwrite)
         path.write_text(build_report(loaded), encoding="utf-8")
     typer.echo(f"wrote {path} ({path.stat().st_size / 1024:.0f} KiB)")
+
+
+def _short_name(path: Path, others: list[Path]) -> str:
+    """How a report names a file in its legends and headings: the run's file stem, or for a file every result
+    folder has (load.json, base.json, ...) its folder's name too; never the full (temporary) path. Two files
+    that would get the same name keep more of their path."""
+    generic = path.name in ("load.json", "scan.json", "sweep.json", "base.json", "head.json", "run.json")
+    name = f"{path.parent.name}/{path.stem}" if generic else path.stem
+    clash = [
+        o for o in others if o != path and (o.stem == path.stem and (not generic or o.parent.name == path.parent.name))
+    ]
+    return str(path) if clash else name
 
 
 def _resume_command(path: Path) -> str:

@@ -13,6 +13,8 @@ import io
 import itertools
 import math
 import re
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -23,9 +25,79 @@ MAX_TIMELINES = 20  # requests drawn in the timeline; more would be a blur
 MIN_CORRELATION_N = 30  # below this, a correlation over prompts is not claimed
 
 
+# Called with every figure just before it is saved (tests collect layout_problems of each figure through it).
+FIGURE_HOOK: Callable[[Any], None] | None = None
+
+
+def _texts(fig) -> list[tuple[str, Any]]:
+    """Every piece of text a reader sees in ``fig``: tick labels within the view, axis labels, titles, legend
+    entries and titles, annotations and figure texts; (what it is, the Text)."""
+    out: list[tuple[str, Any]] = []
+    for k, ax in enumerate(fig.get_axes()):
+        name = ax.get_title() or ax.get_ylabel() or f"axes {k}"
+        for axis, which in ((ax.xaxis, "x"), (ax.yaxis, "y")):
+            lo, hi = sorted(axis.get_view_interval())
+            span = hi - lo
+            for tick in [*axis.get_major_ticks(), *axis.get_minor_ticks()]:
+                label = tick.label1
+                loc = tick.get_loc()
+                if (label.get_visible() and tick.get_visible() and label.get_text().strip()
+                        and lo - 1e-9 * abs(span) <= loc <= hi + 1e-9 * abs(span)):  # fmt: skip
+                    out.append((f"{name}: {which} tick {label.get_text()!r}", label))
+            if axis.label.get_visible() and axis.label.get_text():
+                out.append((f"{name}: {which} label", axis.label))
+        for title in (ax.title, ax._left_title, ax._right_title):
+            if title.get_visible() and title.get_text():
+                out.append((f"{name}: title", title))
+        legend = ax.get_legend()
+        if legend is not None and legend.get_visible():
+            out += [(f"{name}: legend {t.get_text()!r}", t) for t in legend.get_texts() if t.get_text()]
+            if legend.get_title().get_text():
+                out.append((f"{name}: legend title", legend.get_title()))
+        out += [(f"{name}: text {t.get_text()!r}", t) for t in ax.texts if t.get_visible() and t.get_text()]
+    out += [(f"figure text {t.get_text()!r}", t) for t in fig.texts if t.get_visible() and t.get_text()]
+    return out
+
+
+def layout_problems(fig) -> list[str]:
+    """Pairs of texts in ``fig`` whose drawn boxes overlap (more than a pixel each way): a label over a label."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    boxes = [(what, t.get_window_extent(renderer)) for what, t in _texts(fig)]
+    problems = []
+    for i, (a_name, a) in enumerate(boxes):
+        for b_name, b in boxes[i + 1 :]:
+            w = min(a.x1, b.x1) - max(a.x0, b.x0)
+            h = min(a.y1, b.y1) - max(a.y0, b.y0)
+            if w > 1 and h > 1:
+                problems.append(f"{a_name} overlaps {b_name}")
+    return problems
+
+
+def _declutter_ticks(ax, axis: str = "x") -> None:
+    """Hide tick labels that would overlap the previous one kept (left to right / bottom to top), so an axis
+    with many close ticks stays readable whatever the font and size."""
+    fig = ax.figure
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    ticks = sorted((ax.xaxis if axis == "x" else ax.yaxis).get_major_ticks(), key=lambda t: t.get_loc())
+    last = None
+    for tick in ticks:
+        label = tick.label1
+        if not (label.get_visible() and label.get_text()):
+            continue
+        box = label.get_window_extent(renderer).expanded(1.15, 1.0)
+        if last is not None and box.overlaps(last):
+            label.set_visible(False)
+            continue
+        last = box
+
+
 def _svg(fig) -> str:
     import matplotlib.pyplot as plt
 
+    if FIGURE_HOOK is not None:
+        FIGURE_HOOK(fig)
     buf = io.StringIO()
     fig.savefig(
         buf, format="svg", bbox_inches="tight", metadata={"Creator": None, "Date": None, "Format": None, "Type": None}
@@ -64,7 +136,8 @@ def timeline_svg(run: Run) -> str:
     ax2.barh([0], [e2e], color="#d9d9d9")
     ax2.plot([e2e], [0], "s", color="#e8684c", label="whole answer at once")
     ax2.set_yticks([0, 1], ["all at once", "streamed"])
-    ax2.set_xlabel("seconds")
+    ax2.set_ylabel("how the answer arrives")
+    ax2.set_xlabel("seconds since the request was sent")
     ax2.set_title(f"median request: first text at {ttft:.2f} s, not {e2e:.2f} s")
     ax2.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=3, fontsize=7, frameon=False)
     return _svg(fig)
@@ -278,6 +351,62 @@ def build_scan_report(record: dict) -> str:
     return "\n".join(parts)
 
 
+def _rate_axis(ax, rates: list[float]) -> None:
+    """An offered-rate axis: log scale, the offered rates themselves as ticks (plain numbers, no minor labels),
+    thinned where two would overlap."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
+    ax.set_xscale("log")
+    ax.xaxis.set_major_locator(FixedLocator(sorted(set(rates))))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+    ax.xaxis.set_minor_locator(NullLocator())
+    lo, hi = min(rates), max(rates)
+    ax.set_xlim(lo / 1.35, hi * 1.35)
+    ax.set_xlabel("offered rate, requests/s (log)")
+
+
+def load_figure(records: list[tuple[str, dict]]):
+    """TTFT and TPOT percentiles and goodput against the offered rate: SLO limits and the saturation point
+    labelled, the "offered" reference the diagonal y = x (what a server that keeps up achieves)."""
+    fig, axes = _figure(width=11.0, height=3.8, ncols=3)
+    all_rates = sorted({r["offered_rate_rps"] for _, rec in records for r in rec["rates"]})
+    for k, (name, record) in enumerate(records):
+        rows = sorted(record["rates"], key=lambda r: r["offered_rate_rps"])
+        x = [r["offered_rate_rps"] for r in rows]
+        color = f"C{k}"
+        tag = f" ({name})" if len(records) > 1 else ""
+        for ax, metric in ((axes[0], "ttft_ms"), (axes[1], "tpot_ms")):
+            for stat, style in (("p50", "o-"), ("p90", "s--"), ("p99", "^:")):
+                y = [r[metric][stat] if r[metric] else np.nan for r in rows]
+                ax.plot(x, y, style, color=color, ms=3, lw=1, label=f"{stat}{tag}")
+            for slo in record["slos"]:
+                if slo["metric"] == metric and k == 0:
+                    ax.axhline(slo["limit"], color="#888888", lw=0.9, ls="-.", label=f"SLO: {slo['text']}")
+        axes[2].plot(x, [r["goodput_rps"] for r in rows], "o-", color=color, ms=3, label=f"goodput{tag}")
+        axes[2].plot(x, [r["achieved_rate_rps"] or np.nan for r in rows], "x:", color=color, ms=4,
+                     label=f"achieved{tag}")  # fmt: skip
+        sat = record["saturation"]["rate_rps"]
+        if sat is not None:
+            for ax in axes:
+                ax.axvline(sat, color=color, lw=0.9, ls="--", label=f"saturation {sat:g}/s{tag}")
+    axes[2].plot(all_rates, all_rates, "-", color="#888888", lw=0.8, label="offered (y = x)")
+    for ax, title, ylabel in ((axes[0], "TTFT percentiles", "TTFT, ms"), (axes[1], "TPOT percentiles", "TPOT, ms"),
+                              (axes[2], "goodput and achieved rate", "requests/s")):  # fmt: skip
+        _rate_axis(ax, all_rates)
+        ax.set_ylabel(ylabel)
+        ax.set_title(title, fontsize=8)
+        ax.legend(fontsize=6, frameon=False, loc="upper left")
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    axes[2].set_yscale("log")
+    axes[2].yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+    axes[2].yaxis.set_minor_formatter(NullFormatter())
+    fig.tight_layout()
+    for ax in axes:
+        _declutter_ticks(ax, "x")
+    return fig
+
+
 def build_load_report(records: list[tuple[str, dict]]) -> str:
     """The HTML of one or more load tests: TTFT and TPOT percentiles and goodput against the offered rate, the
     saturation point marked (several files: overlaid, the first is the base)."""
@@ -290,34 +419,7 @@ def build_load_report(records: list[tuple[str, dict]]) -> str:
     for name, record in records:
         parts.append(f"<h2>{html.escape(name)}</h2>")
         parts += [f"<p>{html.escape(line)}</p>" for line in load_lines(record)]
-    fig, axes = _figure(width=11.0, height=3.4, ncols=3)
-    for k, (name, record) in enumerate(records):
-        rows = record["rates"]
-        x = [r["offered_rate_rps"] for r in rows]
-        color = f"C{k}"
-        for ax, metric in ((axes[0], "ttft_ms"), (axes[1], "tpot_ms")):
-            for stat, style in (("p50", "o-"), ("p90", "s--"), ("p99", "^:")):
-                y = [r[metric][stat] if r[metric] else np.nan for r in rows]
-                ax.plot(x, y, style, color=color, ms=3, lw=1, label=f"{stat}" if k == 0 else None)
-            for s in record["slos"]:
-                if s["metric"] == metric:
-                    ax.axhline(s["limit"], color="gray", lw=0.8, ls="-.")
-        axes[2].plot(x, [r["goodput_rps"] for r in rows], "o-", color=color, ms=3, label=f"goodput ({name})")
-        axes[2].plot(x, [r["achieved_rate_rps"] or np.nan for r in rows], "x:", color=color, ms=4, label="achieved")
-        sat = record["saturation"]["rate_rps"]
-        for ax in axes:
-            if sat is not None:
-                ax.axvline(sat, color=color, lw=0.8, ls="--")
-    axes[2].plot(axes[2].get_xlim(), axes[2].get_xlim(), color="gray", lw=0.6, label="offered")
-    for ax, title, unit in ((axes[0], "TTFT", "ms"), (axes[1], "TPOT", "ms"), (axes[2], "goodput", "requests/s")):
-        ax.set_xscale("log")
-        ax.set_xlabel("offered rate, requests/s (log)")
-        ax.set_ylabel(f"{title}, {unit}")
-        ax.legend(fontsize=6, frameon=False)
-    axes[0].set_title("TTFT percentiles (SLO dash-dot, saturation dashed)", fontsize=8)
-    axes[1].set_title("TPOT percentiles", fontsize=8)
-    axes[2].set_title("goodput and achieved rate", fontsize=8)
-    parts.append("<h2>Latency and goodput against offered rate</h2>" + _svg(fig))
+    parts.append("<h2>Latency and goodput against offered rate</h2>" + _svg(load_figure(records)))
     parts.append("</body></html>")
     return "\n".join(parts)
 
@@ -338,17 +440,19 @@ def trend_svg(trend, budget: float | None = None) -> str:
                   if k == 0 else None)  # fmt: skip
     for c in trend.changes:
         ax.axvline(c.index - 0.5, color="#d62728", ls=":", lw=1)
-        ax.annotate(f"{c.size:+.2f}", (c.index - 0.5, ax.get_ylim()[1]), ha="center", va="top", fontsize=8,
-                    color="#d62728")  # fmt: skip
+    if trend.changes:  # the sizes go in the legend, not over the points
+        ax.plot([], [], ":", color="#d62728", lw=1, label="change points: " + ", ".join(
+            f"{c.size:+.2f} at {i}" for c in trend.changes for i in [c.index]))  # fmt: skip
     if budget is not None:
         ax.axhline(budget, color="#ff7f0e", ls="--", lw=1, label=f"budget {budget:g}%")
         ax.axhline(0, color="#7f7f7f", lw=0.8)
     labels = [(p.commit or "")[:7] or str(p.label or i) for i, p in enumerate(pts)]
-    step = max(1, math.ceil(len(pts) / 25))  # at most ~25 commit labels, so they never overlap
-    ax.set_xticks(x[::step], labels[::step], rotation=60, ha="right", fontsize=7)
+    ax.set_xticks(x, labels, rotation=60, ha="right", fontsize=7)
     ax.set_xlabel("result (commit), oldest first")
     ax.set_ylabel(f"{trend.metric} {trend.stat} ({trend.unit})")
-    ax.legend(loc="best", fontsize=8, frameon=False)
+    ax.legend(loc="upper left", fontsize=8, frameon=False)
+    fig.tight_layout()
+    _declutter_ticks(ax, "x")  # commits too close to label each: every other, or fewer
     return _svg(fig)
 
 
