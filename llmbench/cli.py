@@ -6,7 +6,6 @@ function, and renders the result; nothing is measured here.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import sys
 from contextlib import contextmanager
@@ -405,6 +404,8 @@ def _run_async(coro: Any, resumable: bool = False) -> Any:
     from llmbench.errors import RunInterrupted
 
     try:
+        import asyncio  # not at import: --help and the readers start faster without it
+
         return asyncio.run(coro)
     except RunInterrupted as e:
         _interrupted(e, resumable)
