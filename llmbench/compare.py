@@ -221,12 +221,10 @@ def _resamples(n: int) -> int:
 def change_interval(
     base: np.ndarray, new: np.ndarray, stat: str, paired: bool, seed: int = 0, clusters: np.ndarray | None = None
 ):
-    """(change %, low %, high %) of ``stat(new)/stat(base) - 1`` with a 95% bootstrap interval. ``clusters``
+    """(change %, low %, high %) of ``stat(new)/stat(base) - 1`` with a 95% percentile-bootstrap interval. ``clusters``
     (paired only): which worker process measured each pair (``ab --processes``); then the interval is over the
     processes' own changes (see :func:`_cluster_interval`), so a difference between two processes counts as
     noise unless several processes agree."""
-    from scipy import stats as st
-
     f = _stat(stat)
     point = 100.0 * (f(new) / f(base) - 1.0)
     if len(base) < 2 or len(new) < 2:
@@ -234,22 +232,23 @@ def change_interval(
     if clusters is not None and paired and len(np.unique(clusters)) > 1:
         return (point, *_cluster_interval(base, new, clusters, f, seed))
 
-    def ratio(b, n, axis=-1):
-        return 100.0 * (f(n, axis=axis) / f(b, axis=axis) - 1.0)
-
     if np.ptp(base) == 0 and np.ptp(new) == 0:
         return point, point, point  # no spread: the change is exact
-    res = st.bootstrap(
-        (base, new),
-        ratio,
-        paired=paired,
-        vectorized=True,
-        n_resamples=_resamples(len(base)),
-        confidence_level=CONFIDENCE,
-        method="percentile",
-        rng=np.random.default_rng(seed),
-    )
-    return point, float(res.confidence_interval.low), float(res.confidence_interval.high)
+    # The percentile bootstrap, resampled exactly as scipy.stats.bootstrap(method="percentile") does (the same
+    # integers from the same generator, the same linear quantiles), in numpy alone: importing scipy.stats cost
+    # compare ~0.45 s, more than its arithmetic.
+    rng = np.random.default_rng(seed)
+    reps = _resamples(len(base))
+    if paired:
+        idx = rng.integers(0, len(base), (reps, len(base)))
+        b, n = base[idx], new[idx]
+    else:
+        b = base[rng.integers(0, len(base), (reps, len(base)))]
+        n = new[rng.integers(0, len(new), (reps, len(new)))]
+    dist = 100.0 * (f(n, axis=-1) / f(b, axis=-1) - 1.0)
+    alpha = (1 - CONFIDENCE) / 2
+    low, high = np.quantile(dist, [alpha, 1 - alpha])
+    return point, float(low), float(high)
 
 
 def _cluster_interval(base: np.ndarray, new: np.ndarray, clusters: np.ndarray, f, seed: int) -> tuple[float, float]:
