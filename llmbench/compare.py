@@ -218,6 +218,47 @@ def _resamples(n: int) -> int:
     return int(min(2000, max(150, 1_500_000 // max(n, 1))))
 
 
+def change_intervals(
+    base: np.ndarray, new: np.ndarray, stats: tuple[str, ...], paired: bool, seed: int = 0,
+    clusters: np.ndarray | None = None,
+) -> dict[str, tuple[float, float, float]]:  # fmt: skip
+    """:func:`change_interval` for several statistics of the same two samples, sharing one set of resamples (the
+    same ones each separate call would draw: every call seeds its generator alike), so a 10,000-pair compare
+    indexes its arrays once per metric instead of once per statistic."""
+    simple = len(base) < 2 or len(new) < 2 or (clusters is not None and paired and len(np.unique(clusters)) > 1)
+    if simple or (np.ptp(base) == 0 and np.ptp(new) == 0):
+        return {s: change_interval(base, new, s, paired, seed, clusters) for s in stats}
+    b, n = _resampled(base, new, paired, seed)
+    alpha = (1 - CONFIDENCE) / 2
+    out = {}
+    quantiles = [s for s in stats if s != "mean"]
+    qb = np.percentile(b, [float(s[1:]) for s in quantiles], axis=-1) if quantiles else None
+    qn = np.percentile(n, [float(s[1:]) for s in quantiles], axis=-1) if quantiles else None
+    for s in stats:
+        f = _stat(s)
+        point = 100.0 * (f(new) / f(base) - 1.0)
+        if s == "mean":
+            dist = 100.0 * (n.mean(axis=-1) / b.mean(axis=-1) - 1.0)
+        else:
+            k = quantiles.index(s)
+            dist = 100.0 * (qn[k] / qb[k] - 1.0)  # type: ignore[index]
+        low, high = np.quantile(dist, [alpha, 1 - alpha])
+        out[s] = (point, float(low), float(high))
+    return out
+
+
+def _resampled(base: np.ndarray, new: np.ndarray, paired: bool, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The bootstrap's resamples (rows), drawn exactly as scipy.stats.bootstrap draws them: the same integers
+    from the same generator (paired: one index set for both samples; else one set per sample, in order)."""
+    rng = np.random.default_rng(seed)
+    reps = _resamples(len(base))
+    if paired:
+        idx = rng.integers(0, len(base), (reps, len(base)))
+        return base[idx], new[idx]
+    b = base[rng.integers(0, len(base), (reps, len(base)))]
+    return b, new[rng.integers(0, len(new), (reps, len(new)))]
+
+
 def change_interval(
     base: np.ndarray, new: np.ndarray, stat: str, paired: bool, seed: int = 0, clusters: np.ndarray | None = None
 ):
@@ -237,14 +278,7 @@ def change_interval(
     # The percentile bootstrap, resampled exactly as scipy.stats.bootstrap(method="percentile") does (the same
     # integers from the same generator, the same linear quantiles), in numpy alone: importing scipy.stats cost
     # compare ~0.45 s, more than its arithmetic.
-    rng = np.random.default_rng(seed)
-    reps = _resamples(len(base))
-    if paired:
-        idx = rng.integers(0, len(base), (reps, len(base)))
-        b, n = base[idx], new[idx]
-    else:
-        b = base[rng.integers(0, len(base), (reps, len(base)))]
-        n = new[rng.integers(0, len(new), (reps, len(new)))]
+    b, n = _resampled(base, new, paired, seed)
     dist = 100.0 * (f(n, axis=-1) / f(b, axis=-1) - 1.0)
     alpha = (1 - CONFIDENCE) / 2
     low, high = np.quantile(dist, [alpha, 1 - alpha])
@@ -320,8 +354,9 @@ def compare_runs(
             b, n = np.array(list(bv.values())), np.array(list(nv.values()))
         if len(b) == 0 or len(n) == 0:
             continue
+        intervals = change_intervals(b, n, STATS, paired and len(b) == len(n), clusters=clusters)
         for stat in STATS:
-            change, low, high = change_interval(b, n, stat, paired and len(b) == len(n), clusters=clusters)
+            change, low, high = intervals[stat]
             significant = bool(np.isfinite(low) and (low > 0 or high < 0))
             verdict = _verdict(direction, change, significant)
             rows.append(Row(metric, stat, float(_stat(stat)(b)), float(_stat(stat)(n)), change, low, high,

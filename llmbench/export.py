@@ -53,15 +53,29 @@ def requests_frame(run: Run) -> pd.DataFrame:
     return _typed(pd.DataFrame(rows, columns=REQUEST_COLUMNS))
 
 
+# The request fields (besides RequestScalars') the request table needs: a reader skips the token stamps
+REQUEST_FIELDS = ("session", "truncated_tokens", "tokenize_ms", "started_s", "output_text")
+
+
 def tokens_frame(run: Run) -> pd.DataFrame:
-    """One row per output token: its stamp (ms since request start) and the gap to the previous token."""
-    rows: list[tuple[str, int, int, int, float, float | None]] = []
-    for r in run.requests:
-        prev = None
-        for k, t in enumerate(r.token_times_ms):
-            rows.append((run.run_id, r.prompt_index, r.repeat, k, t, None if prev is None else t - prev))
-            prev = t
-    return _typed(pd.DataFrame(rows, columns=TOKEN_COLUMNS))
+    """One row per output token: its stamp (ms since request start) and the gap to the previous token (built as
+    arrays: a 10,000 x 256 run is 2.56 million rows)."""
+    import numpy as np
+
+    counts = np.array([len(r.token_times_ms) for r in run.requests], dtype=np.int64)
+    times = np.fromiter((t for r in run.requests for t in r.token_times_ms), dtype=float, count=int(counts.sum()))
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]]) if counts.size else np.array([], dtype=np.int64)
+    token_index = np.arange(times.size) - np.repeat(starts, counts)
+    itl = np.empty(times.size)
+    itl[1:] = np.diff(times)
+    itl[token_index == 0] = np.nan  # the first token of each request has no gap before it
+    frame = pd.DataFrame({
+        "run_id": run.run_id,
+        "prompt_index": np.repeat([r.prompt_index for r in run.requests], counts),
+        "repeat": np.repeat([r.repeat for r in run.requests], counts),
+        "token_index": token_index, "time_ms": times, "itl_ms": itl,
+    }, columns=TOKEN_COLUMNS)  # fmt: skip
+    return _typed(frame)
 
 
 def _typed(df: pd.DataFrame) -> pd.DataFrame:

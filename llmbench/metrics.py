@@ -97,11 +97,13 @@ def describe(values: Iterable[float]) -> Stats | None:
     )
 
 
-def decode_tokens_per_s(r: RequestResult) -> float | None:
-    """(n - 1) / (last - first) for one request; None with fewer than 2 tokens or no time between them."""
+def decode_tokens_per_s(r: RequestResult | RequestScalars) -> float | None:
+    """(n - 1) / (last - first) for one request; None with fewer than 2 tokens or no time between them. The
+    first and last stamps are ``ttft_ms`` and ``e2e_ms`` (the run's invariants), so a reader without the stamps
+    gets the same number."""
     if r.output_tokens < 2:
         return None
-    span_ms = r.token_times_ms[-1] - r.token_times_ms[0]
+    span_ms = r.e2e_ms - r.ttft_ms
     return (r.output_tokens - 1) / (span_ms / 1000.0) if span_ms > 0 else None
 
 

@@ -28,7 +28,6 @@ from llmbench.history import Result
 
 RUN_METRICS = ("ttft_ms", "tpot_ms", "e2e_ms", "decode_tokens_per_s", "prefill_tokens_per_s")
 STATS = ("mean", "p50", "p90", "p99")
-BOOTSTRAP = 2000
 ISA_PREFIXES = ("avx", "amx", "fma", "f16c", "sse4", "neon", "sve", "asimd")
 
 
@@ -123,19 +122,22 @@ def _stat(values: np.ndarray, stat: str) -> float:
 
 
 def stats_with_intervals(values: list[float], metric: str, seed: int = 0) -> list[dict[str, Any]]:
-    """mean, p50, p90, p99 of ``values`` with percentile-bootstrap 95% intervals (resampling the requests)."""
+    """mean, p50, p90, p99 of ``values`` with percentile-bootstrap 95% intervals (resampling the requests; as
+    many resamples as compare draws: 2,000 for small runs, fewer for large ones, the work bounded)."""
+    from llmbench.compare import _resamples
+
     a = np.asarray([v for v in values if v is not None and v == v], dtype=float)
     if a.size == 0:
         return []
     rng = np.random.default_rng(seed)
-    idx = rng.integers(0, a.size, size=(BOOTSTRAP, a.size)) if a.size > 1 else None
+    samples = a[rng.integers(0, a.size, size=(_resamples(a.size), a.size))] if a.size > 1 else None
+    quantiles = np.percentile(samples, [50, 90, 99], axis=1) if samples is not None else None
     rows = []
     for stat in STATS:
         value = _stat(a, stat)
         low = high = None
-        if idx is not None:
-            samples = a[idx]
-            boot = samples.mean(axis=1) if stat == "mean" else np.percentile(samples, int(stat[1:]), axis=1)
+        if samples is not None and quantiles is not None:
+            boot = samples.mean(axis=1) if stat == "mean" else quantiles[(50, 90, 99).index(int(stat[1:]))]
             low, high = (float(x) for x in np.percentile(boot, [2.5, 97.5]))
         rows.append({"metric": metric, "stat": stat, "value": value, "ci_low": low, "ci_high": high, "n": int(a.size)})
     return rows
@@ -325,6 +327,9 @@ def results_of_file(path: Path) -> list[Result]:
             if (path / name).exists():
                 return results_of_file(path / name)
         raise UserError(f"{path}: no run, sweep.json, scan.json, load.json or ab run (base.json + head.json) in it")
+    with path.open("rb") as f:
+        if b'"schema_version"' in f.read(256):  # a run file (written with schema_version first): no full parse
+            return [run_result(load_run(path, scalars_only=True), path)]
     if path.name == "sweep.json" or path.name == "scan.json":
         record = json.loads(path.read_text(encoding="utf-8"))
         kind = path.stem
@@ -334,7 +339,8 @@ def results_of_file(path: Path) -> list[Result]:
             name = row.get("run_file") or f"{row.get('label') or row.get('kind')}-{row.get('value')}.json"
             run_path = path.parent / name
             if run_path.exists():
-                out.append(run_result(load_run(run_path), run_path, kind=kind, label=row.get("label") or run_path.stem))
+                run = load_run(run_path, scalars_only=True)
+                out.append(run_result(run, run_path, kind=kind, label=row.get("label") or run_path.stem))
         if kind == "scan":
             read_scan(path)  # a version check
         return out
@@ -359,4 +365,4 @@ def results_of_file(path: Path) -> list[Result]:
         values = {k: data.get(k) for k in ("kld_mean", "kld_p99", "top1_agreement", "perplexity_candidate")}
         values["greedy_identical_share"] = (data.get("greedy") or {}).get("identical_share")
         return [value_result(data, path, "quality", values, None, label="quality")]
-    return [run_result(load_run(path), path)]
+    return [run_result(load_run(path, scalars_only=True), path)]  # every recorded figure is a per-request scalar

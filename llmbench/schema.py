@@ -468,6 +468,7 @@ class RequestScalars(_Lean):
     output_token_ids_sha256: str
     prompt_token_ids_sha256: str | None = None
     process: int | None = None
+    tokenize_ms: float = 0.0
 
 
 class RunScalars(_Lean):
@@ -485,6 +486,7 @@ class RunScalars(_Lean):
     summary: Summary | None = None
     requests: list[RequestScalars] = []
     quality: dict | None = None
+    warnings: list[str] = []
 
 
 def must_match(purpose: str, model: type[BaseModel] = RunConfig, prefix: str = "") -> tuple[str, ...]:

@@ -28,16 +28,23 @@ def record(url: str | None, results: list[Result]) -> list[tuple[int, bool]]:
 
 
 def record_files(url: str | None, paths: list[Path]) -> list[tuple[Path, int, bool]]:
-    """``history add``: every record each file (or result folder) gives."""
+    """``history add``: every record each file (or result folder) gives, through one connection."""
     from llmbench.records import results_of_file
 
-    out = []
     for p in paths:
         if not p.exists():
             raise UserError(f"{p}: no such file or folder")
-        for r in results_of_file(p):
-            for rid, new in record(url, [r]):
+    h = open_history(url)
+    if h is None:
+        return []
+    out = []
+    try:
+        for p in paths:
+            for r in results_of_file(p):
+                rid, new = h.add(r)
                 out.append((p, rid, new))
+    finally:
+        h.close()
     return out
 
 
