@@ -40,6 +40,13 @@ def record_files(url: str | None, paths: list[Path]) -> list[tuple[Path, int, bo
     out = []
     try:
         for p in paths:
+            if p.is_file() and _is_run_file(p):  # recorded before? then nothing to compute (adds are by sha256)
+                from llmbench.records import file_sha256
+
+                known = h.find(file_sha256(p))
+                if known is not None:
+                    out.append((p, known, False))
+                    continue
             for r in results_of_file(p):
                 rid, new = h.add(r)
                 out.append((p, rid, new))
@@ -70,3 +77,8 @@ def get_history(url: str | None) -> History:
     h = open_history(url if url is not None else "default") if resolve_url(url) is None else open_history(url)
     assert h is not None
     return h
+
+
+def _is_run_file(p: Path) -> bool:
+    with p.open("rb") as f:
+        return b'"schema_version"' in f.read(256)

@@ -1,0 +1,73 @@
+"""Big runs stay instant: counted work, not seconds (the seconds are in benchmarks/big_runs.py). What a reader
+imports, whether the token stamps are decoded, how often the bootstrap draws its resamples."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from llmbench import compare
+from llmbench.storage import load_run, save_run
+from tests.helpers import synthetic_run
+
+HEAVY = ("torch", "transformers", "scipy", "pandas", "matplotlib", "sqlalchemy")
+
+
+def _imported_after(*argv: str) -> list[str]:
+    """The heavy top-level packages a fresh process has imported after running ``llmbench ARGV``."""
+    code = (
+        "import sys, json\n"
+        "from llmbench.cli import main\n"
+        f"sys.argv = ['llmbench', *{list(argv)!r}]\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        f"print(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}} & set({list(HEAVY)!r}))))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture
+def two_runs(tmp_path):
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    save_run(synthetic_run(n=40, tokens=16, noise=0.1, seed=1), a)
+    save_run(synthetic_run(n=40, tokens=16, noise=0.1, seed=2, tpot_ms=22.0), b)
+    return a, b
+
+
+@pytest.mark.subprocess
+def test_help_compare_and_show_import_nothing_heavy(two_runs):
+    a, b = two_runs
+    assert _imported_after("--help") == []
+    assert _imported_after("compare", "--help") == []
+    assert _imported_after("compare", str(a), str(b)) == []  # no torch, transformers, scipy or pandas
+    assert _imported_after("show", str(a)) == []
+
+
+def test_a_scalar_read_never_decodes_a_stamp(two_runs):
+    run = load_run(two_runs[0], scalars_only=True)
+    assert len(run.requests) == 40 and run.summary.tpot_ms is not None
+    row = run.requests[0]
+    assert not hasattr(row, "token_times_ms") and not hasattr(row, "output_text")  # skipped, not parsed
+    full = load_run(two_runs[0])
+    assert [(r.prompt_index, r.ttft_ms, r.tpot_ms, r.e2e_ms) for r in run.requests] == [
+        (r.prompt_index, r.ttft_ms, r.tpot_ms, r.e2e_ms) for r in full.requests]  # fmt: skip
+    extra = load_run(two_runs[0], scalars_only=True, request_fields=("output_text",))
+    assert extra.requests[3].output_text == full.requests[3].output_text
+
+
+def test_compare_draws_each_metrics_resamples_once(two_runs, monkeypatch):
+    calls = []
+    real = compare._resampled
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(compare, "_resampled", counted)
+    a, b = (load_run(p, scalars_only=True) for p in two_runs)
+    comp = compare.compare_runs(a, b)
+    with_spread = {r.metric for r in comp.rows if r.ci_low_pct != r.change_pct}
+    assert len(calls) == len(with_spread) <= 5  # once per metric, shared by its mean, p50 and p90
