@@ -335,6 +335,8 @@ def run(
     display.out.print(display.summary_table(result))
     if (line := display.open_loop_line(result)) is not None:
         display.out.print(line, markup=False, soft_wrap=True)
+    for line in display.cost_lines(result):
+        display.out.print(line, markup=False, soft_wrap=True)
     if result.client:
         display.info(display.client_line(result.client))
     display.out.print(f"wrote {path}", markup=False)
@@ -1233,6 +1235,8 @@ def show(run_file: Annotated[Path, typer.Argument(help="A run JSON, a scan.json 
     display.out.print(display.summary_table(run))
     if (open_line := display.open_loop_line(run)) is not None:
         display.out.print(open_line, markup=False, soft_wrap=True)
+    for line in display.cost_lines(run):
+        display.out.print(line, markup=False, soft_wrap=True)
 
 
 @app.command()

@@ -438,6 +438,20 @@ def _probe_threads(run: Run | RunScalars) -> int | None:
     return p.threads if p else None
 
 
+def _gpu_reasons(base: Run | RunScalars, new: Run | RunScalars) -> list[str]:
+    """What the card's record says about the new run that the base's doesn't: slowed clocks, other processes."""
+    bg = (base.machine.gpu if base.machine else None) or {}
+    ng = (new.machine.gpu if new.machine else None) or {}
+    out = []
+    fresh = sorted(set(ng.get("slowdowns") or []) - set(bg.get("slowdowns") or []))
+    if fresh:
+        out.append(f"the GPU's clocks were slowed ({', '.join(fresh)}; SM clock down to "
+                   f"{ng.get('sm_clock_mhz_min')} MHz, base {bg.get('sm_clock_mhz_min')} MHz)")  # fmt: skip
+    if ng.get("other_processes") and not bg.get("other_processes"):
+        out.append(f"other processes used the GPU ({len(ng['other_processes'])})")
+    return out
+
+
 def _machine_notes(
     base: Run | RunScalars, new: Run | RunScalars, rows: list[Row], comp: Comparison
 ) -> list[MachineNote]:
@@ -461,6 +475,7 @@ def _machine_notes(
             busier.append(f"other processes used {on:.0f}% of the CPUs (base {ob:.0f}%)")
         if sb is not None and sn is not None and sn - sb >= 5:
             busier.append(f"steal time {sn:.0f}% (base {sb:.0f}%)")
+        busier += _gpu_reasons(base, new)
         moved = f"{abs(worse_pct):.0f}% {'slower' if worse_pct > 0 else 'faster'}"
         if busier and worse_pct > 0:
             text = f"the machine was busier ({moved}): " + "; ".join(busier)

@@ -626,3 +626,29 @@ def trend_lines(trend: Any) -> list[str]:
         lines.append(f"anchors chained onto {trend.anchor}: {', '.join(trend.chained)}")
     lines += [f"note: {n}" for n in trend.notes]
     return lines
+
+
+def cost_lines(run: Any) -> list[str]:
+    """What the tokens cost besides time: the CPU (time per token, cores busy, energy or why not) and the GPU
+    (energy per token, power, clocks, events), one line each."""
+    lines = []
+    cpu = getattr(run, "cpu", None)
+    if cpu:
+        energy = (f"{cpu['j_per_output_token']:.4g} J per output token" if cpu.get("j_per_output_token") is not None
+                  else f"energy not measured: {cpu.get('energy_missing')}")  # fmt: skip
+        freq = f", {cpu['freq_mhz_mean']:.0f} MHz" if cpu.get("freq_mhz_mean") else ""
+        lines.append(f"CPU: {cpu.get('cpu_ms_per_output_token')} ms of CPU time per output token, "
+                     f"{cpu.get('cores_busy')} cores busy{freq}; {energy}")  # fmt: skip
+    gpu = run.machine.gpu if getattr(run, "machine", None) is not None else None
+    if gpu:
+        if gpu.get("j_per_output_token") is not None:
+            energy = (f"{gpu['j_per_output_token']:.4g} J per output token ({gpu['output_tokens_per_j']:.3g} tokens "
+                      f"per J; {gpu['energy_method']})")  # fmt: skip
+        else:
+            energy = f"energy unknown: {gpu.get('energy_missing')}"
+        power = f", {gpu['power_w_mean']:.0f} W mean" if gpu.get("power_w_mean") is not None else ""
+        clocks = (f", SM clock {gpu['sm_clock_mhz_min']}-{gpu['sm_clock_mhz_max']} MHz"
+                  if gpu.get("sm_clock_mhz_min") is not None else "")  # fmt: skip
+        events = f", clock events: {', '.join(gpu['clock_events'])}" if gpu.get("clock_events") else ""
+        lines.append(f"GPU {gpu.get('name') or ''}: {energy}{power}{clocks}{events}")
+    return lines

@@ -31,7 +31,7 @@ from typing import Protocol
 
 import psutil
 
-from llmbench import machine
+from llmbench import machine, telemetry
 from llmbench.backends import Backend, Request
 from llmbench.errors import BackendUnavailable, RequestFailed, RunInterrupted, UserError
 from llmbench.metrics import summarize
@@ -162,7 +162,11 @@ class RunLoop:
         self.concurrency = concurrency
         self.stop = stop or Stop()
         self.reporter = reporter or NullReporter()
-        self.sampler = machine.Sampler()
+        # a run on a CUDA device reads the card with every sample (telemetry.GpuReader; None off CUDA)
+        devices = [d for t in self.tracks if (d := getattr(t.backend, "gpu_device", None))]
+        self.gpu = telemetry.GpuReader.open(devices[0]) if devices else None
+        self.sampler = machine.Sampler(gpu=self.gpu)
+        self.cpu_energy = telemetry.CpuEnergy()
         self.inflight: set[asyncio.Future] = set()
         self.dropping = False  # set when a stop cancels requests in flight: their CancelledError is expected
         self.fatal: BaseException | None = None
@@ -198,6 +202,7 @@ class RunLoop:
                 if (wait := t0 - time.perf_counter()) > 0:
                     await asyncio.sleep(wait)
                 self.sampler.start()
+                self.cpu_energy.start()
                 self.t0, self.measuring = t0, True
                 if any(req.scheduled_s is not None for _, req in todo):
                     await self._measure_open(todo)
@@ -437,12 +442,24 @@ class RunLoop:
     def _close(self, swap0) -> None:
         """Every run's machine record, summary, warnings and ``complete``; saved. Runs once, on every path."""
         stopped = self.stop.signal
+        cpu_energy_j = self.cpu_energy.stop() if self.measuring else None
         for t in self.tracks:
             run = t.run
+            session = [r for r in run.requests if r.session == t.session]
             if self.measuring:
-                run.machine = machine.state(swap0, t.probe_before, t.probe_after, self.sampler)
+                gpu = None
+                if self.gpu is not None and getattr(t.backend, "gpu_device", None):
+                    peaks: dict[str, int | None] = getattr(t.backend, "torch_memory_peaks", dict)()
+                    gpu = telemetry.gpu_summary(self.gpu, self.sampler.gpu_samples,
+                                                sum(r.output_tokens for r in session), peaks)  # fmt: skip
+                    gpu["shared_by_runs"] = len(self.tracks)  # the card's energy is the window's, all runs in it
+                run.machine = machine.state(swap0, t.probe_before, t.probe_after, self.sampler, gpu)
+                if any(r.cpu_ms is not None for r in session):
+                    run.cpu = telemetry.cpu_record(session, run.machine.summary, cpu_energy_j,
+                                                   self.cpu_energy.reason, len(self.tracks))  # fmt: skip
             self._summarize(t)
-            warnings = t.backend.finish(run) + machine.swap_warnings(run.machine)
+            warnings = (t.backend.finish(run) + machine.swap_warnings(run.machine)
+                        + telemetry.gpu_warnings(run.machine.gpu if run.machine else None))  # fmt: skip
             failed = len([f for f in run.failed_requests if f.session == t.session])
             if failed:
                 warnings.append(

@@ -103,7 +103,9 @@ def probe_numpy() -> Probe:
     )
 
 
-def state(swap0: Any, before: Probe | None, after: Probe | None, sampler: Sampler) -> MachineState:
+def state(
+    swap0: Any, before: Probe | None, after: Probe | None, sampler: Sampler, gpu: dict | None = None
+) -> MachineState:
     """The machine record of a run: swap activity since ``swap0`` (``psutil.swap_memory()`` at the start),
     the probes, and the sampler's samples and summary."""
     s = psutil.swap_memory()
@@ -115,6 +117,8 @@ def state(swap0: Any, before: Probe | None, after: Probe | None, sampler: Sample
         probe_after=after,
         summary=sampler.summary(),
         samples=list(sampler.samples),
+        gpu=gpu,
+        gpu_samples=list(sampler.gpu_samples) if gpu is not None else [],
     )
 
 
@@ -142,9 +146,11 @@ def _process_swap_bytes() -> int:
 class Sampler:
     """Samples machine state on a daemon thread every ``interval`` s (each sample costs ~0.2 ms of CPU)."""
 
-    def __init__(self, interval: float = 0.5) -> None:
+    def __init__(self, interval: float = 0.5, gpu: Any = None) -> None:
         self.interval = interval
         self.samples: list[MachineSample] = []
+        self.gpu = gpu  # a telemetry.GpuReader: the card is read with every sample
+        self.gpu_samples: list[dict] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._proc = psutil.Process()
@@ -158,15 +164,21 @@ class Sampler:
         self.stop()
 
     def start(self) -> None:
-        """Start sampling."""
+        """Start sampling (and the card's energy counter, when there is a card)."""
+        if self.gpu is not None and self.gpu.ok:
+            self.gpu.start()
         self._thread = threading.Thread(target=self._loop, name="llmbench-sampler", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
         """Stop sampling (takes at most one interval)."""
+        if self._stop.is_set():
+            return
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
+        if self.gpu is not None and self.gpu.ok:
+            self.gpu.stop()
 
     def _loop(self) -> None:
         # Deltas of the raw counters between samples (psutil's *_percent helpers keep global state).
@@ -184,6 +196,8 @@ class Sampler:
             own = min(100.0, 100.0 * own_s / ((now_t - last_t) * ncpu))  # % of the whole machine, like busy
             last_sys, last_own, last_t = now_sys, now_own, now_t
             freq = psutil.cpu_freq() if hasattr(psutil, "cpu_freq") else None
+            if self.gpu is not None and self.gpu.ok:
+                self.gpu_samples.append({"t_s": round(now_t - self._t0, 3), **self.gpu.sample()})
             self.samples.append(
                 MachineSample(
                     t_s=round(now_t - self._t0, 3),

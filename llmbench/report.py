@@ -143,6 +143,52 @@ def timeline_svg(run: Run) -> str:
     return _svg(fig)
 
 
+def machine_svg(run: Run) -> str | None:
+    """The machine over the run, beside the token timeline: the card's power and SM clock (clock events marked)
+    on a GPU; this CPU's busy share and frequency otherwise. None without samples."""
+    m = run.machine
+    if m is None:
+        return None
+    fig, (ax, ax2) = _figure(ncols=2, height=3.0)
+    if m.gpu_samples:
+        t = [x["t_s"] for x in m.gpu_samples]
+        ax.plot(t, [x.get("power_w") for x in m.gpu_samples], "-", lw=1, label="power")
+        ax.set_ylabel("GPU power, W")
+        ax2.plot(t, [x.get("sm_clock_mhz") for x in m.gpu_samples], "-", lw=1, label="SM clock")
+        slowed = [x["t_s"] for x in m.gpu_samples if set(x.get("clock_events") or []) & _slowdowns()]
+        if slowed:
+            ax2.plot(slowed, [min(v for v in (x.get("sm_clock_mhz") for x in m.gpu_samples) if v)] * len(slowed),
+                     "v", color="#d62728", ms=4, label="clock event (slowdown)")  # fmt: skip
+        ax2.set_ylabel("GPU SM clock, MHz")
+    elif m.samples:
+        t = [x.t_s for x in m.samples]
+        ax.plot(t, [x.cpu_busy_pct for x in m.samples], "-", lw=1, label="whole machine")
+        ax.plot(t, [x.own_cpu_pct for x in m.samples], "-", lw=1, label="this process")
+        ax.set_ylabel("CPU busy, % of all cores")
+        freqs = [x.freq_mhz for x in m.samples]
+        if any(freqs):
+            ax2.plot(t, freqs, "-", lw=1, label="frequency")
+        ax2.set_ylabel("CPU frequency, MHz")
+    else:
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)
+        return None
+    for a, title in ((ax, "load over the run"), (ax2, "clock over the run")):
+        a.set_xlabel("seconds since measuring started")
+        a.set_title(title, fontsize=8)
+        if a.get_legend_handles_labels()[0]:
+            a.legend(fontsize=7, frameon=False)
+    fig.tight_layout()
+    return _svg(fig)
+
+
+def _slowdowns() -> set[str]:
+    from llmbench.telemetry import SLOWDOWNS
+
+    return SLOWDOWNS
+
+
 def itl_svg(runs: list[tuple[str, Run]]) -> str:
     """Histogram of every gap between consecutive tokens (pooled over requests), one outline per run."""
     fig, ax = _figure(height=3.0)
@@ -294,9 +340,15 @@ def build_report(runs: list[tuple[str, Run]]) -> str:
         "<p>TTFT: time to the first token. TPOT: (last - first token) / (tokens - 1) per request. "
         "ITL: every gap between consecutive tokens. E2E: the request's last token.</p>"
     )
+    from llmbench.display import cost_lines
+
     for name, run in runs:
         parts.append(summary_html(name, run))
         parts.append(timeline_svg(run))
+        machine = machine_svg(run)
+        if machine is not None:
+            parts.append(machine)
+        parts += [f"<p>{html.escape(line)}</p>" for line in cost_lines(run)]
     parts.append("<h2>Inter-token latency</h2>" + itl_svg(runs))
     svg, caveats = ttft_vs_prompt_svg(runs)
     parts.append("<h2>TTFT against prompt length</h2>" + svg)

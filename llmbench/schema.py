@@ -25,7 +25,8 @@ Schema history (bump ``SCHEMA_VERSION`` on any change a reader of the old versio
     summary.engine_ttft_ms/engine_tpot_ms/tpot_vs_engine_pct/prompt_reuse_requests (0.3.0, --engine: llama.cpp,
     OpenVINO GenAI and ONNX Runtime GenAI beside transformers; a run without config.engine is transformers');
     environment.cpu_flags/git (0.3.0, the history's machine fingerprint and measured code); config.ab.processes,
-    requests[].process (0.3.0, ab --processes).
+    requests[].process (0.3.0, ab --processes); requests[].cpu_ms, cpu, machine.gpu/gpu_samples (0.3.0, what a
+    token costs besides time).
 
 No torch here: compare, show and the endpoint client read and write runs without it.
 """
@@ -298,6 +299,7 @@ class RequestResult(_Model):
     output_tokens_server: int | None = None
     output_tokens_client: int | None = None
     process: int | None = None  # ab --processes: which of the side's worker processes measured it (0-based)
+    cpu_ms: float | None = None  # in-process runs: this process's CPU time (user + system) during the request
     # in-process runs: the input ids' hash (equal across engines when they were fed the same ids)
     prompt_token_ids_sha256: str | None = None
     # --engine other than transformers: the engine's own stopwatch and counters (ENGINE_METRIC_FORMULAS)
@@ -399,6 +401,10 @@ class MachineState(_Model):
     probe_after: Probe | None = None
     summary: MachineSummary | None = None
     samples: list[MachineSample] = []
+    # runs on a CUDA device: the card's record (llmbench.telemetry.gpu_summary: energy, J per output token, clocks,
+    # clock events, temperature, memory peaks, other processes; what the card can't give, and why) and samples
+    gpu: dict | None = None
+    gpu_samples: list[dict] = []
 
 
 class ClientStats(_Model):
@@ -448,6 +454,9 @@ class Run(_Model):
     client: ClientStats | None = None  # endpoint runs
     failed_requests: list[FailedRequest] = []  # endpoint runs: requests the server failed, the rest went on
     quality: dict | None = None  # sweep --quality: this setup against the reference (llmbench quality's fields)
+    # in-process runs: what the tokens cost the CPU (llmbench.telemetry.cpu_record): cpu_s, cores_busy,
+    # cpu_ms_per_output_token, cpu_ms_per_request, freq_mhz_mean, energy_j (RAPL) or energy_missing
+    cpu: dict | None = None
 
 
 class _Lean(BaseModel):
@@ -487,6 +496,7 @@ class RunScalars(_Lean):
     requests: list[RequestScalars] = []
     quality: dict | None = None
     warnings: list[str] = []
+    cpu: dict | None = None
 
 
 def must_match(purpose: str, model: type[BaseModel] = RunConfig, prefix: str = "") -> tuple[str, ...]:

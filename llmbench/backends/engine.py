@@ -27,6 +27,7 @@ from llmbench.prompts import PromptSet
 from llmbench.schema import Probe, RequestResult, Run, RunConfig, new_run_record
 from llmbench.synthetic import SyntheticSpec
 from llmbench.synthetic import make as make_synthetic
+from llmbench.telemetry import process_cpu_ms
 
 # The engine's own TPOT and llmbench's are two stopwatches of the same steps; beyond this they disagree and the
 # run says so. llama.cpp's own excludes sampling and its Python loop, OpenVINO's includes its streamer call.
@@ -184,6 +185,7 @@ class EngineBackend:
             tokens.append(token)
             return stop is None or not stop.requested
 
+        cpu0 = process_cpu_ms()
         start = clock()
         ids = self._encode(request.prompt)
         cut = self._fit(len(ids), f"prompt {request.prompt_index + 1}")
@@ -204,6 +206,7 @@ class EngineBackend:
             output_text=em.tokenizer.decode(tokens, skip_special_tokens=True), started_s=started_s,
             truncated_tokens=cut, prompt_token_ids_sha256=ids_sha256(ids), engine_ttft_ms=timers.ttft_ms,
             engine_tpot_ms=timers.tpot_ms, engine_prompt_tokens_evaluated=timers.prompt_tokens_evaluated,
+            cpu_ms=round(process_cpu_ms() - cpu0, 3),
         )  # fmt: skip
 
     def _eos(self) -> frozenset[int]:

@@ -38,6 +38,7 @@ from llmbench.prompts import PromptSet
 from llmbench.schema import Probe, RequestResult, Run, RunConfig, new_run_record
 from llmbench.synthetic import SyntheticSpec
 from llmbench.synthetic import make as make_synthetic
+from llmbench.telemetry import process_cpu_ms
 
 
 @dataclasses.dataclass
@@ -128,6 +129,22 @@ class InProcessBackend:
     def count_prompt_tokens(self, prompt: str) -> int:
         """The ``prompt_tokens`` a request of ``prompt`` will have (template and system prompt included)."""
         return int(self._encode(prompt)["input_ids"].shape[-1])
+
+    @property
+    def gpu_device(self) -> str | None:
+        """The CUDA device this backend generates on (the loop reads that card), or None."""
+        return self.loaded.device if self.loaded is not None and self.loaded.device.startswith("cuda") else None
+
+    def torch_memory_peaks(self) -> dict[str, int | None]:
+        """torch's peak CUDA memory since the model loaded (allocated by tensors, reserved by its caching
+        allocator): the loop puts them in ``machine.gpu``. Empty off CUDA."""
+        device = self.gpu_device
+        if device is None:
+            return {}
+        import torch
+
+        return {"allocated": int(torch.cuda.max_memory_allocated(device)),
+                "reserved": int(torch.cuda.max_memory_reserved(device))}  # fmt: skip
 
     @property
     def lm(self) -> LoadedModel:
@@ -245,6 +262,7 @@ class InProcessBackend:
             torch.manual_seed(o.request_seed(request.prompt_index, request.repeat))  # same draw when resumed
         gc.collect()  # garbage of the previous request is swept now, not inside this one's timing
         stamper = TokenStamper()
+        cpu0 = process_cpu_ms()
 
         start = time.perf_counter_ns()
         enc = self._encode(request.prompt)
@@ -258,6 +276,7 @@ class InProcessBackend:
         tokenized = time.perf_counter_ns()
         with torch.inference_mode(), _collector_paused():
             model.generate(input_ids=input_ids, attention_mask=attention_mask, streamer=stamper, **kw)
+        cpu_ms = process_cpu_ms() - cpu0
 
         if self.keep_raw:
             self.raw[(request.prompt_index, request.repeat)] = RawStamps(start, tokenized, stamper.times_ns)
@@ -276,6 +295,7 @@ class InProcessBackend:
             started_s=started_s,
             truncated_tokens=cut,
             prompt_token_ids_sha256=ids_sha256(input_ids[0].tolist()),
+            cpu_ms=round(cpu_ms, 3),
         )
 
     def _measure_batch(self, request: Request, stop: Stop | None, started_s: float) -> list[RequestResult] | None:

@@ -1,0 +1,85 @@
+"""What the machine sampler costs the tokens it watches: TPOT with the sampler and without it, interleaved.
+
+The sampler (llmbench.machine.Sampler) wakes every 0.5 s on a daemon thread and reads the machine (psutil; on a
+CUDA run also the card through NVML). It competes with generation for the GIL and a core, so its cost shows in
+TPOT if anywhere. Arms, in one process on one loaded model, alternating ABBA round by round so drift lands on
+both alike:
+  off      the run loop with a sampler that never samples (the only change; patched here, for this comparison)
+  on       the run loop as shipped (0.5 s interval)
+  on-10x   a 0.05 s interval: ten times the sampling, to show the cost where the default's is below the noise
+Each round gives a paired ratio on/off of mean TPOT; the median ratio over rounds with a bootstrap 95% interval
+is the sampler's cost (target: within 1%).
+
+    HF_HUB_OFFLINE=1 python benchmarks/sampler_cost.py [--rounds 12] [--prompts 4] [--tokens 32] [--threads 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from pathlib import Path
+
+import llmbench
+from llmbench import machine
+
+ROOT = Path(__file__).resolve().parents[1]
+Shipped = machine.Sampler
+
+
+class Never(Shipped):
+    """A sampler that starts and stops but never samples (no thread)."""
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+
+def every(interval: float) -> type:
+    class Sampler(Shipped):
+        def __init__(self, gpu: object = None) -> None:
+            super().__init__(interval, gpu)
+
+    return Sampler
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=12)
+    ap.add_argument("--prompts", type=int, default=4)
+    ap.add_argument("--tokens", type=int, default=32)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--dtype", default="bfloat16")
+    a = ap.parse_args()
+    import numpy as np
+
+    lm = llmbench.load_model(weights="random", device="cpu", dtype=a.dtype, threads=a.threads)
+    prompts = llmbench.load_prompts(ROOT / "prompts" / "env_violations.txt").prompts[: a.prompts]
+    arms = {"off": Never, "on": Shipped, "on-10x": every(0.05)}
+    tpot: dict[str, list[float]] = {k: [] for k in arms}
+    samples: dict[str, list[int]] = {k: [] for k in arms}
+    for r in range(a.rounds):
+        order = list(arms) if r % 2 == 0 else list(reversed(arms))  # ABBA
+        for arm in order:
+            machine.Sampler = arms[arm]  # the loop builds machine.Sampler(gpu=...) per run
+            run = llmbench.measure(prompts, model=lm, max_new_tokens=a.tokens, ignore_eos=True, warmup=1)
+            tpot[arm].append(statistics.fmean(x.tpot_ms for x in run.requests if x.tpot_ms is not None))
+            samples[arm].append(len(run.machine.samples) if run.machine else 0)
+        print(f"round {r + 1}/{a.rounds}: " + ", ".join(f"{k} {v[-1]:.3f} ms" for k, v in tpot.items()), flush=True)
+    machine.Sampler = Shipped
+    off = np.array(tpot["off"])
+    rng = np.random.default_rng(0)
+    print(f"\nrandom Qwen2.5-0.5B, {a.dtype}, {a.threads} threads, {a.prompts} prompts x {a.tokens} tokens, "
+          f"{a.rounds} rounds (ABBA); TPOT mean, off: {off.mean():.3f} ms")  # fmt: skip
+    print("| arm | samples per run | TPOT vs off (median of rounds' ratios) | 95% interval |")
+    print("|---|---|---|---|")
+    for arm in ("on", "on-10x"):
+        ratio = np.array(tpot[arm]) / off
+        boot = np.median(rng.choice(ratio, (10_000, len(ratio))), axis=1)
+        lo, hi = np.quantile(boot, [0.025, 0.975])
+        print(f"| {arm} | {statistics.fmean(samples[arm]):.1f} | {np.median(ratio):.4f} | [{lo:.4f}, {hi:.4f}] |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,160 @@
+"""What a token costs besides time. Without a GPU: a stand-in NVML module with a known energy counter, known
+clocks and scripted clock events gives the arithmetic's ground truth (J per token, a throttle event found and
+blamed by compare, a counter that is missing or goes backwards); the CPU's own cost is measured for real."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from llmbench import telemetry
+from llmbench.compare import compare_runs
+from llmbench.loop import execute, new_track, round_robin
+from llmbench.schema import MachineState
+from tests.helpers import synthetic_run
+from tests.test_loop import PROMPTS, FakeBackend
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class NotSupported(Exception):
+    pass
+
+
+def stand_in_nvml(*, energy_mj: list[int] | None, power_mw: int = 250_000, events: list[int] | None = None,
+                  others: tuple[int, ...] = ()) -> types.ModuleType:  # fmt: skip
+    """A pynvml with scripted readings: the energy counter returns ``energy_mj`` in turn (None: unsupported),
+    power and clocks are constant, clock-event masks come from ``events`` in turn (then 0)."""
+    m = types.ModuleType("pynvml")
+    energy = list(energy_mj) if energy_mj is not None else None
+    masks = list(events or [])
+    m.NVML_CLOCK_SM, m.NVML_CLOCK_MEM, m.NVML_TEMPERATURE_GPU = 1, 2, 0
+    m.nvmlInit = lambda: None
+    m.nvmlDeviceGetHandleByIndex = lambda i: f"card{i}"
+    m.nvmlDeviceGetName = lambda h: b"Stand-in H200"
+
+    def total_energy(h):
+        if energy is None:
+            raise NotSupported("NVML_ERROR_NOT_SUPPORTED")
+        return energy.pop(0) if len(energy) > 1 else energy[0]
+
+    m.nvmlDeviceGetTotalEnergyConsumption = total_energy
+    m.nvmlDeviceGetPowerUsage = lambda h: power_mw
+    m.nvmlDeviceGetClockInfo = lambda h, which: 1980 if which == 1 else 3200
+    m.nvmlDeviceGetCurrentClocksEventReasons = lambda h: masks.pop(0) if masks else 0
+    m.nvmlDeviceGetTemperature = lambda h, which: 61
+    m.nvmlDeviceGetMemoryInfo = lambda h: types.SimpleNamespace(used=3 << 30)
+    m.nvmlDeviceGetUtilizationRates = lambda h: types.SimpleNamespace(gpu=97, memory=40)
+    m.nvmlDeviceGetComputeRunningProcesses = lambda h: [types.SimpleNamespace(pid=p) for p in others]
+    return m
+
+
+def test_joules_per_token_come_from_the_energy_counter(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", stand_in_nvml(energy_mj=[1_000_000, 1_050_000]))
+    reader = telemetry.GpuReader.open("cuda:0")
+    assert reader.ok and reader.name == "Stand-in H200"
+    reader.start()
+    samples = [{"t_s": t, **reader.sample()} for t in (0.5, 1.0, 1.5)]
+    reader.stop()
+    gpu = telemetry.gpu_summary(reader, samples, output_tokens=100, torch_peaks={})
+    assert gpu["energy_j"] == 50.0 and gpu["j_per_output_token"] == 0.5 and gpu["output_tokens_per_j"] == 2.0
+    assert gpu["energy_method"].startswith("counter") and gpu["energy_missing"] is None
+    assert gpu["power_w_mean"] == 250.0 and gpu["power_integral_j"] == 250.0  # 250 W over the 1 s of samples
+    assert gpu["sm_clock_mhz_min"] == 1980 and gpu["clock_events"] == [] and telemetry.gpu_warnings(gpu) == []
+
+
+def test_a_card_without_a_counter_records_null_with_the_reason(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", stand_in_nvml(energy_mj=None))
+    reader = telemetry.GpuReader.open("cuda")
+    reader.start()
+    samples = [{"t_s": t, **reader.sample()} for t in (0.0, 2.0)]
+    reader.stop()
+    gpu = telemetry.gpu_summary(reader, samples, output_tokens=10, torch_peaks={})
+    assert gpu["energy_j"] is None and gpu["j_per_output_token"] is None  # never 0
+    assert "no energy counter" in gpu["energy_missing"] and "NOT_SUPPORTED" in gpu["energy_missing"]
+    assert gpu["power_integral_j"] == 500.0 and "energy" in gpu["unsupported"]
+
+
+def test_a_machine_without_the_nvidia_driver_records_null_with_the_reason():
+    pytest.importorskip("pynvml")  # the real binding (the dev extra); this machine has no driver library
+    if Path("/proc/driver/nvidia").exists():
+        pytest.skip("an NVIDIA driver is loaded here")
+    reader = telemetry.GpuReader.open("cuda:0")
+    assert not reader.ok and "NVML unavailable" in reader.missing["nvml"]
+    reader.start()
+    reader.stop()
+    gpu = telemetry.gpu_summary(reader, [], output_tokens=10, torch_peaks={"allocated": 5, "reserved": 8})
+    assert gpu["energy_j"] is None and gpu["energy_missing"].startswith("NVML unavailable")
+    assert gpu["torch_max_allocated_bytes"] == 5 and gpu["torch_max_reserved_bytes"] == 8
+
+
+def test_a_counter_that_goes_backwards_is_not_trusted(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", stand_in_nvml(energy_mj=[5_000, 1_000]))
+    reader = telemetry.GpuReader.open("cuda:0")
+    reader.start()
+    samples = [{"t_s": t, **reader.sample()} for t in (0.0, 0.4)]
+    reader.stop()
+    gpu = telemetry.gpu_summary(reader, samples, output_tokens=20, torch_peaks={})
+    assert gpu["energy_j"] == 100.0 and gpu["energy_method"].startswith("integral of the power samples")
+    assert gpu["j_per_output_token"] == 5.0
+
+
+def test_a_throttle_event_warns_and_compare_blames_it(monkeypatch):
+    # 0x20: software thermal slowdown, in the second of three samples
+    monkeypatch.setitem(sys.modules, "pynvml", stand_in_nvml(energy_mj=[0, 9_000], events=[0, 0x20, 0], others=(7,)))
+    reader = telemetry.GpuReader.open("cuda:0")
+    reader.start()
+    samples = [{"t_s": t, **reader.sample()} for t in (0.0, 0.5, 1.0)]
+    reader.stop()
+    gpu = telemetry.gpu_summary(reader, samples, output_tokens=30, torch_peaks={})
+    assert gpu["slowdowns"] == ["sw_thermal_slowdown"] and gpu["other_processes"] == [7]
+    warnings = telemetry.gpu_warnings(gpu)
+    assert any("clocks were slowed" in w for w in warnings) and any("other processes" in w for w in warnings)
+    base = synthetic_run(n=30, noise=0.02, seed=1, tpot_ms=20.0)
+    new = synthetic_run(n=30, noise=0.02, seed=2, tpot_ms=24.0)  # 20% slower per token
+    base.machine, new.machine = MachineState(gpu={"slowdowns": []}), MachineState(gpu=gpu)
+    notes = [n for n in compare_runs(base, new).machine if n.metric == "tpot_ms"]
+    assert notes and "the GPU's clocks were slowed (sw_thermal_slowdown" in notes[0].explanation
+
+
+def test_the_loop_records_the_card_on_a_gpu_run(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", stand_in_nvml(energy_mj=[100_000, 112_000]))
+    backend = FakeBackend(tokens=4, delay_s=0.3)
+    backend.gpu_device = "cuda:0"
+    track = new_track(backend, PROMPTS, None)
+    (run,) = asyncio.run(execute([track], round_robin([track], PROMPTS, 1), PROMPTS))
+    gpu = run.machine.gpu
+    assert gpu["energy_j"] == 12.0 and gpu["j_per_output_token"] == 12.0 / (4 * 4)  # 4 requests of 4 tokens
+    assert run.machine.gpu_samples and run.machine.gpu_samples[0]["sm_clock_mhz"] == 1980
+
+
+def test_an_in_process_run_records_what_its_tokens_cost_the_cpu(tiny_model_dir, prompt_file):
+    import llmbench
+
+    run = llmbench.measure(prompt_file, model=str(tiny_model_dir), dtype="float32", threads=1, max_new_tokens=8,
+                           ignore_eos=True, warmup=0)  # fmt: skip
+    assert all(r.cpu_ms is not None and r.cpu_ms > 0 for r in run.requests)
+    cpu = run.cpu
+    assert cpu["cpu_ms_per_output_token"] == pytest.approx(sum(r.cpu_ms for r in run.requests) / (3 * 8), rel=1e-3)
+    assert 0 < cpu["cores_busy"] <= 4
+    if not Path("/sys/class/powercap").is_dir():  # this project's VMs
+        assert cpu["energy_j"] is None and "no RAPL zone" in cpu["energy_missing"]
+    assert run.machine.gpu is None  # no card here: nothing pretended
+
+
+@pytest.mark.subprocess
+def test_gpu_check_stops_at_once_without_cuda(tmp_path):
+    import shutil
+
+    if shutil.which("nvidia-smi"):
+        pytest.skip("a CUDA machine: the script runs for real there")
+    r = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_check.sh")], cwd=ROOT, capture_output=True, text=True,
+                       timeout=120, env={"PATH": "/usr/bin:/bin", "OUT": str(tmp_path / "out"),
+                                         "PYTHON": sys.executable})  # fmt: skip
+    lines = [ln for ln in r.stderr.strip().splitlines() if ln.strip()]
+    assert r.returncode != 0 and len(lines) == 1 and "no CUDA" in lines[0]
