@@ -5,6 +5,8 @@ run took. Extends ab_noise.py (its helpers); the job's settings come from noxfil
 
     HF_HUB_OFFLINE=1 python benchmarks/gate_study.py [--aa 20] [--slow 3,5,10] [--per-slow 5] [-o DIR]
                      [--ab-args "--processes 4 ..."]    (extra ab options: the job's settings under study)
+                     [--arm NAME:AA:PER_SLOW:AB_ARGS ...] (several settings, their runs alternating; later
+                                                          options win: "--max-new-tokens 32" overrides the job's)
 
 A slowed head sleeps a fixed time after each model forward (benchmarks/inject, through its worker's
 environment): sleep = PCT% of the TPOT measured by a short calibration run first. Every run's figures go to
@@ -89,45 +91,63 @@ def summarize(runs: list[dict], slow: list[float]) -> list[str]:
     return lines
 
 
+def study_order(aa: int, slow: list[float], per_slow: int) -> list[float]:
+    """The cases interleaved (an A/A, a slowed head, ...), so the machine's drift over hours lands on all."""
+    order: list[float] = []
+    aas = [0.0] * aa
+    sl = [p for _ in range(per_slow) for p in slow]
+    while aas or sl:
+        if aas:
+            order.append(aas.pop())
+        if sl:
+            order.append(sl.pop(0))
+    return order
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--aa", type=int, default=20)
     ap.add_argument("--slow", default="3,5,10", help="percent slower per token, comma list")
     ap.add_argument("--per-slow", type=int, default=5)
     ap.add_argument("--ab-args", default="", help="extra `llmbench ab` options (the settings under study)")
+    ap.add_argument("--arm", action="append", default=[], metavar="NAME:AA:PER_SLOW:AB_ARGS",
+                    help="several settings studied side by side, their runs alternating (repeatable); "
+                         "replaces --aa/--per-slow/--ab-args")  # fmt: skip
     ap.add_argument("-o", "--output", type=Path, default=Path("results/gate-study"))
     args = ap.parse_args()
     out = args.output.resolve()
     out.mkdir(parents=True, exist_ok=True)
     slow = [float(x) for x in args.slow.split(",") if x.strip()]
-    ab_args = shlex.split(args.ab_args)
-    log = out / "gate_study.json"
-    runs: list[dict] = json.loads(log.read_text(encoding="utf-8"))["runs"] if log.exists() else []
+    arms = [a.split(":", 3) for a in args.arm] or [["", str(args.aa), str(args.per_slow), args.ab_args]]
     tpot = calibrate_tpot_ms(out)
-    # the cases interleaved (an A/A, a slowed head, ...), so the machine's drift over hours lands on all of them
-    order: list[float] = []
-    aa = [0.0] * args.aa
-    sl = [p for _ in range(args.per_slow) for p in slow]
-    while aa or sl:
-        if aa:
-            order.append(aa.pop())
-        if sl:
-            order.append(sl.pop(0))
-    done = len(runs)
-    for k, pct in enumerate(order):
-        if k < done:
-            continue
-        sleep = pct / 100 * tpot
-        r = one_ab(out / f"run-{k:03d}", sleep, ab_args)
-        r.update(pct=pct, index=k)
-        runs.append(r)
-        log.write_text(json.dumps({"tpot_ms_calibration": tpot, "ab_args": ab_args, "runs": runs}, indent=1),
-                       encoding="utf-8")  # fmt: skip
-        print(f"{k + 1}/{len(order)} +{pct:g}%: TPOT p50 {r['tpot_ms'][0]:+.2f}% [{r['tpot_ms'][1]:+.2f}, "
-              f"{r['tpot_ms'][2]:+.2f}], TTFT {r['ttft_ms'][0]:+.2f}%, exit {r['exit']}, {r['minutes']} min",
-              flush=True)  # fmt: skip
-    print(f"\ncalibration TPOT {tpot:.2f} ms; ab args: {' '.join(ab_args) or '(the job as it is)'}\n")
-    print("\n".join(summarize(runs, slow)))
+    state = []
+    for name, aa, per_slow, extra in arms:
+        folder = out / name if name else out
+        folder.mkdir(parents=True, exist_ok=True)
+        log = folder / "gate_study.json"
+        runs: list[dict] = json.loads(log.read_text(encoding="utf-8"))["runs"] if log.exists() else []
+        state.append((name, folder, log, runs, shlex.split(extra), study_order(int(aa), slow, int(per_slow))))
+    # the arms alternate run by run (the order flipped each round), so they share the machine's day
+    k = 0
+    while any(len(runs) < len(order) for _, _, _, runs, _, order in state):
+        turn = state if k % 2 == 0 else state[::-1]
+        k += 1
+        for name, folder, log, runs, ab_args, order in turn:
+            if len(runs) >= len(order):
+                continue
+            i, pct = len(runs), order[len(runs)]
+            r = one_ab(folder / f"run-{i:03d}", pct / 100 * tpot, ab_args)
+            r.update(pct=pct, index=i)
+            runs.append(r)
+            log.write_text(json.dumps({"tpot_ms_calibration": tpot, "ab_args": ab_args, "runs": runs}, indent=1),
+                           encoding="utf-8")  # fmt: skip
+            print(f"{name or 'study'} {i + 1}/{len(order)} +{pct:g}%: TPOT p50 {r['tpot_ms'][0]:+.2f}% "
+                  f"[{r['tpot_ms'][1]:+.2f}, {r['tpot_ms'][2]:+.2f}], TTFT {r['ttft_ms'][0]:+.2f}%, exit {r['exit']}, "
+                  f"{r['minutes']} min", flush=True)  # fmt: skip
+    print(f"\ncalibration TPOT {tpot:.2f} ms")
+    for name, _, _, runs, ab_args, _ in state:
+        print(f"\n{name or 'study'}: ab args {' '.join(ab_args) or '(the job as it is)'}\n")
+        print("\n".join(summarize(runs, slow)))
 
 
 if __name__ == "__main__":

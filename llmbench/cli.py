@@ -1235,7 +1235,7 @@ def show(run_file: Annotated[Path, typer.Argument(help="A run JSON, a scan.json 
     display.out.print(display.summary_table(run))
     if (open_line := display.open_loop_line(run)) is not None:
         display.out.print(open_line, markup=False, soft_wrap=True)
-    for line in display.cost_lines(run):
+    for line in display.cost_lines(run) + display.machine_lines(run):
         display.out.print(line, markup=False, soft_wrap=True)
 
 

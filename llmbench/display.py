@@ -628,6 +628,53 @@ def trend_lines(trend: Any) -> list[str]:
     return lines
 
 
+_BARS = "▁▂▃▄▅▆▇█"
+
+
+def sparkline(values: list[float | None], width: int = 48) -> str:
+    """``values`` as one line of block characters (min to max), resampled to at most ``width``; gaps as spaces."""
+    if len(values) > width:  # each character the mean of its share of the samples
+        step = len(values) / width
+        chunks = [values[int(i * step) : int((i + 1) * step)] for i in range(width)]
+        values = [(sum(ok) / len(ok)) if (ok := [v for v in c if v is not None]) else None for c in chunks]
+    known = [v for v in values if v is not None]
+    if not known:
+        return ""
+    lo, hi = min(known), max(known)
+    if hi == lo:  # flat: a level line, not the floor
+        return "".join(" " if v is None else _BARS[3] for v in values)
+    return "".join(" " if v is None else _BARS[min(7, int((v - lo) / (hi - lo) * 8))] for v in values)
+
+
+def machine_lines(run: Any) -> list[str]:
+    """The machine over the run, one sparkline each, in the terminal: the card's power and SM clock (a run on a
+    GPU, clock slowdowns marked below) or this CPU's busy share and frequency."""
+    m = getattr(run, "machine", None)
+    if m is None:
+        return []
+    lines = []
+
+    def line(name: str, unit: str, values: list[Any]) -> None:
+        known = [v for v in values if v is not None]
+        if len(known) >= 2:
+            lines.append(f"{name:>10} {sparkline(values)}  {min(known):.0f}-{max(known):.0f} {unit}")
+
+    if m.gpu_samples:
+        line("GPU power", "W", [x.get("power_w") for x in m.gpu_samples])
+        line("SM clock", "MHz", [x.get("sm_clock_mhz") for x in m.gpu_samples])
+        from llmbench.telemetry import SLOWDOWNS
+
+        marks = ["!" if set(x.get("clock_events") or []) & SLOWDOWNS else " " for x in m.gpu_samples]
+        if "!" in marks and len(marks) <= 48:
+            lines.append(f"{'slowed':>10} {''.join(marks)}")
+    elif m.samples:
+        line("CPU busy", "%", [x.cpu_busy_pct for x in m.samples])
+        line("CPU freq", "MHz", [x.freq_mhz for x in m.samples])
+    if lines:
+        lines.insert(0, f"machine over the run ({len(m.gpu_samples or m.samples)} samples, 0.5 s apart):")
+    return lines
+
+
 def cost_lines(run: Any) -> list[str]:
     """What the tokens cost besides time: the CPU (time per token, cores busy, energy or why not) and the GPU
     (energy per token, power, clocks, events), one line each."""
@@ -637,8 +684,9 @@ def cost_lines(run: Any) -> list[str]:
         energy = (f"{cpu['j_per_output_token']:.4g} J per output token" if cpu.get("j_per_output_token") is not None
                   else f"energy not measured: {cpu.get('energy_missing')}")  # fmt: skip
         freq = f", {cpu['freq_mhz_mean']:.0f} MHz" if cpu.get("freq_mhz_mean") else ""
-        lines.append(f"CPU: {cpu.get('cpu_ms_per_output_token')} ms of CPU time per output token, "
-                     f"{cpu.get('cores_busy')} cores busy{freq}; {energy}")  # fmt: skip
+        per_token = cpu.get("cpu_ms_per_output_token")
+        lines.append(f"CPU: {per_token:.4g} ms of CPU time per output token, {cpu.get('cores_busy')} cores busy"
+                     f"{freq}; {energy}" if per_token is not None else f"CPU: {energy}")  # fmt: skip
     gpu = run.machine.gpu if getattr(run, "machine", None) is not None else None
     if gpu:
         if gpu.get("j_per_output_token") is not None:

@@ -144,7 +144,8 @@ def _process_swap_bytes() -> int:
 
 
 class Sampler:
-    """Samples machine state on a daemon thread every ``interval`` s (each sample costs ~0.2 ms of CPU)."""
+    """Samples machine state on a daemon thread every ``interval`` s (each sample ~0.7 ms of CPU here, recorded
+    per run as ``summary.sampler_cpu_ms``)."""
 
     def __init__(self, interval: float = 0.5, gpu: Any = None) -> None:
         self.interval = interval
@@ -155,6 +156,8 @@ class Sampler:
         self._thread: threading.Thread | None = None
         self._proc = psutil.Process()
         self._t0 = time.perf_counter()
+        self.cpu_s = 0.0  # the sampling thread's own CPU time (time.thread_time), every read included
+        self._span: list[float] = []  # [start, stop] perf_counter times
 
     def __enter__(self) -> Sampler:
         self.start()
@@ -167,6 +170,7 @@ class Sampler:
         """Start sampling (and the card's energy counter, when there is a card)."""
         if self.gpu is not None and self.gpu.ok:
             self.gpu.start()
+        self._span = [time.perf_counter()]
         self._thread = threading.Thread(target=self._loop, name="llmbench-sampler", daemon=True)
         self._thread.start()
 
@@ -177,40 +181,53 @@ class Sampler:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
+            self._span.append(time.perf_counter())
         if self.gpu is not None and self.gpu.ok:
             self.gpu.stop()
 
     def _loop(self) -> None:
         # Deltas of the raw counters between samples (psutil's *_percent helpers keep global state).
         ncpu = psutil.cpu_count() or 1
-        last_sys, last_own, last_t = psutil.cpu_times(), self._proc.cpu_times(), time.perf_counter()
+        last = (psutil.cpu_times(), self._proc.cpu_times(), time.perf_counter())
         while not self._stop.wait(self.interval):
-            now_sys, now_own, now_t = psutil.cpu_times(), self._proc.cpu_times(), time.perf_counter()
-            total = sum(now_sys) - sum(last_sys)
-            if total <= 0:
-                continue
-            idle = (now_sys.idle - last_sys.idle) + (getattr(now_sys, "iowait", 0) - getattr(last_sys, "iowait", 0))
-            steal = getattr(now_sys, "steal", 0) - getattr(last_sys, "steal", 0)
-            busy = 100.0 * max(0.0, total - idle) / total
-            own_s = (now_own.user - last_own.user) + (now_own.system - last_own.system)
-            own = min(100.0, 100.0 * own_s / ((now_t - last_t) * ncpu))  # % of the whole machine, like busy
-            last_sys, last_own, last_t = now_sys, now_own, now_t
-            freq = psutil.cpu_freq() if hasattr(psutil, "cpu_freq") else None
-            if self.gpu is not None and self.gpu.ok:
-                self.gpu_samples.append({"t_s": round(now_t - self._t0, 3), **self.gpu.sample()})
-            self.samples.append(
-                MachineSample(
-                    t_s=round(now_t - self._t0, 3),
-                    cpu_busy_pct=round(busy, 1),
-                    own_cpu_pct=round(own, 1),
-                    other_cpu_pct=round(max(0.0, busy - own), 1),
-                    steal_pct=round(100.0 * steal / total, 1),
-                    load1=round(psutil.getloadavg()[0], 2),
-                    freq_mhz=round(freq.current, 0) if freq else None,
-                    rss_bytes=self._proc.memory_info().rss,
-                    swap_used_bytes=psutil.swap_memory().used,
-                )
+            cpu0 = time.thread_time()
+            last = self._sample(ncpu, last)
+            self.cpu_s += time.thread_time() - cpu0
+
+    def _sample(self, ncpu: int, last: tuple[Any, Any, float]) -> tuple[Any, Any, float]:
+        """One sample (and the card's) appended; the counters the next delta starts from."""
+        last_sys, last_own, last_t = last
+        now_sys, now_own, now_t = psutil.cpu_times(), self._proc.cpu_times(), time.perf_counter()
+        total = sum(now_sys) - sum(last_sys)
+        if total <= 0:
+            return last
+        idle = (now_sys.idle - last_sys.idle) + (getattr(now_sys, "iowait", 0) - getattr(last_sys, "iowait", 0))
+        steal = getattr(now_sys, "steal", 0) - getattr(last_sys, "steal", 0)
+        busy = 100.0 * max(0.0, total - idle) / total
+        own_s = (now_own.user - last_own.user) + (now_own.system - last_own.system)
+        own = min(100.0, 100.0 * own_s / ((now_t - last_t) * ncpu))  # % of the whole machine, like busy
+        freq = psutil.cpu_freq() if hasattr(psutil, "cpu_freq") else None
+        if self.gpu is not None and self.gpu.ok:
+            self.gpu_samples.append({"t_s": round(now_t - self._t0, 3), **self.gpu.sample()})
+        self.samples.append(
+            MachineSample(
+                t_s=round(now_t - self._t0, 3),
+                cpu_busy_pct=round(busy, 1),
+                own_cpu_pct=round(own, 1),
+                other_cpu_pct=round(max(0.0, busy - own), 1),
+                steal_pct=round(100.0 * steal / total, 1),
+                load1=round(psutil.getloadavg()[0], 2),
+                freq_mhz=round(freq.current, 0) if freq else None,
+                rss_bytes=self._proc.memory_info().rss,
+                swap_used_bytes=psutil.swap_memory().used,
             )
+        )
+        return now_sys, now_own, now_t
+
+    def _wall_s(self) -> float:
+        if not self._span:
+            return 0.0
+        return (self._span[1] if len(self._span) > 1 else time.perf_counter()) - self._span[0]
 
     def summary(self) -> MachineSummary | None:
         """Means and maxima over the samples; None when the run was shorter than one interval."""
@@ -234,4 +251,6 @@ class Sampler:
             freq_mhz_mean=round(float(np.mean(freqs)), 0) if freqs else None,
             rss_max_bytes=max(x.rss_bytes for x in s),
             swap_used_max_bytes=max(x.swap_used_bytes for x in s),
+            sampler_cpu_ms=round(self.cpu_s * 1000, 3),
+            sampler_cpu_pct_of_wall=round(100 * self.cpu_s / wall, 4) if (wall := self._wall_s()) > 0 else None,
         )

@@ -25,8 +25,8 @@ Schema history (bump ``SCHEMA_VERSION`` on any change a reader of the old versio
     summary.engine_ttft_ms/engine_tpot_ms/tpot_vs_engine_pct/prompt_reuse_requests (0.3.0, --engine: llama.cpp,
     OpenVINO GenAI and ONNX Runtime GenAI beside transformers; a run without config.engine is transformers');
     environment.cpu_flags/git (0.3.0, the history's machine fingerprint and measured code); config.ab.processes,
-    requests[].process (0.3.0, ab --processes); requests[].cpu_ms, cpu, machine.gpu/gpu_samples (0.3.0, what a
-    token costs besides time).
+    requests[].process (0.3.0, ab --processes); requests[].cpu_ms, cpu, machine.gpu/gpu_samples,
+    machine.summary.sampler_cpu_ms/sampler_cpu_pct_of_wall (0.3.0, what a token costs besides time).
 
 No torch here: compare, show and the endpoint client read and write runs without it.
 """
@@ -391,6 +391,10 @@ class MachineSummary(_Model):
     freq_mhz_mean: float | None = None
     rss_max_bytes: int
     swap_used_max_bytes: int
+    # the sampler's own CPU time over the run (its thread's, every sample and NVML read included), and that as
+    # a share of the run's wall time: what watching the machine cost it at most
+    sampler_cpu_ms: float | None = None
+    sampler_cpu_pct_of_wall: float | None = None
 
 
 class MachineState(_Model):

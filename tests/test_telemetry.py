@@ -158,3 +158,35 @@ def test_gpu_check_stops_at_once_without_cuda(tmp_path):
                                          "PYTHON": sys.executable})  # fmt: skip
     lines = [ln for ln in r.stderr.strip().splitlines() if ln.strip()]
     assert r.returncode != 0 and len(lines) == 1 and "no CUDA" in lines[0]
+
+
+def test_show_draws_power_and_clocks_and_lists_energy_per_token(monkeypatch, tmp_path):
+    from llmbench import display
+    from llmbench.storage import load_run, save_run
+
+    # power ramps 100 -> 300 W, a thermal slowdown in the last two of eight samples
+    monkeypatch.setitem(sys.modules, "pynvml", stand_in_nvml(energy_mj=[0, 64_000], events=[0] * 6 + [0x20, 0x20]))
+    reader = telemetry.GpuReader.open("cuda:0")
+    reader.start()
+    samples = []
+    for i in range(8):
+        sample = reader.sample()
+        sample["power_w"] = 100.0 + i * 200 / 7
+        samples.append({"t_s": i * 0.5, **sample})
+    reader.stop()
+    run = synthetic_run(n=8, noise=0.0, seed=1, tpot_ms=20.0)
+    gpu = telemetry.gpu_summary(reader, samples, output_tokens=sum(r.output_tokens for r in run.requests),
+                                torch_peaks={})  # fmt: skip
+    run.machine = MachineState(gpu=gpu, gpu_samples=samples)
+    path = tmp_path / "gpu-run.json"
+    save_run(run, path)
+    lines = display.machine_lines(load_run(path, scalars_only=True))
+    power = next(x for x in lines if "GPU power" in x)
+    assert "▁" in power and "█" in power and power.index("▁") < power.index("█") and "100-300 W" in power
+    assert next(x for x in lines if "slowed" in x).endswith("!!")
+    (cost,) = [x for x in display.cost_lines(run) if x.startswith("GPU")]
+    tokens = sum(r.output_tokens for r in run.requests)
+    assert gpu["energy_j"] == 64.0 and f"{64.0 / tokens:.4g} J per output token" in cost
+    r = subprocess.run([sys.executable, "-m", "llmbench", "show", str(path)], capture_output=True, text=True,
+                       timeout=60, cwd=ROOT)  # fmt: skip
+    assert r.returncode == 0 and "J per output token" in r.stdout and "SM clock" in r.stdout
