@@ -75,6 +75,7 @@ class Stat(str, Enum):
     mean = "mean"
     p50 = "p50"
     p90 = "p90"
+    gaps = "gaps"  # TPOT from per-token gaps paired by position (TTFT, E2E: p50)
 
 
 class RankBy(str, Enum):
@@ -771,7 +772,12 @@ FailOnRegressionOpt = Annotated[
     Optional[float], typer.Option(help="Exit 1 when TTFT, TPOT or E2E regresses significantly by more than PCT %.")
 ]
 FailOnOpt = Annotated[Optional[list[str]], typer.Option(help="METRIC=PCT, e.g. tpot_ms=5 (repeatable).")]
-GateStatOpt = Annotated[Stat, typer.Option(help="Statistic the gates test.")]
+GateStatOpt = Annotated[
+    Stat,
+    typer.Option(
+        help="Statistic the gates test (gaps: TPOT from per-token gaps paired by position, TTFT and E2E on the median)."
+    ),
+]
 FormatOpt = Annotated[CompareFormat, typer.Option("--format", help="Output format.")]
 RequireMdcOpt = Annotated[
     Optional[float],
@@ -800,7 +806,8 @@ def compare(
         if (base_load := read_load(runs[0])) is not None:
             _compare_loads(base_load, runs)
             return
-        loaded = [load_run(p, scalars_only=True) for p in runs]
+        stamps = ("token_times_ms",) if gate_stat is Stat.gaps else ()  # read only when the statistic needs them
+        loaded = [load_run(p, scalars_only=True, request_fields=stamps) for p in runs]
         comps = [cmp.compare_runs(loaded[0], new, base_name=str(runs[0]), new_name=str(path))
                  for new, path in zip(loaded[1:], runs[1:], strict=True)]  # fmt: skip
         checks = _checks(comps, fail_on_regression, fail_on, gate_stat)
@@ -860,9 +867,9 @@ def _render_comparisons(
             display.print_comparison(c, k)
         elif fmt is CompareFormat.markdown:
             typer.echo(display.comparison_markdown(c, k))
-        gate_stat = k[0].stat if k else stat
-        for metric, mdc, pct in c.blind_spots({x.metric: x.threshold_pct for x in k}, gate_stat):
-            blind_lines.append(f"BLIND: this run could not have seen a {pct:g}% regression of {metric} {gate_stat}: "
+        for metric, mdc, pct in c.blind_spots({x.metric: x.threshold_pct for x in k}, stat):
+            shown = c.row(metric, stat).stat  # blind_spots found the row
+            blind_lines.append(f"BLIND: this run could not have seen a {pct:g}% regression of {metric} {shown}: "
                                f"its minimum detectable change is {mdc:.1f}% (more pairs: --repeats, or more "
                                "processes: --processes)")  # fmt: skip
     for line in blind_lines:
@@ -871,10 +878,10 @@ def _render_comparisons(
             typer.echo(f"> **{line}**")
     if require_mdc is not None:
         wanted = {x.metric for k in checks for x in k} or set(GATED_BY_DEFAULT)
-        gate_stat = next((k[0].stat for k in checks if k), stat)
-        short = [(m, mdc) for c in comps for m, mdc, _ in c.blind_spots(dict.fromkeys(wanted, require_mdc), gate_stat)]
+        short = [(m, c.row(m, stat).stat, mdc) for c in comps
+                 for m, mdc, _ in c.blind_spots(dict.fromkeys(wanted, require_mdc), stat)]  # fmt: skip
         if short:
-            shown = ", ".join(f"{m} {gate_stat} {mdc:.1f}%" for m, mdc in short)
+            shown = ", ".join(f"{m} {st} {mdc:.1f}%" for m, st, mdc in short)
             typer.echo(f"llmbench: error: --require-mdc {require_mdc:g}: this run could not have seen a change that "
                        f"small ({shown})", err=True)  # fmt: skip
             raise typer.Exit(1)
@@ -900,7 +907,11 @@ def ab(
     fail_on_regression: FailOnRegressionOpt = None,
     fail_on: FailOnOpt = None,
     gate_stat: Annotated[
-        Stat, typer.Option(help="Statistic the gates test: the median by default, robust to a pair a burst hit.")
+        Stat,
+        typer.Option(
+            help="Statistic the gates test: the median by default, robust to a pair a burst hit; "
+            "gaps: TPOT from per-token gaps paired by position (TTFT, E2E: the median)."
+        ),
     ] = Stat.p50,
     fmt: FormatOpt = CompareFormat.table,
     resume: Annotated[bool, typer.Option("--resume", help="Continue the interrupted ab run in -o's folder.")] = False,

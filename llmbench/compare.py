@@ -28,6 +28,13 @@ METRICS: dict[str, tuple[str, int]] = {
 }
 GATED_BY_DEFAULT = ("ttft_ms", "tpot_ms", "e2e_ms")
 STATS = ("mean", "p50", "p90")
+# TPOT from per-token gaps paired by position: per pair, the median over positions k of new gap k / base gap k;
+# the change is the median of those ratios over pairs. A burst that hits a few of a request's tokens moves
+# neither median, and two requests' gaps at the same position do the same work, so a pair's ratio has little
+# noise of its own. Only for paired runs with stamps; as a gate statistic it applies to TPOT, and TTFT and
+# E2E are then gated on their median.
+GAPS = "gaps"
+GATE_STATS = (*STATS, GAPS)
 # which probe bounds which metric: decoding reads every weight per token, prefill is matmul-bound
 PROBE_FOR = {
     "ttft_ms": "matmul_gflops",
@@ -99,11 +106,17 @@ class Comparison:
     quality: dict[str, list[float | None]] = field(default_factory=dict)
     quality_note: str | None = None
 
+    def row(self, metric: str, stat: str) -> Row | None:
+        """The row of ``metric``'s ``stat``; for ``gaps`` (a TPOT statistic) the median's row of other metrics."""
+        if stat == GAPS and metric != "tpot_ms":
+            stat = "p50"
+        return next((r for r in self.rows if r.metric == metric and r.stat == stat), None)
+
     def detectable_pct(self, metric: str, stat: str = "mean") -> float | None:
         """The minimum detectable change of ``metric``'s ``stat`` at this sample size: half the width of its
         95% interval. A change larger than this would be called significant; one much smaller can't be told
         from noise. (About 1.4 times it is detected with 80% power.)"""
-        row = next((r for r in self.rows if r.metric == metric and r.stat == stat), None)
+        row = self.row(metric, stat)
         if row is None or row.ci_low_pct != row.ci_low_pct:  # NaN: too few requests for an interval
             return None
         return (row.ci_high_pct - row.ci_low_pct) / 2
@@ -126,14 +139,18 @@ class Comparison:
         E2E, ``fail_on`` sets {metric: PCT} one by one. A regression is significant (its 95% CI excludes 0)
         *and* worse than its threshold."""
         thresholds = thresholds_of(fail_on_regression, fail_on)
-        if stat not in STATS:
-            raise UserError(f"unknown gate statistic '{stat}'; expected mean, p50 or p90")
+        if stat not in GATE_STATS:
+            raise UserError(f"unknown gate statistic '{stat}'; expected mean, p50, p90 or gaps")
+        if stat == GAPS and "tpot_ms" in thresholds and self.row("tpot_ms", GAPS) is None:
+            raise UserError("--gate-stat gaps pairs TPOT's token gaps by position: it needs two runs of the same "
+                            "prompts with their token stamps")  # fmt: skip
         out = []
-        for r in self.rows:
-            if r.metric in thresholds and r.stat == stat:
+        for metric in METRICS:
+            r = self.row(metric, stat) if metric in thresholds else None
+            if r is not None:
                 worse = r.change_pct * -METRICS[r.metric][1]  # positive when worse
                 regression = r.significant and worse > thresholds[r.metric]
-                out.append(GateCheck(r.metric, stat, r.change_pct, r.ci_low_pct, r.ci_high_pct,
+                out.append(GateCheck(r.metric, r.stat, r.change_pct, r.ci_low_pct, r.ci_high_pct,
                                      thresholds[r.metric], r.significant, regression))  # fmt: skip
         return out
 
@@ -362,6 +379,11 @@ def compare_runs(
             rows.append(Row(metric, stat, float(_stat(stat)(b)), float(_stat(stat)(n)), change, low, high,
                             significant, verdict))  # fmt: skip
 
+    if paired and (gap_row := _gaps_row(base, new, processes)) is not None:
+        at = max(i for i, r in enumerate(rows) if r.metric == "tpot_ms") + 1 if any(
+            r.metric == "tpot_ms" for r in rows) else len(rows)  # fmt: skip
+        rows.insert(at, gap_row)
+
     compared, changed, note = _outputs(base, new, paired)
     comp = Comparison(
         base=base_name,
@@ -392,6 +414,49 @@ def compare_runs(
     }
     comp.machine = _machine_notes(base, new, rows, comp)
     return comp
+
+
+def _gaps_row(base: Run | RunScalars, new: Run | RunScalars, processes: dict) -> Row | None:
+    """TPOT's change from per-token gaps paired by position (see ``GAPS``), with a 95% interval made as the
+    other rows' are: a percentile bootstrap over pairs, or (``ab --processes``) Student t over the processes' own
+    changes. None when the runs carry no stamps (a scalar read) or fewer than 2 pairs have 3+ tokens."""
+
+    def stamps(run: Run | RunScalars) -> dict[tuple[int, int], Any]:
+        return {(r.prompt_index, r.repeat): t for r in run.requests
+                if len(t := (getattr(r, "token_times_ms", None) or [])) >= 3}  # fmt: skip
+
+    bt, nt = stamps(base), stamps(new)
+    keys = sorted(bt.keys() & nt.keys())
+    ratios, kept, tpot = [], [], []
+    for k in keys:
+        b, n = np.diff(np.asarray(bt[k], dtype=float)), np.diff(np.asarray(nt[k], dtype=float))
+        m = min(len(b), len(n))
+        ok = b[:m] > 0  # a zero gap (a burst over HTTP) has no ratio
+        if ok.any():
+            ratios.append(float(np.median(n[:m][ok] / b[:m][ok])))
+            kept.append(k)
+            tpot.append(float(b[:m].mean()))
+    if len(ratios) < 2:
+        return None
+    r = np.asarray(ratios)
+    point = 100.0 * (float(np.median(r)) - 1.0)
+    clusters = np.array([processes[k] for k in kept]) if processes and all(k in processes for k in kept) else None
+    if clusters is not None and len(np.unique(clusters)) > 1:
+        from scipy import stats as st
+
+        per = np.array([100.0 * (float(np.median(r[clusters == c])) - 1.0) for c in np.unique(clusters)])
+        half = float(st.t.ppf((1 + CONFIDENCE) / 2, per.size - 1)) * float(per.std(ddof=1) / np.sqrt(per.size))
+        low, high = point - half, point + half
+    elif np.ptp(r) == 0:
+        low = high = point
+    else:
+        rng = np.random.default_rng(0)
+        dist = 100.0 * (np.median(r[rng.integers(0, len(r), (_resamples(len(r)), len(r)))], axis=-1) - 1.0)
+        low, high = (float(x) for x in np.quantile(dist, [(1 - CONFIDENCE) / 2, (1 + CONFIDENCE) / 2]))
+    significant = bool(low > 0 or high < 0)
+    b50 = float(np.median(tpot))
+    return Row("tpot_ms", GAPS, b50, b50 * (1 + point / 100), point, low, high, significant,
+               _verdict(METRICS["tpot_ms"][1], point, significant))  # fmt: skip
 
 
 def _outputs(base: Run | RunScalars, new: Run | RunScalars, paired: bool) -> tuple[int, int, str]:

@@ -176,14 +176,18 @@ def compare_lines(comp, checks: list[Any]) -> tuple[list[str], list[str]]:
     the terminal escapes it."""
     pairing = f"paired by (prompt_index, repeat): {comp.n_pairs} pairs" if comp.paired else "unpaired"
     head = [f"{comp.n_base} -> {comp.n_new} requests, {pairing}"]
-    stat = checks[0].stat if checks else "mean"  # the statistic the gate tests, else the mean
-    detectable = [(label, comp.detectable_pct(m, stat)) for m, label in (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"))]
-    shown = ", ".join(f"{d:.1f}% in {label}" for label, d in detectable if d is not None)
-    if shown:
+    # the statistic the gate tests for each metric (gaps: TPOT's own; TTFT then on the median), else the mean
+    stat_of = {c.metric: c.stat for c in checks}
+    detectable = [(label, stat_of.get(m, "mean"), comp.detectable_pct(m, stat_of.get(m, "mean")))
+                  for m, label in (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"))]  # fmt: skip
+    known = [(label, st, d) for label, st, d in detectable if d is not None]
+    if known:
+        if len({st for _, st, _ in known}) == 1:
+            what = f"changes of the {known[0][1]} above " + ", ".join(f"{d:.1f}% in {label}" for label, _, d in known)
+        else:
+            what = "changes above " + ", ".join(f"{d:.1f}% in {label} ({st})" for label, st, d in known)
         size = f"{comp.n_pairs} pairs" if comp.paired else f"{min(comp.n_base, comp.n_new)} requests a side"
-        head.append(
-            f"with {size}, changes of the {stat} above {shown} would be called significant (half the 95% interval)"
-        )
+        head.append(f"with {size}, {what} would be called significant (half the 95% interval)")
     head += [
         f"setup differs: {k}: auto chose {b}, then {n} (an automatic choice, not an option that changed)"
         if k in comp.auto_diffs
