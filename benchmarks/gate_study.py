@@ -57,8 +57,12 @@ def one_ab(folder: Path, head_sleep_ms: float, ab_args: list[str]) -> dict:
         raise SystemExit(f"ab failed ({proc.returncode}): {proc.stderr.strip().splitlines()[-1:]}")
     comp = json.loads(proc.stdout)[0]
     out = {"exit": proc.returncode, "minutes": round(minutes, 2), "pairs": comp["n_pairs"], "sleep_ms": head_sleep_ms}
+    # the gate's own statistic: the job's (REGRESSION_GATE), or the last --gate-stat among the arm's options
+    args = [*REGRESSION_GATE, *ab_args]
+    stat = args[len(args) - 1 - args[::-1].index("--gate-stat") + 1] if "--gate-stat" in args else "p50"
     for row in comp["rows"]:
-        if row["stat"] == "p50" and row["metric"] in ("ttft_ms", "tpot_ms"):
+        want = stat if row["metric"] == "tpot_ms" else ("p50" if stat == "gaps" else stat)
+        if row["stat"] == want and row["metric"] in ("ttft_ms", "tpot_ms"):
             out[row["metric"]] = [
                 round(row["change_pct"], 3),
                 round(row["ci_low_pct"], 3),
