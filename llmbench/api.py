@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from llmbench.errors import UserError
 from llmbench.loop import Reporter
-from llmbench.options import DEFAULT_MODEL, EndpointOptions, ModelOptions, RunOptions
+from llmbench.options import DEFAULT_MODEL, EndpointOptions, ModelOptions, RunOptions, default_metrics_url
 from llmbench.process import Stop
 from llmbench.prompts import PromptSet, as_prompt_set
 from llmbench.schema import Run
@@ -83,6 +83,7 @@ async def ameasure(
     concurrency: int = 1,
     api_key_env: str | None = None,
     tokenizer: str | None = None,
+    server_metrics: bool | str = False,
     output: str | Path | None = None,
     overwrite: bool = False,
     resume: str | Path | None = None,
@@ -98,7 +99,8 @@ async def ameasure(
     ``output`` (or ``resume``, an incomplete run to continue). Safe inside a running event loop: an
     in-process model generates on its own thread. ``engine``: transformers, llama.cpp, openvino or
     onnxruntime (``precision``: the latter's weight format); the latter run in a worker process unless
-    ``isolate=False``. Raises :class:`~llmbench.errors.UserError` for bad input
+    ``isolate=False``. ``server_metrics`` (endpoint runs): True scrapes the server's ``/metrics`` during the run,
+    a URL scrapes that page (``run.server_metrics``). Raises :class:`~llmbench.errors.UserError` for bad input
     and :class:`~llmbench.errors.RunInterrupted` when ``stop`` was requested.
     """
     from llmbench.drivers.run import run as run_driver
@@ -125,7 +127,8 @@ async def ameasure(
         if model is not None and not isinstance(model, str):
             raise UserError("with endpoint, model names the model to send (a string)")
         target = EndpointOptions(url=endpoint, model=model, api_key_env=api_key_env, concurrency=concurrency,
-                                 tokenizer=tokenizer)  # fmt: skip
+                                 tokenizer=tokenizer, metrics_url=(default_metrics_url(endpoint) if server_metrics
+                                                                   is True else server_metrics or None))  # fmt: skip
     elif model is not None and not isinstance(model, str):
         target = model  # a LoadedModel
     else:

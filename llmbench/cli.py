@@ -173,7 +173,23 @@ IN_PROCESS_ONLY = (
     "trust_remote_code",
     *("compile_", "quantize", "attn", "cache", "truncate", "no_chat_template"),
 )
-ENDPOINT_ONLY = ("concurrency", "api_key_env", "tokenizer", "rate", "arrival", "requests", "duration", "workers", "ray")
+ENDPOINT_ONLY = ("concurrency", "api_key_env", "tokenizer", "rate", "arrival", "requests", "duration", "workers", "ray",
+                 "server_metrics", "metrics_url")  # fmt: skip
+_SERVER_METRICS_HELP = (
+    "With --endpoint: scrape the server's Prometheus /metrics during the run (gauges' mean and max, counters' "
+    "deltas, into the run JSON)."
+)
+ServerMetricsOpt = Annotated[bool, typer.Option("--server-metrics", help=_SERVER_METRICS_HELP)]
+MetricsUrlOpt = Annotated[
+    Optional[str],
+    typer.Option(help="The metrics page to scrape (default: the endpoint's host, /metrics); implies --server-metrics."),
+]
+
+
+def _metrics_url(endpoint: str, server_metrics: bool, metrics_url: str | None) -> str | None:
+    from llmbench.options import default_metrics_url
+
+    return metrics_url if metrics_url is not None else default_metrics_url(endpoint) if server_metrics else None
 
 
 def _version(value: bool) -> None:
@@ -274,6 +290,8 @@ def run(
     duration: DurationOpt = None,
     workers: WorkersOpt = 1,
     ray: RayOpt = None,
+    server_metrics: ServerMetricsOpt = False,
+    metrics_url: MetricsUrlOpt = None,
     device: DeviceOpt = "auto",
     dtype: DTypeOpt = DType.auto,
     reprobe: ReprobeOpt = False,
@@ -310,7 +328,6 @@ def run(
 ) -> None:
     """Stream every prompt through a model in this process (or a server: --endpoint), stamp every token, write a
     run JSON."""
-    from llmbench import display
     from llmbench.drivers.run import run as run_driver
     from llmbench.options import EndpointOptions, ModelOptions, RunOptions
 
@@ -318,7 +335,8 @@ def run(
     with _user_errors():
         if endpoint is not None:
             _refuse_given(ctx, IN_PROCESS_ONLY, "in-process run options only; with --endpoint the server decides them")
-            target = _pick(EndpointOptions, args, url=endpoint, open_loop=_open_loop(ctx, args))
+            target = _pick(EndpointOptions, args, url=endpoint, open_loop=_open_loop(ctx, args),
+                           metrics_url=_metrics_url(endpoint, server_metrics, metrics_url))  # fmt: skip
         else:
             _refuse_given(ctx, ENDPOINT_ONLY, "options of --endpoint runs only")
             target = _pick(ModelOptions, args, model=model or DEFAULT_MODEL, quantize=_none(quantize))
@@ -333,10 +351,17 @@ def run(
             coro = run_driver(prompt_set, target, options, output=output, overwrite=overwrite, default_dir="results",
                               resume=resume, stop=stop, reporter=reporter)  # fmt: skip
             result, path = _run_async(coro, resumable=True)
+    _show_run(result, path, history)
+
+
+def _show_run(result: Any, path: Path | None, history: str | None) -> None:
+    """What `run` prints once the run is written: the table, the cost and server lines, the history entry."""
+    from llmbench import display
+
     display.out.print(display.summary_table(result))
     if (line := display.open_loop_line(result)) is not None:
         display.out.print(line, markup=False, soft_wrap=True)
-    for line in display.cost_lines(result):
+    for line in display.cost_lines(result) + display.server_lines(result):
         display.out.print(line, markup=False, soft_wrap=True)
     if result.client:
         display.info(display.client_line(result.client))
@@ -602,6 +627,8 @@ def load(
     model: Annotated[Optional[str], typer.Option("--model", "-m", help="The model name to send.")] = None,
     api_key_env: Annotated[Optional[str], typer.Option(help="The variable holding the API key.")] = None,
     tokenizer: Annotated[Optional[str], typer.Option(help="Hub id, folder or .gguf to count tokens.")] = None,
+    server_metrics: ServerMetricsOpt = False,
+    metrics_url: MetricsUrlOpt = None,
     max_new_tokens: MaxNewTokensOpt = 64,
     ignore_eos: Annotated[bool, typer.Option("--ignore-eos", help="Ask for exactly --max-new-tokens.")] = False,
     warmup: WarmupOpt = 1,
@@ -627,7 +654,8 @@ def load(
             auto_steps=auto_steps,
         )  # fmt: skip
         spec.validate()
-        target = EndpointOptions(url=endpoint, model=model, api_key_env=api_key_env, tokenizer=tokenizer)
+        target = EndpointOptions(url=endpoint, model=model, api_key_env=api_key_env, tokenizer=tokenizer,
+                                 metrics_url=_metrics_url(endpoint, server_metrics, metrics_url))  # fmt: skip
         options = RunOptions(max_new_tokens=max_new_tokens, ignore_eos=ignore_eos, warmup=warmup,
                              system_prompt=system_prompt)  # fmt: skip
         prompt_set = load_prompts(prompts)
@@ -1246,7 +1274,7 @@ def show(run_file: Annotated[Path, typer.Argument(help="A run JSON, a scan.json 
     display.out.print(display.summary_table(run))
     if (open_line := display.open_loop_line(run)) is not None:
         display.out.print(open_line, markup=False, soft_wrap=True)
-    for line in display.cost_lines(run) + display.machine_lines(run):
+    for line in display.cost_lines(run) + display.server_lines(run) + display.machine_lines(run):
         display.out.print(line, markup=False, soft_wrap=True)
 
 

@@ -679,6 +679,28 @@ def machine_lines(run: Any) -> list[str]:
     return lines
 
 
+def server_lines(run: Any) -> list[str]:
+    """The server's own metrics over the run (--server-metrics), one line; none without them."""
+    sm = getattr(run, "server_metrics", None)
+    if not sm:
+        return []
+    c, g = sm.get("counters") or {}, sm.get("gauges") or {}
+    parts = []
+    for key, label in (("requests", "requests"), ("prompt_tokens", "prompt tokens"),
+                       ("generation_tokens", "generated tokens")):  # fmt: skip
+        if (d := (c.get(key) or {}).get("delta")) is not None:
+            parts.append(f"{d:g} {label}")
+    for key, label in (("running_requests", "running"), ("waiting_requests", "waiting"),
+                       ("kv_cache_usage", "KV cache usage")):  # fmt: skip
+        if key in g:
+            parts.append(f"{label} mean {g[key]['mean']:.3g} max {g[key]['max']:.3g}")
+    if sm.get("prefix_cache_hit_rate") is not None:
+        parts.append(f"prefix cache hit rate {sm['prefix_cache_hit_rate']:.1%} (tokens)")
+    window = f" over {sm['window_s']:.1f} s, {sm['scrapes']} scrapes" if sm.get("window_s") else ""
+    notes = f"; {'; '.join(sm['notes'])}" if sm.get("notes") else ""
+    return [f"server ({sm.get('server') or 'unknown'}){window}: {', '.join(parts) or 'no known metric'}{notes}"]
+
+
 def cost_lines(run: Any) -> list[str]:
     """What the tokens cost besides time: the CPU (time per token, cores busy, energy or why not) and the GPU
     (energy per token, power, clocks, events), one line each."""

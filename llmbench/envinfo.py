@@ -2,14 +2,51 @@
 
 from __future__ import annotations
 
+import os
 import platform
+import subprocess
 import sys
 from importlib import metadata
+from pathlib import Path
+from typing import Any
 
 import psutil
 
-from llmbench.records import git_info, isa_flags
 from llmbench.schema import Environment, GPUInfo
+
+# The instruction-set flags that decide which kernels run (stable for a CPU model: the history fingerprint's).
+ISA_PREFIXES = ("avx", "amx", "fma", "f16c", "sse4", "neon", "sve", "asimd")
+
+
+def git_info(cwd: str | Path | None = None) -> dict[str, Any] | None:
+    """{commit, branch, dirty} of the checkout at ``cwd`` (None outside one, or without git).
+    ``LLMBENCH_GIT_COMMIT``/``LLMBENCH_GIT_BRANCH`` override (a CI system that builds from an archive)."""
+    commit = os.environ.get("LLMBENCH_GIT_COMMIT")
+    branch = os.environ.get("LLMBENCH_GIT_BRANCH")
+    if commit:
+        return {"commit": commit, "branch": branch, "dirty": None}
+
+    def git(*args: str) -> str | None:
+        try:
+            out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return out.stdout.strip() if out.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    if not commit:
+        return None
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {
+        "commit": commit,
+        "branch": branch or git("rev-parse", "--abbrev-ref", "HEAD"),
+        "dirty": bool(status) if status is not None else None,
+    }
+
+
+def isa_flags(flags: set[str] | list[str]) -> list[str]:
+    """The instruction-set flags that decide which kernels run (stable for a CPU model)."""
+    return sorted(f for f in flags if f.startswith(ISA_PREFIXES))
 
 
 def _version(dist: str) -> str | None:

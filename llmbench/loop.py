@@ -203,12 +203,14 @@ class RunLoop:
                     await asyncio.sleep(wait)
                 self.sampler.start()
                 self.cpu_energy.start()
+                self._window("window_start")
                 self.t0, self.measuring = t0, True
                 if any(req.scheduled_s is not None for _, req in todo):
                     await self._measure_open(todo)
                 else:
                     await self._measure_all(todo)
                 self.sampler.stop()
+                self._window("window_stop")
                 if not self.stop.requested and self.fatal is None:
                     await self._probe("after")
             self._close(swap0)
@@ -218,9 +220,18 @@ class RunLoop:
             raise
         finally:
             self.sampler.stop()
+            if self.measuring:
+                self._window("window_stop")
             remove()
             self._disk.shutdown(wait=True)
         return self._outcome()
+
+    def _window(self, hook: str) -> None:
+        """The measured window opens or closes for backends that watch something over it (a server's metrics);
+        each backend once, closing at most once."""
+        for backend in {id(t.backend): t.backend for t in self.tracks}.values():
+            if (fn := getattr(backend, hook, None)) is not None:
+                fn()
 
     # -- set-up ---------------------------------------------------------------------------------------------
 

@@ -142,6 +142,9 @@ class EndpointOptions:
     timeout_s: float = 600.0
     tokenizer: str | None = None  # hub id, folder or .gguf, to count tokens when the server sends no usage
     open_loop: OpenLoop | None = None  # None: closed loop, ``concurrency`` requests in flight
+    # --server-metrics: the server's Prometheus page, scraped during the measured window (None: not scraped)
+    metrics_url: str | None = None
+    metrics_interval_s: float = 1.0
 
     def validate(self) -> None:
         """UserError for what no server can be asked."""
@@ -149,7 +152,20 @@ class EndpointOptions:
             raise UserError(f"--concurrency must be at least 1, not {self.concurrency}")
         if not self.timeout_s > 0:
             raise UserError(f"the request timeout must be above 0 s, not {self.timeout_s}")
+        if self.metrics_url is not None and not self.metrics_url.lower().startswith(("http://", "https://")):
+            raise UserError(f"--metrics-url must be an http(s) URL, not '{self.metrics_url}'")
+        if not self.metrics_interval_s > 0:
+            raise UserError(f"the metrics scrape interval must be above 0 s, not {self.metrics_interval_s}")
         if self.open_loop is not None:
             if self.concurrency != 1:
                 raise UserError("--concurrency is a closed loop's; an open-loop run (--rate) has no limit in flight")
             self.open_loop.validate()
+
+
+def default_metrics_url(endpoint_url: str) -> str:
+    """The Prometheus page of the server at ``endpoint_url``: its root's ``/metrics`` (vLLM, SGLang, llama.cpp's
+    server, llmbench serve; TGI serves it on another port: give --metrics-url)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    u = urlsplit(endpoint_url)
+    return urlunsplit((u.scheme, u.netloc, "/metrics", "", ""))

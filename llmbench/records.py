@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import platform
 import subprocess
 from pathlib import Path
@@ -24,11 +23,11 @@ from typing import Any
 
 import numpy as np
 
+from llmbench.envinfo import isa_flags
 from llmbench.history import Result
 
 RUN_METRICS = ("ttft_ms", "tpot_ms", "e2e_ms", "decode_tokens_per_s", "prefill_tokens_per_s")
 STATS = ("mean", "p50", "p90", "p99")
-ISA_PREFIXES = ("avx", "amx", "fma", "f16c", "sse4", "neon", "sve", "asimd")
 
 
 def file_sha256(path: str | Path) -> str:
@@ -46,32 +45,6 @@ def short_hash(obj: Any) -> str:
 # -------------------------------------------------------------------------------------------------- the code
 
 
-def git_info(cwd: str | Path | None = None) -> dict[str, Any] | None:
-    """{commit, branch, dirty} of the checkout at ``cwd`` (None outside one, or without git).
-    ``LLMBENCH_GIT_COMMIT``/``LLMBENCH_GIT_BRANCH`` override (a CI system that builds from an archive)."""
-    commit = os.environ.get("LLMBENCH_GIT_COMMIT")
-    branch = os.environ.get("LLMBENCH_GIT_BRANCH")
-    if commit:
-        return {"commit": commit, "branch": branch, "dirty": None}
-
-    def git(*args: str) -> str | None:
-        try:
-            out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10)
-        except (OSError, subprocess.SubprocessError):
-            return None
-        return out.stdout.strip() if out.returncode == 0 else None
-
-    commit = git("rev-parse", "HEAD")
-    if not commit:
-        return None
-    status = git("status", "--porcelain", "--untracked-files=no")
-    return {
-        "commit": commit,
-        "branch": branch or git("rev-parse", "--abbrev-ref", "HEAD"),
-        "dirty": bool(status) if status is not None else None,
-    }
-
-
 def resolve_ref(ref: str, cwd: str | Path | None = None) -> str:
     """A git ref (tag, branch, commit) -> its commit; the ref itself when git can't resolve it (a name only)."""
     try:
@@ -84,11 +57,6 @@ def resolve_ref(ref: str, cwd: str | Path | None = None) -> str:
 
 
 # -------------------------------------------------------------------------------------------------- the machine
-
-
-def isa_flags(flags: set[str] | list[str]) -> list[str]:
-    """The instruction-set flags that decide which kernels run (stable for a CPU model)."""
-    return sorted(f for f in flags if f.startswith(ISA_PREFIXES))
 
 
 def machine_of(env: dict[str, Any]) -> dict[str, Any]:

@@ -26,7 +26,8 @@ Schema history (bump ``SCHEMA_VERSION`` on any change a reader of the old versio
     OpenVINO GenAI and ONNX Runtime GenAI beside transformers; a run without config.engine is transformers');
     environment.cpu_flags/git (0.3.0, the history's machine fingerprint and measured code); config.ab.processes,
     requests[].process (0.3.0, ab --processes); requests[].cpu_ms, cpu, machine.gpu/gpu_samples,
-    machine.summary.sampler_cpu_ms/sampler_cpu_pct_of_wall (0.3.0, what a token costs besides time).
+    machine.summary.sampler_cpu_ms/sampler_cpu_pct_of_wall (0.3.0, what a token costs besides time);
+    server_metrics (0.3.0, --server-metrics: the server's own Prometheus metrics over the run).
 
 No torch here: compare, show and the endpoint client read and write runs without it.
 """
@@ -461,6 +462,8 @@ class Run(_Model):
     # in-process runs: what the tokens cost the CPU (llmbench.telemetry.cpu_record): cpu_s, cores_busy,
     # cpu_ms_per_output_token, cpu_ms_per_request, freq_mhz_mean, energy_j (RAPL) or energy_missing
     cpu: dict | None = None
+    # endpoint runs with --server-metrics: the server's Prometheus page over the window (servermetrics.summarize)
+    server_metrics: dict | None = None
 
 
 class _Lean(BaseModel):
@@ -501,6 +504,7 @@ class RunScalars(_Lean):
     quality: dict | None = None
     warnings: list[str] = []
     cpu: dict | None = None
+    server_metrics: dict | None = None
 
 
 def must_match(purpose: str, model: type[BaseModel] = RunConfig, prefix: str = "") -> tuple[str, ...]:

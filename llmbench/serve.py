@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
+from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from llmbench.generation import StopCriterion, TokenStamper, encode_messages, generate_kwargs, generation_thread
@@ -124,6 +124,8 @@ class _Counters:
     rejected: int = 0
     last_tokens: int = 0
     last_cancelled: bool = False
+    prompt_tokens: int = 0  # over every request served (finished or cancelled): GET /metrics
+    generation_tokens: int = 0
 
 
 class ModelServer:
@@ -161,6 +163,24 @@ class ModelServer:
             return None
         self.admitted += 1
         return _Ticket(self)
+
+    def metric_families(self) -> list[Any]:
+        """The server's state as Prometheus families (``GET /metrics``): read at scrape time, nothing kept twice."""
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        c, h = self.counters, self.health()
+        return [
+            GaugeMetricFamily("llmbench_requests_generating", "Requests generating now (0 or 1).",
+                              value=1 if self.generating else 0),
+            GaugeMetricFamily("llmbench_requests_queued", "Requests admitted and waiting for the model.",
+                              value=h["queued"]),
+            CounterMetricFamily("llmbench_requests", "Requests served (finished or cancelled).", value=c.served),
+            CounterMetricFamily("llmbench_requests_cancelled", "Requests whose client left early.", value=c.cancelled),
+            CounterMetricFamily("llmbench_requests_rejected", "Requests refused with 429.", value=c.rejected),
+            CounterMetricFamily("llmbench_prompt_tokens", "Prompt tokens of the requests served.",
+                                value=c.prompt_tokens),
+            CounterMetricFamily("llmbench_generation_tokens", "Tokens generated.", value=c.generation_tokens),
+        ]  # fmt: skip
 
     def health(self) -> dict[str, Any]:
         lm = self.loaded
@@ -304,7 +324,7 @@ class ModelServer:
             yield "data: [DONE]\n\n"
         finally:
             cancel.set()  # a disconnect lands here (GeneratorExit/CancelledError): generate() stops
-            self._done(ticket, finished, tokens or len(stamps))
+            self._done(ticket, finished, tokens or len(stamps), p.prompt_tokens)
 
     @asynccontextmanager
     async def _turn(self):
@@ -316,10 +336,12 @@ class ModelServer:
             finally:
                 self.generating = False
 
-    def _done(self, ticket: _Ticket, finished: bool, tokens: int) -> None:
+    def _done(self, ticket: _Ticket, finished: bool, tokens: int, prompt_tokens: int) -> None:
         ticket.release()
         c = self.counters
         c.served += 1
+        c.prompt_tokens += prompt_tokens
+        c.generation_tokens += tokens
         c.last_cancelled = not finished
         c.last_tokens = tokens
         if not finished:
@@ -340,7 +362,7 @@ class ModelServer:
                 finished = True
         finally:
             cancel.set()
-            self._done(ticket, finished, tokens)
+            self._done(ticket, finished, tokens, p.prompt_tokens)
         return {
             "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
             "object": "chat.completion",
@@ -367,6 +389,19 @@ class ModelServer:
             "model": self.loaded.name,
             "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
         }
+
+
+def _registry(server: ModelServer) -> Any:
+    """A registry of this app's own (not prometheus_client's global one: two apps in a process don't clash)."""
+    from prometheus_client import CollectorRegistry
+
+    class _Collector:
+        def collect(self) -> list[Any]:
+            return server.metric_families()
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Collector())
+    return registry
 
 
 def _sse(obj: dict) -> str:
@@ -399,9 +434,10 @@ def create_app(
     reasoning_tokens: int = 0,
 ) -> FastAPI:
     """The FastAPI app around ``loaded``: ``POST /v1/chat/completions``, ``GET /v1/models``, ``GET /health``,
-    ``GET /`` (the page). ``executor``: the thread that loaded the model (default: the process's generation
-    thread, :func:`llmbench.generation.generation_thread`). ``reasoning_tokens``: for tests, send the first N
-    tokens of every answer as reasoning (``delta.reasoning_content``, counted in usage's details)."""
+    ``GET /metrics`` (Prometheus: queue depth, requests, tokens), ``GET /`` (the page). ``executor``: the thread
+    that loaded the model (default: the process's generation thread,
+    :func:`llmbench.generation.generation_thread`). ``reasoning_tokens``: for tests, send the first N tokens of
+    every answer as reasoning (``delta.reasoning_content``, counted in usage's details)."""
     server = ModelServer(loaded, max_queue=max_queue, max_tokens=max_tokens, executor=executor,
                          reasoning_tokens=reasoning_tokens)  # fmt: skip
     app = FastAPI(title="llmbench serve", docs_url=None, redoc_url=None)
@@ -421,6 +457,14 @@ def create_app(
     @app.get("/health")
     async def health() -> dict[str, Any]:
         return server.health()
+
+    registry = _registry(server)
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/v1/models")
     async def list_models() -> dict[str, Any]:

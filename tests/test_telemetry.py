@@ -190,3 +190,24 @@ def test_show_draws_power_and_clocks_and_lists_energy_per_token(monkeypatch, tmp
     r = subprocess.run([sys.executable, "-m", "llmbench", "show", str(path)], capture_output=True, text=True,
                        timeout=60, cwd=ROOT)  # fmt: skip
     assert r.returncode == 0 and "J per output token" in r.stdout and "SM clock" in r.stdout
+
+
+def test_report_draws_power_and_clocks_beside_the_timeline(monkeypatch):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from llmbench.report import build_report, machine_svg
+
+    monkeypatch.setitem(sys.modules, "pynvml", stand_in_nvml(energy_mj=[0, 32_000], events=[0, 0, 0x4, 0]))
+    reader = telemetry.GpuReader.open("cuda:0")
+    reader.start()
+    samples = [{"t_s": t, **reader.sample()} for t in (0.5, 1.0, 1.5, 2.0)]
+    reader.stop()
+    run = synthetic_run(n=4, tpot_ms=20.0)
+    tokens = sum(r.output_tokens for r in run.requests)
+    run.machine = MachineState(gpu=telemetry.gpu_summary(reader, samples, tokens, {}), gpu_samples=samples)
+    svg = machine_svg(run)
+    assert svg is not None and "GPU power, W" in svg and "GPU SM clock, MHz" in svg and "clock event" in svg
+    html = build_report([("gpu-run", run)])
+    assert html.index("token timeline") < html.index("GPU power, W")  # the machine beside the tokens
+    assert f"{32.0 / tokens:.4g} J per output token" in html

@@ -6,6 +6,7 @@ because it shares the machine with a co-located server.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Hashable
 from typing import Any
@@ -74,6 +75,7 @@ class EndpointBackend:
                                                        duration_s=ol.duration_s, seed=ol.seed)  # fmt: skip
         self._cpu0: float | None = None
         self._t0 = 0.0
+        self.scraper: Any = None  # --server-metrics: a servermetrics.Scraper over the measured window
 
     def early_config(self, prompts: PromptSet) -> dict[str, Any]:
         o = self.options
@@ -110,6 +112,11 @@ class EndpointBackend:
         except BackendUnavailable as e:  # before any request: the setup is wrong, one line
             raise UserError(f"{self.label}{e}") from None
         self.model = self.endpoint.model or listed or (self.health or {}).get("model")
+        if self.endpoint.metrics_url is not None and self.scraper is None:
+            from llmbench.servermetrics import Scraper
+
+            self.scraper = Scraper(self.endpoint.metrics_url, self.endpoint.metrics_interval_s)
+            await asyncio.to_thread(self.scraper.check)  # a wrong URL stops the run here, in one line
         self.counter = self.counter or TokenCounter(self.endpoint.tokenizer)
         c = self.endpoint.concurrency
         # an open loop has no limit in flight: a pool limit would queue requests in the client, unseen
@@ -200,8 +207,22 @@ class EndpointBackend:
     async def probe(self) -> Probe:
         return machine.probe_numpy()
 
+    def window_start(self) -> None:
+        """The measured window opens: the server's metrics are scraped from now (--server-metrics)."""
+        if self.scraper is not None:
+            self.scraper.start()
+
+    def window_stop(self) -> None:
+        if self.scraper is not None:
+            self.scraper.stop()
+
     def finish(self, run: Run) -> list[str]:
-        """The client's own cost, and what the stream's shape says."""
+        """The client's own cost, what the stream's shape says, the server's own metrics."""
+        if self.scraper is not None and self.scraper.scrapes:
+            from llmbench.servermetrics import summarize
+
+            run.server_metrics = summarize(self.scraper.url, self.scraper.scrapes, self.scraper.errors,
+                                           self.scraper.interval)  # fmt: skip
         if self._cpu0 is not None:
             wall, cpu = time.perf_counter() - self._t0, time.process_time() - self._cpu0
             events = sum(r.chunks or 0 for r in run.requests)

@@ -1,0 +1,155 @@
+"""--server-metrics: the server's Prometheus page scraped over the measured window. Ground truth from a stub whose
+counters rise by known amounts per scrape (vLLM V1's names), and from llmbench serve's own /metrics against the
+tokens the client itself counted, over real HTTP on loopback."""
+
+from __future__ import annotations
+
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse
+from starlette.routing import Route
+
+from llmbench import servermetrics
+from llmbench.errors import UserError
+from llmbench.models import load_model
+from llmbench.options import ModelOptions, default_metrics_url
+from llmbench.serve import create_app
+from llmbench.storage import load_run
+from tests.servers import BackgroundServer
+
+VLLM_PAGE = """# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{{model_name="m",engine="0"}} {running}
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{{model_name="m",engine="0"}} {waiting}
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{{model_name="m",engine="0"}} {kv}
+# TYPE vllm:prompt_tokens_total counter
+vllm:prompt_tokens_total{{model_name="m",engine="0"}} {prompt}
+# TYPE vllm:generation_tokens_total counter
+vllm:generation_tokens_total{{model_name="m",engine="0"}} {generation}
+# TYPE vllm:prefix_cache_queries_total counter
+vllm:prefix_cache_queries_total{{model_name="m",engine="0"}} {queries}
+# TYPE vllm:prefix_cache_hits_total counter
+vllm:prefix_cache_hits_total{{model_name="m",engine="0"}} {hits}
+# TYPE vllm:time_to_first_token_seconds histogram
+vllm:time_to_first_token_seconds_bucket{{le="0.1",model_name="m",engine="0"}} {n}
+vllm:time_to_first_token_seconds_bucket{{le="+Inf",model_name="m",engine="0"}} {n}
+vllm:time_to_first_token_seconds_count{{model_name="m",engine="0"}} {n}
+vllm:time_to_first_token_seconds_sum{{model_name="m",engine="0"}} {ttft_sum}
+# TYPE some_custom_thing gauge
+some_custom_thing 7
+"""
+
+
+def vllm_page(k: int) -> str:
+    """The k-th scrape: 100 prompt tokens, 40 generated, 80 cache queries and 60 hits, one request per scrape."""
+    return VLLM_PAGE.format(running=k % 3, waiting=2 * (k % 2), kv=0.1 * k, prompt=1000 + 100 * k,
+                            generation=5000 + 40 * k, queries=300 + 80 * k, hits=10 + 60 * k, n=k,
+                            ttft_sum=0.05 * k)  # fmt: skip
+
+
+def test_counters_deltas_gauges_and_the_hit_rate_from_vllm_v1_names():
+    scrapes = [(0.5 * k, servermetrics.parse(vllm_page(k))) for k in range(5)]  # k = 0..4
+    rec = servermetrics.summarize("http://x/metrics", scrapes, [], 0.5)
+    assert rec["server"] == "vLLM" and rec["scrapes"] == 5 and rec["window_s"] == 2.0
+    c, g = rec["counters"], rec["gauges"]
+    assert c["prompt_tokens"]["delta"] == 400 and c["generation_tokens"]["delta"] == 160
+    assert c["prefix_cache_queries_tokens"]["delta"] == 320 and c["prefix_cache_hits_tokens"]["delta"] == 240
+    assert rec["prefix_cache_hit_rate"] == 0.75
+    assert g["running_requests"]["mean"] == pytest.approx((0 + 1 + 2 + 0 + 1) / 5) and g["running_requests"]["max"] == 2
+    assert (
+        g["kv_cache_usage"]["max"] == pytest.approx(0.4)
+        and g["waiting_requests"]["name"] == "vllm:num_requests_waiting"
+    )
+    h = rec["histograms"]["vllm:time_to_first_token_seconds"]
+    assert h["count_delta"] == 4 and h["mean"] == pytest.approx(0.05)
+    assert rec["raw"]["some_custom_thing"]["mean"] == 7  # unknown names kept by their raw name
+
+
+def test_a_counter_that_went_down_is_not_trusted():
+    pages = [vllm_page(3), vllm_page(1)]  # a restart between the scrapes
+    rec = servermetrics.summarize("u", [(0.0, servermetrics.parse(pages[0])), (1.0, servermetrics.parse(pages[1]))],
+                                  [], 1.0)  # fmt: skip
+    assert rec["counters"]["prompt_tokens"]["delta"] is None
+    assert any("went down" in n for n in rec["notes"]) and rec["prefix_cache_hit_rate"] is None
+
+
+def test_the_default_metrics_url_is_the_servers_root():
+    assert default_metrics_url("http://127.0.0.1:8000/v1") == "http://127.0.0.1:8000/metrics"
+    assert default_metrics_url("https://h.example/api/v1/") == "https://h.example/metrics"
+
+
+def rising_metrics_app() -> tuple[Starlette, list[int]]:
+    """A stub whose every GET /metrics is the next vllm_page (its scrape count kept for the test)."""
+    count = [0]
+
+    async def metrics(_request: Request) -> PlainTextResponse:
+        page = vllm_page(count[0])
+        count[0] += 1
+        return PlainTextResponse(page, media_type="text/plain; version=0.0.4")
+
+    return Starlette(routes=[Route("/metrics", metrics)]), count
+
+
+def test_a_scraper_against_a_server_whose_counters_rise():
+    app, count = rising_metrics_app()
+    with BackgroundServer(app) as url:
+        scraper = servermetrics.Scraper(f"{url}/metrics", interval=0.05)
+        scraper.check()  # one scrape (k = 0), then forgotten
+        scraper.start()
+        import time
+
+        time.sleep(0.4)
+        scraper.stop()
+    rec = servermetrics.summarize(scraper.url, scraper.scrapes, scraper.errors, scraper.interval)
+    n = len(scraper.scrapes)
+    assert n >= 3 and count[0] == n + 1  # every scrape the stub answered is in the record, except the check
+    # the deltas are the stub's own rises between the window's first and last scrape: k = 1 .. n
+    assert rec["counters"]["prompt_tokens"]["delta"] == 100 * (n - 1)
+    assert rec["counters"]["generation_tokens"]["delta"] == 40 * (n - 1)
+
+
+def test_a_wrong_metrics_url_is_one_line():
+    with pytest.raises(UserError, match=r"--server-metrics: can't read http://127\.0\.0\.1:9/metrics"):
+        servermetrics.Scraper("http://127.0.0.1:9/metrics", timeout=2).check()
+
+
+@pytest.fixture(scope="module")
+def metered_server(tiny_model_dir):
+    lm = load_model(ModelOptions(model=str(tiny_model_dir), device="cpu", dtype="float32", threads=1))
+    with BackgroundServer(create_app(lm, max_queue=2, max_tokens=8)) as url:
+        yield url
+
+
+def test_serve_exposes_its_own_metrics_and_run_records_them(cli, metered_server, prompt_file, tmp_path):
+    import httpx
+
+    page = httpx.get(f"{metered_server}/metrics", timeout=10).text
+    names = {f.name for f in __import__("prometheus_client.parser").parser.text_string_to_metric_families(page)}
+    assert {"llmbench_requests_generating", "llmbench_requests_queued", "llmbench_prompt_tokens",
+            "llmbench_generation_tokens", "llmbench_requests"} <= names  # fmt: skip
+    out = tmp_path / "ep.json"
+    r = cli("run", prompt_file, "--endpoint", f"{metered_server}/v1", "--max-new-tokens", "6", "--ignore-eos",
+            "--repeats", "2", "--warmup", "1", "--server-metrics", "-o", out, "-q")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    run = load_run(out)
+    sm = run.server_metrics
+    assert sm["server"] == "llmbench serve" and sm["url"].endswith("/metrics") and sm["scrapes"] >= 2
+    # ground truth: what the client itself measured in the window (the warm-up was before it)
+    assert sm["counters"]["requests"]["delta"] == len(run.requests) == 6
+    assert sm["counters"]["generation_tokens"]["delta"] == sum(q.output_tokens for q in run.requests) == 36
+    assert sm["counters"]["prompt_tokens"]["delta"] == sum(q.prompt_tokens for q in run.requests)
+    assert sm["gauges"]["running_requests"]["max"] <= 1
+    shown = cli("show", out)
+    assert shown.returncode == 0 and "server (llmbench serve)" in shown.stdout
+
+
+def test_server_metrics_are_endpoint_only_and_a_bad_url_is_one_line(cli, metered_server, prompt_file, tmp_path):
+    r = cli("run", prompt_file, "--server-metrics", "--weights", "random", "-o", tmp_path / "x.json")
+    assert r.returncode == 2 and "options of --endpoint runs only" in r.stderr and "Traceback" not in r.stderr
+    r = cli("run", prompt_file, "--endpoint", f"{metered_server}/v1", "--metrics-url", "http://127.0.0.1:9/metrics",
+            "-o", tmp_path / "y.json")  # fmt: skip
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "can't read" in r.stderr
+    assert not (tmp_path / "y.json").exists()
