@@ -40,6 +40,7 @@ _EXPORTS = {
     "ModelOptions": "llmbench.options",
     "EndpointOptions": "llmbench.options",
     "PromptSet": "llmbench.prompts",
+    "DatasetSpec": "llmbench.dataset",
     "load_prompts": "llmbench.prompts",
     "Stop": "llmbench.process",
     "stop_on_signals": "llmbench.process",
@@ -50,6 +51,7 @@ _EXPORTS = {
 
 __all__ = [
     "Comparison",
+    "DatasetSpec",
     "EndpointOptions",
     "GateCheck",
     "LoadedModel",

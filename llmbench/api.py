@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
+from llmbench.dataset import DatasetSpec
 from llmbench.errors import UserError
 from llmbench.loop import Reporter
 from llmbench.options import DEFAULT_MODEL, EndpointOptions, ModelOptions, RunOptions, default_metrics_url
@@ -49,7 +50,7 @@ def _sync(coro_fn: Callable[P, Awaitable[R]]) -> Callable[P, R]:
 
 
 async def ameasure(
-    prompts: Sequence[str] | str | Path | PromptSet,
+    prompts: Sequence[str] | str | Path | PromptSet | DatasetSpec,
     *,
     model: str | LoadedModel | EngineModel | None = None,
     weights: str = "pretrained",
@@ -138,9 +139,9 @@ async def ameasure(
             trust_remote_code=trust_remote_code, attn=attn, quantize=None if quantize in (None, "none") else quantize,
             engine=engine, precision=precision, isolate=isolate,
         )  # fmt: skip
+    source = prompts if isinstance(prompts, DatasetSpec) else as_prompt_set(prompts)  # a dataset: chosen once loaded
     run, _path = await run_driver(
-        as_prompt_set(prompts), target, options, output=output, overwrite=overwrite, resume=resume, stop=stop,
-        reporter=reporter,
+        source, target, options, output=output, overwrite=overwrite, resume=resume, stop=stop, reporter=reporter,
     )  # fmt: skip
     return run
 

@@ -16,7 +16,9 @@ the same on every machine and every run with the same arguments (and is recorded
 
 from __future__ import annotations
 
+import itertools
 import math
+from typing import Any
 
 import numpy as np
 
@@ -93,3 +95,17 @@ def offsets_of(arrival: Arrival, n: int) -> list[float]:
         shape = 1.0 / arrival.cv**2
         gaps = rng.gamma(shape, mean_gap / shape, n - 1)
     return [0.0, *np.cumsum(gaps).round(6).tolist()]
+
+
+def trace_arrivals(trace: Any) -> tuple[Arrival, list[float]]:
+    """A replayed trace's schedule (:class:`llmbench.trace.Trace`): its rows' scaled times, recorded with the
+    trace; ``rate_rps`` is their mean rate, ``cv`` their gaps' coefficient of variation."""
+    offsets = trace.offsets
+    gaps = [b - a for a, b in itertools.pairwise(offsets)]
+    span = offsets[-1] if offsets else 0.0
+    mean = sum(gaps) / len(gaps) if gaps else 0.0
+    cv = (math.sqrt(sum((g - mean) ** 2 for g in gaps) / len(gaps)) / mean) if gaps and mean > 0 else 0.0
+    rate = round(len(gaps) / span, 6) if span > 0 else float(len(offsets))
+    record = Arrival(rate_rps=rate, process="trace", cv=round(cv, 6), requests=len(offsets),
+                     duration_s=round(span, 6), trace=trace.record())  # fmt: skip
+    return record, offsets

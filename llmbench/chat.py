@@ -3,15 +3,19 @@ token ids, and whether they fit the context."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from llmbench.errors import UserError
 
 
-def messages_for(prompt: str, system_prompt: str | None) -> list[dict[str, str]]:
-    """The chat messages of one prompt: an optional system message, then the user's."""
+def messages_for(
+    prompt: str, system_prompt: str | None, history: Sequence[dict[str, str]] = ()
+) -> list[dict[str, str]]:
+    """The chat messages of one prompt: an optional system message, the conversation so far (a session's earlier
+    turns: user and assistant), then the user's."""
     messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
-    return [*messages, {"role": "user", "content": prompt}]
+    return [*messages, *history, {"role": "user", "content": prompt}]
 
 
 def chat_inputs(tokenizer: Any, messages: list[dict], use_template: bool) -> tuple[str, bool]:

@@ -158,6 +158,116 @@ PrecisionOpt = Annotated[
                  "...; openvino fp16, int8, int4; onnxruntime fp32, int8, int4 (default 8-bit; a .gguf runs as is)."),
 ]  # fmt: skip
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")]
+SyntheticOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        help="TOKENSxCOUNT, e.g. 512x20: COUNT different prompts of exactly TOKENS tokens each (chat template "
+        "included), cut from a text llmbench ships, reproducible from --seed."
+    ),
+]
+PromptFormatOpt = Annotated[
+    Optional[str],
+    typer.Option(help="How to read PROMPTS: txt, jsonl, json, sharegpt, csv, parquet, arrow (a save_to_disk folder); "
+                 "default: by its extension.", rich_help_panel="Datasets"),
+]  # fmt: skip
+PromptColumnOpt = Annotated[
+    Optional[str], typer.Option(help="The dataset's column holding the prompt (default: prompt).",
+                                rich_help_panel="Datasets"),
+]  # fmt: skip
+OutputLenColumnOpt = Annotated[
+    Optional[str], typer.Option(help="The dataset's column of output lengths: each request asks for exactly its "
+                                "own (EOS ignored).", rich_help_panel="Datasets"),
+]  # fmt: skip
+MinPromptTokensOpt = Annotated[
+    Optional[int], typer.Option(help="Keep prompts of at least this many tokens, as the run counts them.",
+                                rich_help_panel="Datasets"),
+]  # fmt: skip
+MaxPromptTokensOpt = Annotated[
+    Optional[int], typer.Option(help="Keep prompts of at most this many tokens, as the run counts them.",
+                                rich_help_panel="Datasets"),
+]  # fmt: skip
+NumPromptsOpt = Annotated[
+    Optional[int], typer.Option(help="Sample this many entries (drawn from --seed) among those the filters keep.",
+                                rich_help_panel="Datasets"),
+]  # fmt: skip
+RateOpt = Annotated[
+    Optional[float],
+    typer.Option(help="With --endpoint: open loop, requests per second on a schedule drawn in advance."),
+]
+TraceOpt = Annotated[
+    Optional[Path], typer.Option(help="With --endpoint: replay this trace: its times are the schedule, its rows "
+                                 "the prompts (exact lengths, shared blocks).", rich_help_panel="Traces"),
+]  # fmt: skip
+TraceFormatOpt = Annotated[
+    Optional[str], typer.Option(help="mooncake (JSONL, ms), burstgpt (CSV, s) or azure (CSV, date and time).",
+                                rich_help_panel="Traces"),
+]  # fmt: skip
+TimeScaleOpt = Annotated[
+    Optional[float], typer.Option(help="Multiply the trace's times (0.5: twice as fast). Default 1.",
+                                  rich_help_panel="Traces"),
+]  # fmt: skip
+TraceStartOpt = Annotated[
+    Optional[float], typer.Option(help="Replay from this second of the trace.", rich_help_panel="Traces")
+]
+TraceEndOpt = Annotated[
+    Optional[float], typer.Option(help="Replay until this second of the trace.", rich_help_panel="Traces")
+]
+PrefixGroupsOpt = Annotated[
+    Optional[int], typer.Option(help="Prompts in N groups sharing a prefix each (with --prefix-tokens, "
+                                "--suffix-tokens, --num-prompts).", rich_help_panel="Shared prefixes"),
+]  # fmt: skip
+PrefixTokensOpt = Annotated[
+    Optional[int], typer.Option(help="Tokens of each group's shared prefix.", rich_help_panel="Shared prefixes")
+]
+SuffixTokensOpt = Annotated[
+    Optional[int], typer.Option(help="Tokens of each prompt's own suffix.", rich_help_panel="Shared prefixes")
+]
+GroupDistOpt = Annotated[
+    str, typer.Option(help="How prompts fall into groups: uniform, zipf or zipf:A (from --seed).",
+                      rich_help_panel="Shared prefixes"),
+]  # fmt: skip
+ApiKeyEnvOpt = Annotated[Optional[str], typer.Option(help="With --endpoint: the variable holding the API key.")]
+EndpointTokenizerOpt = Annotated[
+    Optional[str], typer.Option(help="With --endpoint: hub id, folder or .gguf to count tokens without usage.")
+]
+RunSeedOpt = Annotated[
+    int, typer.Option(help="Seed for --sample (each request derives its own), --synthetic, --rate's schedule, "
+                      "--num-prompts and --prefix-groups.")
+]  # fmt: skip
+TurnsOpt = Annotated[
+    int, typer.Option(help="Each prompt opens a conversation of this many turns, each sending the conversation so "
+                      "far with the model's replies.", rich_help_panel="Sessions")
+]  # fmt: skip
+ThinkTimeOpt = Annotated[
+    float, typer.Option(help="Seconds a session waits after a reply before its next turn.", rich_help_panel="Sessions")
+]
+RunOutputOpt = Annotated[
+    Optional[Path],
+    typer.Option("--output", "-o", help="Run JSON (default: results/<UTC time>-<model>-<device>.json)."),
+]
+DataArg = Annotated[
+    Path,
+    typer.Argument(
+        help='Prompt file: one prompt a line (.txt) or {"prompt": ...} a line (.jsonl); or a dataset: ShareGPT '
+        ".json, .jsonl, .csv, .parquet, a save_to_disk folder (see Datasets)."
+    ),
+]
+DataSeedOpt = Annotated[int, typer.Option(help="Seed of --num-prompts.", rich_help_panel="Datasets")]
+DataTokenizerOpt = Annotated[
+    Optional[str], typer.Option(help="Hub id, folder or .gguf that counts prompts for the dataset filters (and "
+                                "ShareGPT replies' lengths).", rich_help_panel="Datasets"),
+]  # fmt: skip
+AbOutputOpt = Annotated[
+    Optional[Path],
+    typer.Option("--output", "-o", help="Folder for base.json and head.json (default: results/ab-<UTC time>)."),
+]
+AbGateStatOpt = Annotated[
+    Stat,
+    typer.Option(
+        help="Statistic the gates test: the median by default, robust to a pair a burst hit; "
+        "gaps: TPOT from per-token gaps paired by position (TTFT, E2E: the median)."
+    ),
+]
 HistoryOpt = Annotated[
     Optional[str],
     typer.Option(envvar="LLMBENCH_HISTORY", show_envvar=True,
@@ -258,33 +368,35 @@ def run(
     prompts: Annotated[
         Optional[Path],
         typer.Argument(
-            help='Prompt file: one prompt a line (.txt) or {"prompt": ...} a line (.jsonl). Blank lines and # '
-            "comments are skipped. Or --synthetic instead."
+            help='Prompt file: one prompt a line (.txt) or {"prompt": ...} a line (.jsonl); or a dataset: ShareGPT '
+            ".json, .jsonl, .csv, .parquet, a save_to_disk folder (see Datasets). Or --synthetic instead."
         ),
     ] = None,
-    synthetic: Annotated[
-        Optional[str],
-        typer.Option(
-            help="TOKENSxCOUNT, e.g. 512x20: COUNT different prompts of exactly TOKENS tokens each (chat template "
-            "included), cut from a text llmbench ships, reproducible from --seed."
-        ),
-    ] = None,
+    synthetic: SyntheticOpt = None,
+    prompt_format: PromptFormatOpt = None,
+    prompt_column: PromptColumnOpt = None,
+    output_len_column: OutputLenColumnOpt = None,
+    min_prompt_tokens: MinPromptTokensOpt = None,
+    max_prompt_tokens: MaxPromptTokensOpt = None,
+    num_prompts: NumPromptsOpt = None,
+    prefix_groups: PrefixGroupsOpt = None,
+    prefix_tokens: PrefixTokensOpt = None,
+    suffix_tokens: SuffixTokensOpt = None,
+    group_dist: GroupDistOpt = "uniform",
     model: ModelOpt = None,
     weights: WeightsOpt = Weights.pretrained,
     engine: EngineOpt = "transformers",
     precision: PrecisionOpt = None,
     endpoint: EndpointOpt = None,
-    api_key_env: Annotated[
-        Optional[str], typer.Option(help="With --endpoint: the variable holding the API key.")
-    ] = None,
+    api_key_env: ApiKeyEnvOpt = None,
     concurrency: Annotated[int, typer.Option(help="With --endpoint: requests in flight at once.")] = 1,
-    tokenizer: Annotated[
-        Optional[str], typer.Option(help="With --endpoint: hub id, folder or .gguf to count tokens without usage.")
-    ] = None,
-    rate: Annotated[
-        Optional[float],
-        typer.Option(help="With --endpoint: open loop, requests per second on a schedule drawn in advance."),
-    ] = None,
+    tokenizer: EndpointTokenizerOpt = None,
+    rate: RateOpt = None,
+    trace: TraceOpt = None,
+    trace_format: TraceFormatOpt = None,
+    time_scale: TimeScaleOpt = None,
+    start: TraceStartOpt = None,
+    end: TraceEndOpt = None,
     arrival: ArrivalOpt = "poisson",
     requests: RequestsOpt = None,
     duration: DurationOpt = None,
@@ -301,9 +413,9 @@ def run(
     warmup: WarmupOpt = 1,
     repeats: Annotated[int, typer.Option(help="Times to go round the whole prompt list.")] = 1,
     sample: Annotated[bool, typer.Option("--sample", help="Sample instead of greedy decoding.")] = False,
-    seed: Annotated[
-        int, typer.Option(help="Seed for --sample (each request derives its own), --synthetic and --rate's schedule.")
-    ] = 0,
+    seed: RunSeedOpt = 0,
+    turns: TurnsOpt = 1,
+    think_time: ThinkTimeOpt = 0.0,
     temperature: Annotated[float, typer.Option(help="Temperature for --sample.")] = 1.0,
     top_p: Annotated[float, typer.Option(help="Top-p for --sample.")] = 1.0,
     system_prompt: SystemPromptOpt = None,
@@ -312,10 +424,7 @@ def run(
     allow_offload: AllowOffloadOpt = False,
     allow_pickle: AllowPickleOpt = False,
     trust_remote_code: TrustRemoteCodeOpt = False,
-    output: Annotated[
-        Optional[Path],
-        typer.Option("--output", "-o", help="Run JSON (default: results/<UTC time>-<model>-<device>.json)."),
-    ] = None,
+    output: RunOutputOpt = None,
     overwrite: OverwriteOpt = False,
     history: HistoryOpt = None,
     resume: Annotated[Optional[Path], typer.Option(help="Continue this incomplete run JSON (same setup).")] = None,
@@ -329,21 +438,17 @@ def run(
     """Stream every prompt through a model in this process (or a server: --endpoint), stamp every token, write a
     run JSON."""
     from llmbench.drivers.run import run as run_driver
-    from llmbench.options import EndpointOptions, ModelOptions, RunOptions
+    from llmbench.options import RunOptions
 
     args = locals()
     with _user_errors():
-        if endpoint is not None:
-            _refuse_given(ctx, IN_PROCESS_ONLY, "in-process run options only; with --endpoint the server decides them")
-            target = _pick(EndpointOptions, args, url=endpoint, open_loop=_open_loop(ctx, args),
-                           metrics_url=_metrics_url(endpoint, server_metrics, metrics_url))  # fmt: skip
-        else:
-            _refuse_given(ctx, ENDPOINT_ONLY, "options of --endpoint runs only")
-            target = _pick(ModelOptions, args, model=model or DEFAULT_MODEL, quantize=_none(quantize))
+        args["trace_rows"] = _read_trace(args)
+        target = _run_target(ctx, args)
         ignore = (weights is Weights.random) if ignore_eos is None else ignore_eos
+        cache_kind = "static" if compile_ else cache.value
         options = _pick(RunOptions, args, ignore_eos=ignore, chat_template=not no_chat_template,
-                        cache="static" if compile_ else cache.value, compile=compile_)  # fmt: skip
-        prompt_set = _prompt_source(prompts, synthetic, seed)
+                        think_time_s=think_time, cache=cache_kind, compile=compile_)  # fmt: skip
+        prompt_set = _prompt_source(prompts, synthetic, seed, args)
         from llmbench.drivers.history import check_url
 
         check_url(history)
@@ -359,9 +464,10 @@ def _show_run(result: Any, path: Path | None, history: str | None) -> None:
     from llmbench import display
 
     display.out.print(display.summary_table(result))
-    if (line := display.open_loop_line(result)) is not None:
-        display.out.print(line, markup=False, soft_wrap=True)
-    for line in display.cost_lines(result) + display.server_lines(result):
+    for line in (display.workload_line(result.config), display.open_loop_line(result)):
+        if line is not None:
+            display.out.print(line, markup=False, soft_wrap=True)
+    for line in display.cost_lines(result) + display.cache_lines(result) + display.server_lines(result):
         display.out.print(line, markup=False, soft_wrap=True)
     if result.client:
         display.info(display.client_line(result.client))
@@ -372,10 +478,45 @@ def _show_run(result: Any, path: Path | None, history: str | None) -> None:
         _history_line(history, [run_result(result, path)] if path else [], str(path))
 
 
+def _run_target(ctx: typer.Context, args: dict[str, Any]) -> Any:
+    """What `run` measures: a server (--endpoint) or a model here, each refusing the other's options."""
+    from llmbench.options import EndpointOptions, ModelOptions
+
+    if args["endpoint"] is not None:
+        _refuse_given(ctx, IN_PROCESS_ONLY, "in-process run options only; with --endpoint the server decides them")
+        metrics = _metrics_url(args["endpoint"], args["server_metrics"], args["metrics_url"])
+        return _pick(EndpointOptions, args, url=args["endpoint"], open_loop=_open_loop(ctx, args), metrics_url=metrics)
+    _refuse_given(ctx, ENDPOINT_ONLY, "options of --endpoint runs only")
+    return _pick(ModelOptions, args, model=args["model"] or DEFAULT_MODEL, quantize=_none(args["quantize"]))
+
+
+def _read_trace(args: dict[str, Any]) -> Any:
+    """--trace's rows (read before anything loads: a bad row is one line), or None."""
+    from llmbench import trace
+
+    if args["trace"] is None:
+        for name in ("trace_format", "time_scale", "start", "end"):
+            if args[name] is not None:
+                raise UserError(f"--{name.replace('_', '-')} goes with --trace")
+        return None
+    if args["endpoint"] is None:
+        raise UserError("a trace is replayed against a server: give --endpoint URL (and --tokenizer, the server's)")
+    if args["prompts"] is not None or args["synthetic"] is not None or args["rate"] is not None:
+        raise UserError("--trace makes the prompts and the schedule: drop PROMPTS, --synthetic and --rate")
+    if args["trace_format"] is None:
+        raise UserError(f"--trace needs --trace-format ({', '.join(trace.FORMATS)})")
+    spec = trace.TraceSpec(str(args["trace"]), args["trace_format"], 1.0 if args["time_scale"] is None
+                           else args["time_scale"], args["start"], args["end"])  # fmt: skip
+    return trace.read(spec)
+
+
 def _open_loop(ctx: typer.Context, args: dict[str, Any]) -> Any:
-    """--rate's schedule, or None (a closed loop: then its companions are refused)."""
+    """--rate's schedule (or --trace's), or None (a closed loop: then its companions are refused)."""
     from llmbench.options import OpenLoop
 
+    if args.get("trace_rows") is not None:
+        _refuse_given(ctx, ("arrival", "requests", "duration", "workers", "ray"), "options of --rate, not --trace")
+        return OpenLoop(rate_rps=1.0, trace=args["trace_rows"])
     if args["rate"] is None:
         _refuse_given(ctx, ("arrival", "requests", "duration", "workers", "ray"), "options of an open loop (--rate)")
         return None
@@ -404,14 +545,60 @@ def _history_line(url: str | None, results: Any, where: str) -> None:
         display.err.print(line, markup=False, soft_wrap=True)
 
 
-def _prompt_source(prompts: Path | None, synthetic: str | None, seed: int) -> Any:
-    """A prompt file's prompts, or the spec of synthetic ones (made once the tokenizer is loaded)."""
+DATASET_OPTIONS = ("prompt_format", "prompt_column", "output_len_column", "min_prompt_tokens", "max_prompt_tokens",
+                   "num_prompts")  # fmt: skip
+
+
+def _prompt_source(prompts: Path | None, synthetic: str | None, seed: int, args: dict[str, Any] | None = None) -> Any:
+    """A prompt file's prompts, the spec of synthetic ones (made once the tokenizer is loaded), or a dataset's
+    spec (read at once; chosen once the tokenizer is loaded where the filters need it)."""
+    from llmbench import dataset
     from llmbench.prompts import load_prompts
     from llmbench.synthetic import SyntheticSpec
 
+    if args and args.get("trace_rows") is not None:
+        return args["trace_rows"]  # the trace's rows: prompts made once --tokenizer is loaded
+    if args and args.get("prefix_groups") is not None:
+        return _prefix_groups(prompts, synthetic, seed, args)
+    for name in ("prefix_tokens", "suffix_tokens"):
+        if args and args.get(name) is not None:
+            raise UserError(f"--{name.replace('_', '-')} goes with --prefix-groups")
     if (prompts is None) == (synthetic is None):
-        raise UserError("give either a prompt file or --synthetic TOKENSxCOUNT")
-    return load_prompts(prompts) if prompts is not None else SyntheticSpec.parse(synthetic or "", seed)
+        raise UserError("give either a prompt file or --synthetic TOKENSxCOUNT (or --endpoint with --trace)")
+    given = {k: args[k] for k in DATASET_OPTIONS if args and args.get(k) is not None}
+    if synthetic is not None:
+        if given:
+            raise UserError(f"--{next(iter(given)).replace('_', '-')} is for a prompt file or dataset, not --synthetic")
+        return SyntheticSpec.parse(synthetic, seed)
+    assert prompts is not None
+    fmt = given.pop("prompt_format", None)
+    if not given and not dataset.is_dataset(prompts, fmt):
+        return load_prompts(prompts)  # a prompt list: .txt, or .jsonl with a "prompt" field
+    return dataset.DatasetSpec(str(prompts), format=fmt, seed=seed, **given)
+
+
+def _prefix_groups(prompts: Path | None, synthetic: str | None, seed: int, args: dict[str, Any]) -> Any:
+    """--prefix-groups' spec (the prompts are made once the tokenizer is loaded)."""
+    from llmbench.prefixes import PrefixSpec
+
+    if prompts is not None or synthetic is not None:
+        raise UserError("--prefix-groups makes the prompts: drop PROMPTS and --synthetic")
+    missing = [f"--{k.replace('_', '-')}" for k in ("prefix_tokens", "suffix_tokens", "num_prompts") if args[k] is None]
+    if missing:
+        raise UserError(f"--prefix-groups needs {', '.join(missing)}")
+    spec = PrefixSpec(args["prefix_groups"], args["prefix_tokens"], args["suffix_tokens"], args["num_prompts"],
+                      args["group_dist"], seed)  # fmt: skip
+    spec.validate()
+    return spec
+
+
+def _prompt_list(prompts: Path, seed: int, args: dict[str, Any], options: Any, tokenizer: str | None) -> Any:
+    """``load``/``ab``: a prompt file, or a dataset chosen here, counted by ``tokenizer`` where it must be (a
+    dataset's output lengths change ``options``: see :func:`llmbench.dataset.apply_lengths`)."""
+    from llmbench import dataset
+
+    source = _prompt_source(prompts, None, seed, args)
+    return dataset.with_tokenizer(source, options, tokenizer) if isinstance(source, dataset.DatasetSpec) else source
 
 
 def _none(q: Quantize) -> str | None:
@@ -601,7 +788,7 @@ def scan(
 
 @app.command()
 def load(
-    prompts: PromptsArg,
+    prompts: DataArg,
     endpoint: Annotated[str, typer.Option(help="The server's base URL, e.g. http://127.0.0.1:8000/v1.")],
     rates: Annotated[
         str, typer.Option(help="Offered rates, requests/s (comma list), or auto: search for the saturation point.")
@@ -613,7 +800,7 @@ def load(
     duration: Annotated[float, typer.Option(help="Seconds of arrivals per rate (unless --requests).")] = 30.0,
     requests: RequestsOpt = None,
     arrival: ArrivalOpt = "poisson",
-    seed: Annotated[int, typer.Option(help="Seed of the arrival schedule.")] = 0,
+    seed: Annotated[int, typer.Option(help="Seed of the arrival schedule (and of --num-prompts).")] = 0,
     workers: WorkersOpt = 1,
     ray: RayOpt = None,
     min_attainment: Annotated[
@@ -627,6 +814,12 @@ def load(
     model: Annotated[Optional[str], typer.Option("--model", "-m", help="The model name to send.")] = None,
     api_key_env: Annotated[Optional[str], typer.Option(help="The variable holding the API key.")] = None,
     tokenizer: Annotated[Optional[str], typer.Option(help="Hub id, folder or .gguf to count tokens.")] = None,
+    prompt_format: PromptFormatOpt = None,
+    prompt_column: PromptColumnOpt = None,
+    output_len_column: OutputLenColumnOpt = None,
+    min_prompt_tokens: MinPromptTokensOpt = None,
+    max_prompt_tokens: MaxPromptTokensOpt = None,
+    num_prompts: NumPromptsOpt = None,
     server_metrics: ServerMetricsOpt = False,
     metrics_url: MetricsUrlOpt = None,
     max_new_tokens: MaxNewTokensOpt = 64,
@@ -644,8 +837,8 @@ def load(
     from llmbench import display
     from llmbench.drivers import load as ld
     from llmbench.options import EndpointOptions, RunOptions
-    from llmbench.prompts import load_prompts
 
+    args = locals()
     with _user_errors():
         spec = ld.LoadSpec(
             rates=ld.parse_rates(rates), slos=[ld.Slo.parse(s) for s in slo or []], arrival=arrival,
@@ -658,7 +851,7 @@ def load(
                                  metrics_url=_metrics_url(endpoint, server_metrics, metrics_url))  # fmt: skip
         options = RunOptions(max_new_tokens=max_new_tokens, ignore_eos=ignore_eos, warmup=warmup,
                              system_prompt=system_prompt)  # fmt: skip
-        prompt_set = load_prompts(prompts)
+        prompt_set = _prompt_list(prompts, seed, args, options, tokenizer)
         from llmbench.storage import prepare_driver_dir
 
         out_dir = prepare_driver_dir(output, "load")
@@ -918,13 +1111,18 @@ def _render_comparisons(
 
 @app.command()
 def ab(
-    prompts: PromptsArg,
+    prompts: DataArg,
     base: Annotated[str, typer.Option(help="A server URL, or a command line starting `llmbench worker ...`.")],
     head: Annotated[str, typer.Option(help="The same, for the side under test.")],
-    output: Annotated[
-        Optional[Path],
-        typer.Option("--output", "-o", help="Folder for base.json and head.json (default: results/ab-<UTC time>)."),
-    ] = None,
+    output: AbOutputOpt = None,
+    prompt_format: PromptFormatOpt = None,
+    prompt_column: PromptColumnOpt = None,
+    output_len_column: OutputLenColumnOpt = None,
+    min_prompt_tokens: MinPromptTokensOpt = None,
+    max_prompt_tokens: MaxPromptTokensOpt = None,
+    num_prompts: NumPromptsOpt = None,
+    seed: DataSeedOpt = 0,
+    tokenizer: DataTokenizerOpt = None,
     repeats: Annotated[int, typer.Option(help="Times to go round the prompt list (pairs per prompt).")] = 1,
     warmup: WarmupOpt = 1,
     max_new_tokens: MaxNewTokensOpt = 64,
@@ -934,13 +1132,7 @@ def ab(
     system_prompt: SystemPromptOpt = None,
     fail_on_regression: FailOnRegressionOpt = None,
     fail_on: FailOnOpt = None,
-    gate_stat: Annotated[
-        Stat,
-        typer.Option(
-            help="Statistic the gates test: the median by default, robust to a pair a burst hit; "
-            "gaps: TPOT from per-token gaps paired by position (TTFT, E2E: the median)."
-        ),
-    ] = Stat.p50,
+    gate_stat: AbGateStatOpt = Stat.p50,
     fmt: FormatOpt = CompareFormat.table,
     resume: Annotated[bool, typer.Option("--resume", help="Continue the interrupted ab run in -o's folder.")] = False,
     processes: Annotated[
@@ -977,8 +1169,8 @@ def ab(
     from llmbench.compare import compare_runs
     from llmbench.drivers.ab import ab as ab_driver
     from llmbench.options import RunOptions
-    from llmbench.prompts import load_prompts
 
+    args = locals()
     with _user_errors():
         if resume and output is None:
             raise UserError("--resume continues the ab run in a folder: give it with -o")
@@ -990,7 +1182,7 @@ def ab(
             raise UserError("--move-anchor needs --anchor OLD and --head-ref NEW (the new anchor's ref)")
         options = RunOptions(max_new_tokens=max_new_tokens, ignore_eos=ignore_eos, warmup=warmup, repeats=repeats,
                              system_prompt=system_prompt)  # fmt: skip
-        prompt_set = load_prompts(prompts)
+        prompt_set = _prompt_list(prompts, seed, args, options, tokenizer)
         with _measuring(quiet) as (stop, reporter):
             coro = ab_driver(prompt_set, base, head, options, output, resume=resume, stop=stop, reporter=reporter,
                              processes=processes)  # fmt: skip
@@ -1272,9 +1464,11 @@ def show(run_file: Annotated[Path, typer.Argument(help="A run JSON, a scan.json 
     for w in run.warnings:
         display.warn(w)
     display.out.print(display.summary_table(run))
-    if (open_line := display.open_loop_line(run)) is not None:
-        display.out.print(open_line, markup=False, soft_wrap=True)
-    for line in display.cost_lines(run) + display.server_lines(run) + display.machine_lines(run):
+    for open_line in (display.workload_line(run.config), display.open_loop_line(run)):
+        if open_line is not None:
+            display.out.print(open_line, markup=False, soft_wrap=True)
+    lines = display.cost_lines(run) + display.cache_lines(run) + display.server_lines(run) + display.machine_lines(run)
+    for line in lines:
         display.out.print(line, markup=False, soft_wrap=True)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -83,11 +84,13 @@ def api_headers(api_key_env: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
 
 
-def request_body(model: str | None, prompt: str, o: RunOptions, seed: int | None = None) -> dict[str, Any]:
-    """The JSON body of one streamed chat request (``seed``: this request's, when sampling)."""
+def request_body(model: str | None, prompt: str, o: RunOptions, seed: int | None = None,
+                 history: Sequence[dict[str, str]] = ()) -> dict[str, Any]:  # fmt: skip
+    """The JSON body of one streamed chat request (``seed``: this request's, when sampling; ``history``: a
+    session's earlier turns, sent before this one)."""
     messages = [{"role": "system", "content": o.system_prompt}] if o.system_prompt else []
     body: dict[str, Any] = {
-        "messages": [*messages, {"role": "user", "content": prompt}],
+        "messages": [*messages, *history, {"role": "user", "content": prompt}],
         "stream": True,
         "stream_options": {"include_usage": True},
         **request_extra(o),
@@ -256,6 +259,16 @@ class TokenCounter:
             return Counts(prompt_tokens, client, "tokenizer", None, client, reasoning)
         return Counts(prompt_tokens, len(s.stamps_ns), "chunks", None, None, reasoning)
 
+    def counter_of(self, system_prompt: str | None) -> Callable[[str], int]:
+        """A prompt's ``prompt_tokens`` as a request of it will have them (system prompt and template included)."""
+        messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
+        return lambda text: self.prompt_tokens([*messages, {"role": "user", "content": text}])
+
+    def text_tokens(self, text: str) -> int:
+        """Tokens of ``text`` alone (no template, no special tokens): a reply's length."""
+        assert self.tok is not None
+        return len(self.tok(text, add_special_tokens=False)["input_ids"])
+
     def prompt_tokens(self, messages: list[dict[str, str]]) -> int:
         """The tokenizer's count of ``messages``: through its chat template when it has one, else their text."""
         assert self.tok is not None
@@ -286,3 +299,11 @@ async def _get_json(c: httpx.AsyncClient, where: str, url: str) -> Any:
         raise ServerUnreachable(f"cannot connect to {redact(url)}: {_reason(e)} (is the server running?)") from None
     except (httpx.HTTPError, ValueError):
         return None
+
+
+def cached_tokens(usage: dict | None) -> int | None:
+    """The prompt tokens a server's prefix cache served, from its usage (``prompt_tokens_details.cached_tokens``,
+    OpenAI's field, sent by vLLM and SGLang); None when it does not say."""
+    details = (usage or {}).get("prompt_tokens_details")
+    n = details.get("cached_tokens") if isinstance(details, dict) else None
+    return n if isinstance(n, int) and not isinstance(n, bool) and n >= 0 else None

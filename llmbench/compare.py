@@ -105,6 +105,7 @@ class Comparison:
     # {name: [base, new]} of the quality figures, when both runs were measured against the same reference
     quality: dict[str, list[float | None]] = field(default_factory=dict)
     quality_note: str | None = None
+    workload: list[str] = field(default_factory=list)  # what each run sent, for a dataset's runs
 
     def row(self, metric: str, stat: str) -> Row | None:
         """The row of ``metric``'s ``stat``; for ``gaps`` (a TPOT statistic) the median's row of other metrics."""
@@ -339,6 +340,17 @@ def _probe_method(run: Run | RunScalars) -> str | None:
     return p.method if p else None
 
 
+def _workload(base: Any, new: Any) -> list[str]:
+    """The workload line of each run (one when both sent the same): a dataset's file and choices."""
+    from llmbench.dataset import describe
+
+    sb, sn = getattr(base.config, "prompt_source", None), getattr(new.config, "prompt_source", None)
+    b, n = (describe(sb) if sb else None), (describe(sn) if sn else None)
+    if b == n:
+        return [b] if b else []
+    return [f"base {b or 'workload: a prompt list'}", f"new {n or 'workload: a prompt list'}"]
+
+
 def compare_runs(
     base: Run | RunScalars,
     new: Run | RunScalars,
@@ -402,6 +414,7 @@ def compare_runs(
         outputs_note=note,
     )
     comp.quality, comp.quality_note = _quality(base, new)
+    comp.workload = _workload(base, new)
     if paired and (ids := _prompt_ids_differ(base, new)) is not None:
         comp.config_diffs.append(("prompt_token_ids", *ids))
     both_auto = set(base.config.auto) & set(new.config.auto)

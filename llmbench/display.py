@@ -175,7 +175,7 @@ def compare_lines(comp, checks: list[Any]) -> tuple[list[str], list[str]]:
     """The facts above and below compare's table (shared by the table and markdown formats). Plain text:
     the terminal escapes it."""
     pairing = f"paired by (prompt_index, repeat): {comp.n_pairs} pairs" if comp.paired else "unpaired"
-    head = [f"{comp.n_base} -> {comp.n_new} requests, {pairing}"]
+    head = [f"{comp.n_base} -> {comp.n_new} requests, {pairing}", *comp.workload]
     # the statistic the gate tests for each metric (gaps: TPOT's own; TTFT then on the median), else the mean
     stat_of = {c.metric: c.stat for c in checks}
     detectable = [(label, stat_of.get(m, "mean"), comp.detectable_pct(m, stat_of.get(m, "mean")))
@@ -677,6 +677,38 @@ def machine_lines(run: Any) -> list[str]:
     if lines:
         lines.insert(0, f"machine over the run ({len(m.gpu_samples or m.samples)} samples, 0.5 s apart):")
     return lines
+
+
+def workload_line(config: Any) -> str | None:
+    """What was sent, for a dataset's run (see :func:`llmbench.dataset.describe`); None for a prompt list or
+    synthetic prompts (their name says it)."""
+    from llmbench.dataset import describe
+
+    src = getattr(config, "prompt_source", None)
+    return describe(src) if src else None
+
+
+def cache_lines(run: Any) -> list[str]:
+    """Prefix reuse: the share of prompt tokens the server's cache served (beside what a trace expected) and TTFT
+    of cold and warm requests; none without either."""
+    s = run.summary
+    if s is None or (s.cached_tokens_share is None and s.ttft_cold_ms is None and s.ttft_warm_ms is None):
+        return []
+    e = run.config.endpoint
+    trace = e.arrival.trace if e is not None and e.arrival is not None else None
+    source = getattr(run.config, "prompt_source", None) or {}
+    parts = []
+    if s.cached_tokens_share is not None:
+        parts.append(f"{s.cached_tokens_share:.1%} of prompt tokens cached (the server's usage)")
+    if trace and trace.get("prefix_reuse_expected") is not None:
+        parts.append(f"the trace implies {trace['prefix_reuse_expected']:.1%}")
+    elif source.get("prefix_reuse_expected") is not None:
+        parts.append(f"the workload implies {source['prefix_reuse_expected']:.1%}")
+    ttft = [f"{name} p50 {st.p50:.1f} ms (n={st.n})" for name, st in (("cold", s.ttft_cold_ms),
+            ("warm", s.ttft_warm_ms)) if st is not None]  # fmt: skip
+    if ttft:
+        parts.append("TTFT " + ", ".join(ttft))
+    return ["prefix reuse: " + "; ".join(parts)]
 
 
 def server_lines(run: Any) -> list[str]:

@@ -50,7 +50,6 @@ def measure_share(share: Share, ready: Callable[[], float]) -> dict[str, Any]:
     """In a worker: measure requests ``share.index``, ``+ workers``, ... of the schedule; ``ready()`` blocks until
     the common start and returns it (``time.time()`` seconds). Returns ``{"run": ...}`` (JSON), with
     ``"interrupted"`` after a stop, or ``{"error": "..."}``."""
-    from llmbench.backends import Request
     from llmbench.backends.endpoint import EndpointBackend
     from llmbench.loop import execute, new_track
     from llmbench.process import stop_on_signals
@@ -63,7 +62,8 @@ def measure_share(share: Share, ready: Callable[[], float]) -> dict[str, Any]:
         await backend.start(share.prompts)
         try:
             track = new_track(backend, share.prompts, None)
-            plan = [(track, Request(p[i % len(p)], i % len(p), i // len(p), scheduled_s=o)) for i, o in plan_offsets]
+            n = len(p)
+            plan = [(track, share.prompts.request(i % n, i // n, scheduled_s=o)) for i, o in plan_offsets]
 
             async def start_at() -> float:
                 start_unix = await asyncio.get_running_loop().run_in_executor(None, ready)

@@ -156,6 +156,7 @@ class RunLoop:
         # failure recorded, and the others go on; a run or an ab pair can't go on without it
         self.survive = survive_backend_loss
         self.lost: dict[int, str] = {}  # id(track) -> why its backend was lost
+        self._replies: dict[tuple[int, int, int], str] = {}  # a turn's reply, until its conversation's next turn
         self.start_at = start_at  # awaited after warm-up and probe: the perf_counter() instant to start at
         self.prompts = prompts
         self.warmup = warmup
@@ -263,12 +264,17 @@ class RunLoop:
 
     async def _warm_up(self) -> None:
         for t in self.tracks:
-            prompts = (t.prompts or self.prompts).prompts
-            n = len(prompts)
+            pset = t.prompts or self.prompts
+            n = len(pset.prompts)
             await self._activate(t)
             for w in range(self.warmup):
                 i = n - 1 - w % n
-                req = Request(prompts[i], i, -1 - w // n)
+                # a workload with shared prefixes warms up on a prompt of its own (prompt_index -1)
+                req = (
+                    Request(pset.warmup[w % len(pset.warmup)], -1, -1 - w)
+                    if pset.warmup
+                    else pset.request(i, -1 - w // n)
+                )
                 try:
                     r = await self._call(t, req, 0.0)
                 except (RequestFailed, BackendUnavailable) as e:
@@ -315,21 +321,39 @@ class RunLoop:
     # -- measuring ------------------------------------------------------------------------------------------
 
     async def _measure_all(self, todo: list[tuple[Track, Request]]) -> None:
-        queue = list(reversed(todo))
+        queue = list(reversed(_units(todo)))  # a unit: one request, or a conversation's turns (in order)
 
         async def worker() -> None:
             while queue and not self.stop.requested and self.fatal is None:
-                t, req = queue.pop()
-                if id(t) in self.lost:
-                    continue
+                unit = queue.pop()
                 try:
-                    if not await self._one(t, req):
+                    if not await self._unit(unit):
                         return
                 except Exception as e:  # saving failed (a full disk...): the run ends, saved as far as it can be
                     self.fatal = e
                     return
 
-        await asyncio.gather(*(worker() for _ in range(min(self.concurrency, len(todo)))))
+        await asyncio.gather(*(worker() for _ in range(min(self.concurrency, len(queue)))))
+
+    async def _unit(self, unit: list[tuple[Track, Request]]) -> bool:
+        """One request, or a conversation: each turn sent with the conversation so far (the replies it got), after
+        its think time; a failed turn ends the conversation. False when the run must end."""
+        history: list[dict[str, str]] = []
+        for t, req in unit:
+            if id(t) in self.lost or self.stop.requested:
+                return True
+            if req.conversation is not None:
+                if req.think_s > 0 and req.turn:
+                    await asyncio.sleep(req.think_s)
+                req = dataclasses.replace(req, messages=tuple(history))
+            if not await self._one(t, req):
+                return False
+            if req.conversation is not None:
+                reply = self._replies.pop((id(t), req.prompt_index, req.repeat), None)
+                if reply is None:  # the turn failed: there is no reply to go on from
+                    return True
+                history += [{"role": "user", "content": req.prompt}, {"role": "assistant", "content": reply}]
+        return True
 
     async def _measure_open(self, todo: list[tuple[Track, Request]]) -> None:
         """Each request at its due time, whatever is in flight. A resumed run's remaining schedule starts at
@@ -387,7 +411,13 @@ class RunLoop:
         if result is None:  # a stop cut it short: a partial request is not a measurement
             return False
         results = result if isinstance(result, list) else [result]
+        if req.conversation is not None:  # the next turn sends this reply back
+            self._replies[(id(t), req.prompt_index, req.repeat)] = results[-1].output_text
         for r in results:
+            if req.cold is not None and r.cold is None:  # the workload's structure: first of its prefix, or not
+                r.cold = req.cold
+            if req.conversation is not None:
+                r.conversation, r.turn = req.conversation, req.turn
             await self._record(t, r)
         self.done += 1
         self.reporter.request(results[-1], self.done, self.total)
@@ -537,15 +567,27 @@ async def execute(
     return await loop.run(plan)
 
 
+def _units(todo: list[tuple[Track, Request]]) -> list[list[tuple[Track, Request]]]:
+    """Consecutive turns of one conversation (same track and repeat) as one unit; every other request alone."""
+    units: list[list[tuple[Track, Request]]] = []
+    for t, req in todo:
+        last = units[-1][-1] if units else None
+        if (req.conversation is not None and last is not None and last[0] is t
+                and last[1].conversation == req.conversation and last[1].repeat == req.repeat):  # fmt: skip
+            units[-1].append((t, req))
+        else:
+            units.append([(t, req)])
+    return units
+
+
 def scheduled(track: Track, prompts: PromptSet, offsets: Sequence[float]) -> list[tuple[Track, Request]]:
     """An open-loop plan: request i is prompt ``i % len(prompts)`` (its repeat ``i // len(prompts)``), due at
     ``offsets[i]``."""
     n = len(prompts.prompts)
-    return [
-        (track, Request(prompts.prompts[i % n], i % n, i // n, scheduled_s=offset)) for i, offset in enumerate(offsets)
-    ]
+    return [(track, prompts.request(i % n, i // n, scheduled_s=offset)) for i, offset in enumerate(offsets)]
 
 
 def round_robin(tracks: Sequence[Track], prompts: PromptSet, repeats: int) -> list[tuple[Track, Request]]:
     """The plan of a single run: the whole prompt list, ``repeats`` times round (drift hits every prompt alike)."""
-    return [(t, Request(p, i, rep)) for t in tracks for rep in range(repeats) for i, p in enumerate(prompts.prompts)]
+    n = len(prompts.prompts)
+    return [(t, prompts.request(i, rep)) for t in tracks for rep in range(repeats) for i in range(n)]

@@ -198,7 +198,30 @@ def summarize(
         ttfrt_ms=describe(r.ttfrt_ms for r in requests if r.ttfrt_ms is not None),
         token_count_disagreements=count_disagreements(requests),
         **engine_figures(requests),
+        **cache_figures(requests),
     )
+
+
+def cache_figures(requests: Sequence[RequestResult]) -> dict:
+    """Prefix reuse (fields of :class:`Summary`); {} without a workload structure or a server that says.
+
+    ``cached_tokens_share`` = sum(cached_tokens) / sum(prompt_tokens) over the requests whose server reports
+    both. TTFT split: by ``cold`` (the workload's structure: the first request to send its prefix) where the
+    requests have it, else by the server's account (nothing cached: cold)."""
+    told = [r for r in requests if r.cached_tokens is not None and r.prompt_tokens]
+    structured = [r for r in requests if r.cold is not None]
+    if not told and not structured:
+        return {}
+    prompt = sum(r.prompt_tokens or 0 for r in told)
+    if structured:
+        cold, warm = [r for r in structured if r.cold], [r for r in structured if not r.cold]
+    else:
+        cold, warm = [r for r in told if r.cached_tokens == 0], [r for r in told if (r.cached_tokens or 0) > 0]
+    return {
+        "cached_tokens_share": round(sum(r.cached_tokens or 0 for r in told) / prompt, 6) if prompt else None,
+        "ttft_cold_ms": describe(r.ttft_ms for r in cold),
+        "ttft_warm_ms": describe(r.ttft_ms for r in warm),
+    }
 
 
 def engine_figures(requests: Sequence[RequestResult]) -> dict:

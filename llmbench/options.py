@@ -31,6 +31,8 @@ class RunOptions:
     truncate: bool = False  # cut prompts longer than the context (keeping their end) instead of refusing
     cache: str = "dynamic"  # KV cache: dynamic (grows per token) or static (preallocated, compilable)
     compile: bool = False  # decode steps through torch.compile; needs the static cache
+    turns: int = 1  # --turns: each prompt opens a conversation of this many turns (llmbench.sessions)
+    think_time_s: float = 0.0  # --think-time: a session's pause after a reply before its next turn
 
     def validate(self) -> None:
         """UserError for options no run can honour."""
@@ -44,6 +46,10 @@ class RunOptions:
             raise UserError(f"--warmup must be 0 or more, not {self.warmup}")
         if self.repeats < 1:
             raise UserError(f"--repeats must be at least 1, not {self.repeats}")
+        if self.turns < 1:
+            raise UserError(f"--turns must be at least 1, not {self.turns}")
+        if not self.think_time_s >= 0:
+            raise UserError(f"--think-time must be 0 or more seconds, not {self.think_time_s}")
         if self.sample and not (self.temperature > 0):
             raise UserError(f"--temperature must be above 0 when sampling, not {self.temperature}")
         if self.sample and not (0 < self.top_p <= 1):
@@ -66,6 +72,7 @@ class RunOptions:
             "prompt_file": prompts.path,
             "prompt_sha256": prompts.sha256,
             "prompt_count": len(prompts.prompts),
+            "prompt_source": getattr(prompts, "source", None),
             "sampling": Sampling(
                 do_sample=self.sample,
                 temperature=self.temperature if self.sample else None,
@@ -121,10 +128,16 @@ class OpenLoop:
     seed: int = 0
     workers: int = 1  # client processes sharing the schedule (local), or Ray tasks with ``ray``
     ray: str | None = None  # a Ray cluster's address ("auto", "ray://host:port"): workers run there
+    trace: Any = None  # --trace: a llmbench.trace.Trace whose rows' times are the schedule (rate_rps: their mean)
 
     def validate(self) -> None:
         """UserError for a schedule that can't be drawn (checked again, with the rest, when it is)."""
         from llmbench.arrivals import plan_arrivals
+
+        if self.trace is not None:
+            if self.workers > 1 or self.ray:
+                raise UserError("--trace replays from one client process: drop --workers/--ray")
+            return
 
         if self.workers < 1:
             raise UserError(f"--workers must be at least 1, not {self.workers}")

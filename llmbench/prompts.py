@@ -7,8 +7,12 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from llmbench.errors import UserError, read_user_file
+
+if TYPE_CHECKING:
+    from llmbench.backends import Request
 
 
 @dataclass(frozen=True)
@@ -19,6 +23,29 @@ class PromptSet:
     sha256: str  # of the file's bytes: compare uses it to decide whether requests can be paired
     prompts: tuple[str, ...]
     line_numbers: tuple[int, ...]  # 1-based line of each prompt, for error messages
+    # a dataset's own output lengths (llmbench.dataset): each request asks for exactly its prompt's, EOS ignored
+    output_tokens: tuple[int | None, ...] | None = None
+    source: dict[str, Any] | None = None  # config.prompt_source: where a dataset's prompts came from and how
+    # a workload with shared prefixes (a trace's hash ids): whether each prompt is the first to send its prefix;
+    # a repeat after the first is warm whatever the prompt
+    cold: tuple[bool, ...] | None = None
+    # what warm-ups send instead of the list's last prompts: the workload's shape, sharing none of its prefixes
+    # (a warm-up must not fill a server's prefix cache with a prompt before its time)
+    warmup: tuple[str, ...] | None = None
+    # --turns (llmbench.sessions): each prompt's (conversation, turn); before expansion, the data's own later user
+    # turns per prompt (a ShareGPT conversation's)
+    turns: tuple[tuple[int, int], ...] | None = None
+    followups: tuple[tuple[str, ...], ...] | None = None
+
+    def request(self, index: int, repeat: int, **kw: Any) -> Request:
+        """The request of prompt ``index`` (with its own output length, where the data gives one)."""
+        from llmbench.backends import Request
+
+        own = self.output_tokens[index] if self.output_tokens is not None else None
+        cold = (self.cold[index] and repeat <= 0) if self.cold is not None else None
+        conversation, turn = self.turns[index] if self.turns is not None else (None, None)
+        return Request(self.prompts[index], index, repeat, max_new_tokens=own, cold=cold, conversation=conversation,
+                       turn=turn, **kw)  # fmt: skip
 
     @classmethod
     def from_list(cls, prompts: Sequence[str], name: str = "<list>") -> PromptSet:

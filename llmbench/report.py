@@ -254,6 +254,39 @@ def ttft_vs_prompt_svg(runs: list[tuple[str, Run]]) -> tuple[str, list[str]]:
     return _svg(fig), caveats
 
 
+def reuse_svg(run: Run) -> str | None:
+    """A workload with shared prefixes (a trace, prefix groups, conversations): TTFT of cold and warm requests side
+    by side, and TTFT against the share of the prompt the server's cache served; None without that structure."""
+    structured = [r for r in run.requests if r.cold is not None]
+    told = [r for r in run.requests if r.cached_tokens is not None and r.prompt_tokens]
+    if not structured and not told:
+        return None
+    fig, axes = _figure(ncols=2 if told and structured else 1, height=3.2)
+    axes = list(np.atleast_1d(axes))
+    ax = axes[0] if structured else None
+    ax2 = axes[-1] if told else None
+    rng = np.random.default_rng(0)  # jitter only: the points' x is their group
+    if ax is not None:
+        groups = (("cold", [r for r in structured if r.cold]), ("warm", [r for r in structured if r.cold is False]))
+        for x, (_label, group) in enumerate(groups):
+            v = np.asarray([r.ttft_ms for r in group])
+            if v.size:
+                ax.plot(x + rng.uniform(-0.15, 0.15, v.size), v, "o", ms=3, alpha=0.6)
+                ax.plot([x - 0.25, x + 0.25], [np.median(v)] * 2, color="black", lw=1.5)
+        ax.set_xticks([0, 1], [f"{label} (n={len(g)})" for label, g in groups])
+        ax.set_xlim(-0.6, 1.6)
+        ax.set_xlabel("cold: the first request of its prefix; warm: the rest")
+        ax.set_ylabel("TTFT, ms")
+        ax.set_title("TTFT, cold vs warm (bar: median)")
+    if ax2 is not None:
+        share = np.asarray([(r.cached_tokens or 0) / (r.prompt_tokens or 1) for r in told])
+        ax2.plot(share * 100, [r.ttft_ms for r in told], "o", ms=3, alpha=0.6)
+        ax2.set_xlabel("prompt tokens the server's cache served, %")
+        ax2.set_ylabel("TTFT, ms")
+        ax2.set_title("TTFT against the cached share")
+    return _svg(fig)
+
+
 def distributions_svg(runs: list[tuple[str, Run]]) -> str:
     """Empirical CDFs of TTFT and TPOT per run, overlaid."""
     fig, axes = _figure(ncols=2, height=3.2)
@@ -340,15 +373,20 @@ def build_report(runs: list[tuple[str, Run]]) -> str:
         "<p>TTFT: time to the first token. TPOT: (last - first token) / (tokens - 1) per request. "
         "ITL: every gap between consecutive tokens. E2E: the request's last token.</p>"
     )
-    from llmbench.display import cost_lines
+    from llmbench import display
 
     for name, run in runs:
         parts.append(summary_html(name, run))
+        workload = [display.workload_line(run.config), display.open_loop_line(run)]
+        parts += [f"<p>{html.escape(line)}</p>" for line in workload if line is not None]
         parts.append(timeline_svg(run))
+        if (reuse := reuse_svg(run)) is not None:
+            parts.append(reuse)
         machine = machine_svg(run)
         if machine is not None:
             parts.append(machine)
-        parts += [f"<p>{html.escape(line)}</p>" for line in cost_lines(run)]
+        lines = display.cost_lines(run) + display.cache_lines(run) + display.server_lines(run)
+        parts += [f"<p>{html.escape(line)}</p>" for line in lines]
     parts.append("<h2>Inter-token latency</h2>" + itl_svg(runs))
     svg, caveats = ttft_vs_prompt_svg(runs)
     parts.append("<h2>TTFT against prompt length</h2>" + svg)

@@ -27,7 +27,11 @@ Schema history (bump ``SCHEMA_VERSION`` on any change a reader of the old versio
     environment.cpu_flags/git (0.3.0, the history's machine fingerprint and measured code); config.ab.processes,
     requests[].process (0.3.0, ab --processes); requests[].cpu_ms, cpu, machine.gpu/gpu_samples,
     machine.summary.sampler_cpu_ms/sampler_cpu_pct_of_wall (0.3.0, what a token costs besides time);
-    server_metrics (0.3.0, --server-metrics: the server's own Prometheus metrics over the run).
+    server_metrics (0.3.0, --server-metrics: the server's own Prometheus metrics over the run);
+    config.prompt_source (0.3.0, datasets as prompt sources); config.endpoint.arrival.trace and process "trace"
+    (0.3.0, --trace replay); requests[].cached_tokens/cold, summary.cached_tokens_share/
+    ttft_cold_ms/ttft_warm_ms (0.3.0, the server's prefix-cache hits);
+    config.sessions, requests[].conversation/turn (0.3.0, --turns).
 
 No torch here: compare, show and the endpoint client read and write runs without it.
 """
@@ -140,11 +144,14 @@ class Arrival(_Model):
     server does. Drawn in advance from (process, rate, cv, seed), so it is reproducible and recorded."""
 
     rate_rps: float  # the offered rate: mean requests per second
-    process: Literal["poisson", "constant", "gamma"] = "poisson"
+    process: Literal["poisson", "constant", "gamma", "trace"] = "poisson"
     cv: float = 1.0  # coefficient of variation of the gaps (gamma; poisson is 1, constant 0)
     seed: int = 0
     requests: int  # how many the schedule holds
     duration_s: float | None = None  # --duration: the schedule was cut at this many seconds
+    # --trace: the trace replayed (llmbench.trace.Trace.record: file, format, hash, time unit and scale, window,
+    # rows, expected prefix reuse); the offsets are its rows' scaled times
+    trace: dict | None = None
 
 
 class EndpointConfig(_Model):
@@ -211,6 +218,13 @@ class RunConfig(_Model):
     # --synthetic / scan: {tokens, count, seed, generator, corpus_sha256[, scan_point]}: the prompts are a
     # function of these and the model's tokenizer (prompt_sha256 covers them)
     synthetic: dict | None = None
+    # a dataset (llmbench.dataset): {version, path, format, file_sha256, prompt_column, output_len_column,
+    # output_tokens_from, output_tokens, min/max_prompt_tokens, num_prompts, seed, entries, kept, dropped_*,
+    # skipped, rows}; prompt_sha256 covers the chosen prompts and their output lengths
+    prompt_source: dict | None = None
+    # --turns (llmbench.sessions): {turns, conversations, think_time_s, later_turns, follow_ups}; each turn is a
+    # prompt of its own (prompt_count counts turns)
+    sessions: dict | None = None
 
     @model_validator(mode="after")
     def _engine(self) -> RunConfig:
@@ -284,6 +298,16 @@ class RequestResult(_Model):
     stream_end_ms: float | None = None  # [DONE] (or the body's end) arrived, ms since request_start
     server_ttft_ms: float | None = None  # llmbench serve's own stamp of the first token (from arrival)
     server_queue_ms: float | None = None  # llmbench serve: arrival until the model started on it (templating + wait)
+    # the server's usage.prompt_tokens_details.cached_tokens: prompt tokens its prefix cache served (vLLM, SGLang,
+    # OpenAI); None when it does not say
+    cached_tokens: int | None = None
+    # a workload with shared prefixes (--trace's hash ids): the first request to send its prefix (True), or one
+    # whose prefix an earlier request sent (False); None without such structure
+    cold: bool | None = None
+    # (warmup_requests[].prompt_index is -1 for a workload's own warm-up prompt: --prefix-groups, --trace)
+    # --turns: the conversation (the prompt that opened it) and the turn (0: the first) this request was
+    conversation: int | None = None
+    turn: int | None = None
     eos_ms: float | None = None  # endpoint runs: arrival of the finishing event of an end-of-sequence token that
     # carried no text but that usage counts (TPOT's span ends there)
     # open-loop runs (--rate): when it was due, and how late the client sent it
@@ -345,6 +369,12 @@ class Summary(_Model):
     stream_gaps_under_1ms_share: float | None = None
     stream_largest_burst: int | None = None
     stream_buffered_requests: int | None = None
+    # endpoint runs whose server reports usage.prompt_tokens_details.cached_tokens (metrics.cache_figures)
+    cached_tokens_share: float | None = None  # sum(cached_tokens) / sum(prompt_tokens)
+    # TTFT of cold and warm requests: by the workload's structure (requests[].cold) where it has one, else by
+    # the server's cache (nothing cached: cold)
+    ttft_cold_ms: Stats | None = None
+    ttft_warm_ms: Stats | None = None
     failed_requests: int = 0
     # open-loop runs
     offered_rate_rps: float | None = None  # the schedule's rate

@@ -8,7 +8,8 @@ every message carries ``"v"``):
 
     worker -> {"v": 1, "event": "ready", "llmbench_version": ..., "pid": ...}        once loaded
               {"v": 1, "event": "error", "message": ...}                            a load or input error; exit 2
-    parent -> {"v": 1, "op": "prepare", "prompts": [...], "prompt_file": ..., "prompt_sha256": ..., "options": {...}}
+    parent -> {"v": 1, "op": "prepare", "prompts": [...], "prompt_file": ..., "prompt_sha256": ..., "options": {...},
+              "output_tokens": [...] | null, "source": {...} | null}  (the last two: a dataset's, optional)
     worker -> {"v": 1, "event": "prepared", "run": {run record: config, environment, load, warnings}}
     parent -> {"v": 1, "op": "measure", "prompt_index": i, "repeat": r}
     worker -> {"v": 1, "event": "result", "result": {...}, "warnings": [...]}  (what it saw so far: recompiles)
@@ -38,7 +39,6 @@ PROTOCOL = 1
 def serve_forever(spec: Any, cache: str, compile_: bool, inp: IO[str], out: IO[str]) -> int:
     """Load ``spec`` and answer commands from ``inp`` on ``out`` until told to exit; the exit code."""
     from llmbench import machine, models
-    from llmbench.backends import Request
     from llmbench.generation import generation_thread
     from llmbench.options import RunOptions
     from llmbench.process import freeze_now, frozen_gc, stop_on_signals
@@ -76,8 +76,10 @@ def serve_forever(spec: Any, cache: str, compile_: bool, inp: IO[str], out: IO[s
             try:
                 if op == "prepare":
                     options = RunOptions(**{**msg["options"], "cache": cache, "compile": compile_})
+                    own = msg.get("output_tokens")  # a dataset's output lengths, one a prompt
                     prompts = PromptSet(msg["prompt_file"], msg["prompt_sha256"], tuple(msg["prompts"]),
-                                        tuple(range(1, len(msg["prompts"]) + 1)))  # fmt: skip
+                                        tuple(range(1, len(msg["prompts"]) + 1)),
+                                        tuple(own) if own is not None else None, msg.get("source"))  # fmt: skip
                     backend = _backend(spec, options, loaded)
                     thread.run(backend.start_now, prompts)
                     send(event="prepared", run=json.loads(backend.new_run(prompts).model_dump_json()))
@@ -86,7 +88,7 @@ def serve_forever(spec: Any, cache: str, compile_: bool, inp: IO[str], out: IO[s
                     i, rep = int(msg["prompt_index"]), int(msg["repeat"])
                     try:
                         result = None if stop.requested else thread.run(
-                            backend.measure_now, Request(prompts.prompts[i], i, rep), stop
+                            backend.measure_now, prompts.request(i, rep), stop
                         )  # fmt: skip
                     except (RuntimeError, ValueError, OSError) as e:  # the engine failed this request
                         send(event="failed", error=f"{type(e).__name__}: {str(e).strip()[:300]}")

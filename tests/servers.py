@@ -177,3 +177,51 @@ def slow_health_server(delay_s: float) -> Starlette:
         return JSONResponse({"data": [{"id": "listed-model"}]})
 
     return Starlette(routes=[Route("/health", health), Route("/v1/models", models)])
+
+
+def caching_server(tokenizer, block: int = 16, ms_per_uncached_token: float = 0.1, decode_ms: float = 1.0):
+    """A server with a prefix cache whose effect is known, for ground truth on hit rates and cold/warm TTFT.
+
+    It counts a request's prompt with ``tokenizer``'s chat template (as vLLM would), looks up its leading blocks
+    of ``block`` tokens (each block keyed by every token up to its end: a chain, as vLLM's block hashes), sends
+    the first token after ``ms_per_uncached_token`` per prompt token not found, then ``max_tokens`` tokens
+    ``decode_ms`` apart, and usage with ``prompt_tokens_details.cached_tokens``. It logs each request's
+    messages, ids, arrival time (``time.perf_counter``) and cached tokens in ``app.state.log``.
+    """
+
+    async def chat(request: Request):
+        arrived = time.perf_counter()
+        body = await request.json()
+        ids = tokenizer.apply_chat_template(body["messages"], add_generation_prompt=True, tokenize=True)
+        ids = list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
+        cached = 0
+        for end in range(block, len(ids) + 1, block):
+            if tuple(ids[:end]) not in app.state.cache:
+                break
+            cached = end
+        app.state.cache.update(tuple(ids[:end]) for end in range(block, len(ids) + 1, block))
+        n = int(body.get("max_tokens") or 16)
+        app.state.log.append({"messages": body["messages"], "ids": ids, "arrived": arrived, "cached": cached,
+                              "max_tokens": n})  # fmt: skip
+
+        async def events():
+            await asyncio.sleep((len(ids) - cached) * ms_per_uncached_token / 1000)
+            for k in range(n):
+                if k:
+                    await asyncio.sleep(decode_ms / 1000)
+                yield 'data: {"choices":[{"index":0,"delta":{"content":"tok "}}]}\n\n'
+            usage = {"prompt_tokens": len(ids), "completion_tokens": n, "total_tokens": len(ids) + n,
+                     "prompt_tokens_details": {"cached_tokens": cached}}  # fmt: skip
+            yield "data: " + json.dumps({"choices": [], "usage": usage}) + "\n\n"
+            yield "data: [DONE]\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    async def models(_request: Request) -> JSONResponse:
+        return JSONResponse({"object": "list", "data": [{"id": "cache-stub", "object": "model"}]})
+
+    app = Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"]),
+                            Route("/v1/models", models)])  # fmt: skip
+    app.state.cache = set()
+    app.state.log = []
+    return app

@@ -153,3 +153,18 @@ def test_each_report_kind_in_chromium_is_kept_as_a_screenshot(tmp_path):
             assert shot.stat().st_size > 10_000
         browser.close()
     assert errors == []
+
+
+def test_a_workload_with_shared_prefixes_draws_cold_against_warm(figures, cli, tmp_path):
+    run = synthetic_run(n=24, tokens=8, noise=0.2, seed=3)
+    for i, r in enumerate(run.requests):  # the first of 4 groups is cold; warm ones find 80% of the prompt cached
+        r.cold = i < 4
+        r.cached_tokens = 0 if r.cold else 24
+    path = tmp_path / "prefixes.json"
+    save_run(run, path)
+    out = tmp_path / "report.html"
+    assert cli("report", path, "-o", out).returncode == 0
+    _assert_readable(figures)
+    cold_warm = next(f for f in figures if any("cold vs warm" in ax.get_title() for ax in f["axes"]))
+    ticks = [t.get_text() for t in cold_warm["axes"][0].get_xticklabels()]
+    assert ticks == ["cold (n=4)", "warm (n=20)"]

@@ -8,18 +8,19 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
 
 from llmbench import envinfo, machine
-from llmbench.arrivals import plan_arrivals
+from llmbench.arrivals import plan_arrivals, trace_arrivals
 from llmbench.backends import Request
 from llmbench.client import (
     TokenCounter,
     api_headers,
+    cached_tokens,
     chat_url,
     probe_server,
     redact,
@@ -70,7 +71,9 @@ class EndpointBackend:
         self.probing = True  # False: leave the calibration probe to another client process (--workers)
         self.arrival: Arrival | None = None  # an open loop's schedule: its record and due times (seconds)
         self.offsets: list[float] = []
-        if (ol := endpoint.open_loop) is not None:
+        if (ol := endpoint.open_loop) is not None and ol.trace is not None:
+            self.arrival, self.offsets = trace_arrivals(ol.trace)
+        elif ol is not None:
             self.arrival, self.offsets = plan_arrivals(ol.rate_rps, ol.arrival, requests=ol.requests,
                                                        duration_s=ol.duration_s, seed=ol.seed)  # fmt: skip
         self._cpu0: float | None = None
@@ -91,19 +94,19 @@ class EndpointBackend:
                          "arrival": self.arrival.model_dump() if self.arrival else None},
         }  # fmt: skip
 
-    async def synthesize(self, spec: SyntheticSpec) -> PromptSet:
-        """Prompts of exactly ``spec.tokens`` tokens as ``--tokenizer`` counts them (with its chat template):
-        the server's own count (usage) is what the run records, so use the server's tokenizer."""
+    async def counting(self, what: str = "--synthetic") -> tuple[Callable[[str], int], Any]:
+        """How ``--tokenizer`` counts a prompt's tokens (with its chat template), and the tokenizer: the server's
+        own count (usage) is what the run records, so use the server's tokenizer. ``what``: the option that
+        needs it, for the error without one."""
         if not self.endpoint.tokenizer:
-            raise UserError("--synthetic with --endpoint needs --tokenizer (the server's, to count prompt tokens)")
+            raise UserError(f"{what} with --endpoint needs --tokenizer (the server's, to count prompt tokens)")
         counter = self.counter = self.counter or TokenCounter(self.endpoint.tokenizer)
-        system = self.options.system_prompt
+        return counter.counter_of(self.options.system_prompt), counter.tok
 
-        def count(text: str) -> int:
-            messages = [{"role": "system", "content": system}] if system else []
-            return counter.prompt_tokens([*messages, {"role": "user", "content": text}])
-
-        return make_synthetic(spec, counter.tok, count)
+    async def synthesize(self, spec: SyntheticSpec) -> PromptSet:
+        """Prompts of exactly ``spec.tokens`` tokens as ``--tokenizer`` counts them."""
+        count, tokenizer = await self.counting()
+        return make_synthetic(spec, tokenizer, count)
 
     async def start(self, prompts: PromptSet) -> None:
         """Ask the server what it serves (GET /health, /v1/models); load ``--tokenizer`` before any request."""
@@ -158,7 +161,9 @@ class EndpointBackend:
         if request.repeat >= 0 and self._cpu0 is None:  # the client's own cost counts from the first measured one
             self._cpu0, self._t0 = time.process_time(), time.perf_counter()
         seed = self.options.request_seed(request.prompt_index, request.repeat)
-        body = request_body(self.model, request.prompt, self.options, seed)
+        body = request_body(self.model, request.prompt, self.options, seed, request.messages)
+        if request.max_new_tokens is not None:  # a dataset's own output length (ignore_eos is sent then)
+            body["max_tokens"] = request.max_new_tokens
         s = await stream_one(self.client, self.url, body, self.headers)
         if s.content_type:
             self.odd_content_types.add(s.content_type)
@@ -185,6 +190,7 @@ class EndpointBackend:
             output_tokens_server=c.server if c.client is not None else None,
             output_tokens_client=c.client if c.server is not None else None,
             reasoning_tokens=c.reasoning_tokens,
+            cached_tokens=cached_tokens(s.usage),
         )
         if s.reasoning_ns:
             result.ttfrt_ms = round((s.reasoning_ns[0] - s.start_ns) / _NS_PER_MS, 3)

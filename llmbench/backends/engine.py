@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import time
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 from llmbench import envinfo, machine
@@ -89,10 +89,15 @@ class EngineBackend:
         self.load_now()
         self.check_prompts(prompts)
 
+    async def counting(self, what: str = "") -> tuple[Callable[[str], int], Any]:
+        """How this run counts a prompt's tokens, and its tokenizer (loads the model first)."""
+        await asyncio.wrap_future(self.thread.submit(self.load_now))
+        return self.count_prompt_tokens, self.em.tokenizer
+
     async def synthesize(self, spec: SyntheticSpec) -> PromptSet:
         """Prompts of exactly ``spec.tokens`` tokens as this backend counts them (loads the model first)."""
-        await asyncio.wrap_future(self.thread.submit(self.load_now))
-        return make_synthetic(spec, self.em.tokenizer, self.count_prompt_tokens)
+        count, tokenizer = await self.counting()
+        return make_synthetic(spec, tokenizer, count)
 
     def count_prompt_tokens(self, prompt: str) -> int:
         return len(self._encode(prompt))
@@ -101,8 +106,9 @@ class EngineBackend:
     def uses_template(self) -> bool:
         return self.options.chat_template and bool(getattr(self.em.tokenizer, "chat_template", None))
 
-    def _encode(self, prompt: str) -> list[int]:
-        return encode_ids(self.em.tokenizer, messages_for(prompt, self.options.system_prompt), self.uses_template)
+    def _encode(self, prompt: str, history: Sequence[dict[str, str]] = ()) -> list[int]:
+        messages = messages_for(prompt, self.options.system_prompt, history)
+        return encode_ids(self.em.tokenizer, messages, self.uses_template)
 
     def _fit(self, n: int, where: str) -> int:
         return fit_context(n, self.em.max_positions, self.options.max_new_tokens, self.options.truncate, where)
@@ -187,14 +193,14 @@ class EngineBackend:
 
         cpu0 = process_cpu_ms()
         start = clock()
-        ids = self._encode(request.prompt)
+        ids = self._encode(request.prompt, request.messages)
         cut = self._fit(len(ids), f"prompt {request.prompt_index + 1}")
         ids = ids[cut:]
         tokenized = clock()
         was_enabled = gc.isenabled()
         gc.disable()  # no collection inside a timed request (see backends.inprocess)
         try:
-            timers = em.runner.generate(ids, o.max_new_tokens, eos, on_token)
+            timers = em.runner.generate(ids, request.max_new_tokens or o.max_new_tokens, eos, on_token)
         finally:
             if was_enabled:
                 gc.enable()

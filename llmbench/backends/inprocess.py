@@ -12,7 +12,7 @@ import contextlib
 import dataclasses
 import gc
 import time
-from collections.abc import Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -121,10 +121,15 @@ class InProcessBackend:
             self.loaded = models.load_model(self.spec)
             freeze_now()  # inside llmbench.frozen_gc(): the model's objects leave the collector's sight
 
+    async def counting(self, what: str = "") -> tuple[Callable[[str], int], Any]:
+        """How this run counts a prompt's tokens, and its tokenizer (loads the model first)."""
+        await asyncio.wrap_future(self.thread.submit(self._load))
+        return self.count_prompt_tokens, self.lm.tokenizer
+
     async def synthesize(self, spec: SyntheticSpec) -> PromptSet:
         """Prompts of exactly ``spec.tokens`` tokens as this backend counts them (loads the model first)."""
-        await asyncio.wrap_future(self.thread.submit(self._load))
-        return make_synthetic(spec, self.lm.tokenizer, self.count_prompt_tokens)
+        count, tokenizer = await self.counting()
+        return make_synthetic(spec, tokenizer, count)
 
     def count_prompt_tokens(self, prompt: str) -> int:
         """The ``prompt_tokens`` a request of ``prompt`` will have (template and system prompt included)."""
@@ -217,8 +222,9 @@ class InProcessBackend:
     def uses_template(self) -> bool:
         return self.options.chat_template and bool(getattr(self.lm.tokenizer, "chat_template", None))
 
-    def _encode(self, prompt: str):
-        return encode_messages(self.lm.tokenizer, messages_for(prompt, self.options.system_prompt), self.uses_template)
+    def _encode(self, prompt: str, history: Sequence[dict[str, str]] = ()):
+        messages = messages_for(prompt, self.options.system_prompt, history)
+        return encode_messages(self.lm.tokenizer, messages, self.uses_template)
 
     def _generate_kwargs(self) -> dict[str, Any]:
         o = self.options
@@ -256,6 +262,8 @@ class InProcessBackend:
             return self._measure_batch(request, stop, started_s)
         model, device, o = self.lm.model, self.lm.device, self.options
         kw = self._generate_kwargs()
+        if request.max_new_tokens is not None:  # a dataset's own output length (EOS is ignored then)
+            kw["max_new_tokens"] = request.max_new_tokens
         if stop is not None:
             kw["stopping_criteria"] = [StopCriterion(lambda: stop.requested)]
         if o.sample:
@@ -265,7 +273,7 @@ class InProcessBackend:
         cpu0 = process_cpu_ms()
 
         start = time.perf_counter_ns()
-        enc = self._encode(request.prompt)
+        enc = self._encode(request.prompt, request.messages)
         input_ids, attention_mask = enc["input_ids"], enc.get("attention_mask")
         cut = self._fit(int(input_ids.shape[-1]), f"prompt {request.prompt_index + 1}")
         if cut:

@@ -144,7 +144,9 @@ class WorkerBackend:
                                                   "seed", "temperature", "top_p", "system_prompt", "chat_template",
                                                   "truncate")}  # fmt: skip
             msg = await self._ask(op="prepare", prompts=list(prompts.prompts), prompt_file=prompts.path,
-                                  prompt_sha256=prompts.sha256, options=options)  # fmt: skip
+                                  prompt_sha256=prompts.sha256, options=options,
+                                  output_tokens=list(prompts.output_tokens) if prompts.output_tokens else None,
+                                  source=prompts.source)  # fmt: skip
         except BackendUnavailable as e:
             await self.close()
             raise UserError(f"{self.label}{e}") from None

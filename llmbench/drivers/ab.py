@@ -76,9 +76,9 @@ def abba(base: Track, head: Track, prompts: PromptSet, repeats: int) -> list[tup
     plan: list[tuple[Track, Request]] = []
     k = 0
     for rep in range(repeats):
-        for i, p in enumerate(prompts.prompts):
+        for i in range(len(prompts.prompts)):
             first, second = (base, head) if k % 2 == 0 else (head, base)
-            plan += [(first, Request(p, i, rep)), (second, Request(p, i, rep))]
+            plan += [(first, prompts.request(i, rep)), (second, prompts.request(i, rep))]
             k += 1
     return plan
 

@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING, Any, Union
 
+from llmbench import sessions
 from llmbench.backends import Backend
+from llmbench.dataset import DatasetSpec, Rows
 from llmbench.errors import UserError
 from llmbench.loop import Reporter, check_resumable, execute, new_track, round_robin, scheduled
 from llmbench.options import EndpointOptions, ModelOptions, RunOptions
+from llmbench.prefixes import PrefixSpec
 from llmbench.process import Stop
 from llmbench.prompts import PromptSet
 from llmbench.schema import Run
 from llmbench.storage import default_output_path, load_run, prepare_dir, prepare_output, save_run
 from llmbench.synthetic import SyntheticSpec, synthetic_record
+from llmbench.trace import Trace
 
 if TYPE_CHECKING:
     from llmbench.engines.base import EngineModel
@@ -63,7 +68,7 @@ def make_backend(
 
 
 async def run(
-    prompts: PromptSet | SyntheticSpec,
+    prompts: PromptSet | SyntheticSpec | DatasetSpec | Trace | PrefixSpec,
     target: Target,
     options: RunOptions,
     *,
@@ -81,10 +86,26 @@ async def run(
     resume's setup as far as it is known before loading); the rest is checked before the first request.
     """
     options.validate()
+    options = dataclasses.replace(options)  # a dataset's output lengths set its own copy's max_new_tokens
+    if options.turns > 1 and resume is not None:
+        raise UserError("--turns: a conversation's turns send the replies it got, which --resume can't recover")
+    if options.turns > 1 and isinstance(target, EndpointOptions) and target.open_loop is not None:
+        raise UserError("--turns runs conversations in a closed loop (--concurrency of them): drop --rate/--trace")
+    rows = None
+    if isinstance(prompts, DatasetSpec):  # read now: a bad file fails before anything loads
+        from llmbench import dataset
+
+        rows = dataset.read(prompts)
+        if not dataset.counts(prompts, rows):
+            prompts = dataset.apply_lengths(dataset.select(prompts, rows), options)
     if isinstance(target, EndpointOptions) and (ol := target.open_loop) is not None and (ol.workers > 1 or ol.ray):
         return await _shared(prompts, target, options, output, overwrite, default_dir, resume, stop, reporter)
-    synthetic_spec = isinstance(prompts, SyntheticSpec)  # made by the tokenizer here: an engine runs in this process
-    backend = make_backend(target, options, reporter=reporter, in_process=synthetic_spec)
+    if isinstance(prompts, Trace) and not (isinstance(target, EndpointOptions) and target.open_loop is not None
+                                           and target.open_loop.trace is prompts):  # fmt: skip
+        raise UserError("a trace is replayed against a server: run --endpoint URL --trace FILE")
+    # made or chosen by the tokenizer here: an engine then runs in this process
+    here = isinstance(prompts, (SyntheticSpec, DatasetSpec, PrefixSpec))
+    backend = make_backend(target, options, reporter=reporter, in_process=here)
     previous = path = None
     if resume is not None:
         if output is not None and Path(output).resolve() != Path(resume).resolve():
@@ -102,13 +123,34 @@ async def run(
         if not hasattr(backend, "synthesize"):
             raise UserError("--synthetic needs a model in this process or --endpoint with --tokenizer")
         prompts = await backend.synthesize(synthetic)
+    if isinstance(prompts, DatasetSpec):
+        assert rows is not None
+        from llmbench import dataset
+
+        prompts = dataset.apply_lengths(await _choose(backend, prompts, rows), options)
+    elif isinstance(prompts, PrefixSpec):
+        from llmbench import prefixes
+
+        if not hasattr(backend, "counting"):
+            raise UserError("--prefix-groups needs a model in this process or --endpoint with --tokenizer")
+        count, tokenizer = await backend.counting("--prefix-groups")
+        prompts = prefixes.make(prompts, tokenizer, count, _text_counter(tokenizer))
+    elif isinstance(prompts, Trace):
+        from llmbench import dataset, trace
+
+        count, tokenizer = await backend.counting("--trace")  # type: ignore[attr-defined]  # an EndpointBackend
+        prompts = dataset.apply_lengths(trace.synthesize(prompts, tokenizer, count, _text_counter(tokenizer)), options)
     assert isinstance(prompts, PromptSet)
+    followups = prompts.followups is not None
+    prompts = sessions.expand(prompts, options.turns)
     await backend.start(prompts)
     try:
         track = new_track(backend, prompts, path, previous)
-        if synthetic is not None:
-            for record in (track.fresh, track.run):
+        for record in (track.fresh, track.run):
+            if synthetic is not None:
                 record.config.synthetic = synthetic_record(synthetic)
+            if options.turns > 1:
+                record.config.sessions = sessions.record(prompts, options.turns, options.think_time_s, followups)
         if path is None and default_dir is not None:
             track.path = default_output_path(track.fresh.config.model, track.fresh.config.device, default_dir)
         if reporter is not None:
@@ -116,6 +158,7 @@ async def run(
         concurrency = target.concurrency if isinstance(target, EndpointOptions) else 1
         offsets = getattr(backend, "offsets", None)
         plan = scheduled(track, prompts, offsets) if offsets else round_robin([track], prompts, options.repeats)
+        plan = sessions.with_think_time(plan, options.think_time_s) if options.turns > 1 else plan
         runs = await execute(
             [track], plan, prompts, warmup=options.warmup, concurrency=concurrency, stop=stop, reporter=reporter,
         )  # fmt: skip
@@ -124,8 +167,31 @@ async def run(
     return runs[0], track.path
 
 
+def _text_counter(tokenizer: Any) -> Any:
+    """A text's tokens alone (no template, no special tokens)."""
+    return lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+async def _choose(backend: Backend, spec: DatasetSpec, rows: Rows) -> PromptSet:
+    """The dataset's entries the filters allow, counted by ``backend`` as its requests will be."""
+    from llmbench import dataset
+
+    counting = getattr(backend, "counting", None)
+    if counting is None:
+        if spec.needs_tokenizer:
+            raise UserError("--min-prompt-tokens/--max-prompt-tokens need the run's tokenizer: a model in this "
+                            "process or --endpoint with --tokenizer")  # fmt: skip
+        return dataset.select(spec, rows)
+    endpoint = getattr(backend, "endpoint", None)
+    if spec.needs_tokenizer or endpoint is None or endpoint.tokenizer:
+        count, tokenizer = await counting("--min-prompt-tokens/--max-prompt-tokens")
+
+        return dataset.select(spec, rows, count, _text_counter(tokenizer))
+    return dataset.select(spec, rows)  # a server without --tokenizer: ShareGPT replies give no lengths
+
+
 async def _shared(
-    prompts: PromptSet | SyntheticSpec,
+    prompts: PromptSet | SyntheticSpec | DatasetSpec | Trace | PrefixSpec,
     target: EndpointOptions,
     options: RunOptions,
     output: str | Path | None,
@@ -144,7 +210,8 @@ async def _shared(
     if resume is not None:
         raise UserError("--resume continues one process's run; an open loop over --workers or --ray can't resume")
     if not isinstance(prompts, PromptSet):
-        raise UserError("--synthetic is not available with --workers or --ray: write the prompts to a file")
+        what = "--synthetic" if isinstance(prompts, SyntheticSpec) else "a dataset chosen by the tokenizer"
+        raise UserError(f"{what} is not available with --workers or --ray: write the prompts to a file")
     path = prepare_output(output, overwrite) if output is not None else None
     if path is None and default_dir is not None:
         prepare_dir(default_dir)
@@ -169,6 +236,11 @@ async def _shared(
 def started_line(run: Run) -> str:
     """One line on what is about to be measured."""
     c, load = run.config, run.load
+    if c.endpoint is not None and c.endpoint.arrival is not None and c.endpoint.arrival.trace:
+        a, t = c.endpoint.arrival, c.endpoint.arrival.trace
+        return (f"streaming to {c.endpoint.url} (model {c.model}), replaying {t['path']} ({t['format']}): "
+                f"{a.requests} requests over {a.duration_s:g} s (times x{t['time_scale']:g}), expected prefix "
+                f"reuse {t['prefix_reuse_expected']:.1%}")  # fmt: skip
     if c.endpoint is not None and c.endpoint.arrival is not None:
         a = c.endpoint.arrival
         return (

@@ -1,0 +1,209 @@
+"""Datasets as prompt sources: ShareGPT, JSONL, CSV, Parquet and save_to_disk folders, columns mapped, filtered by
+the run's own token count, sampled from a seed, each request asking for the data's own output length."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from llmbench import dataset
+from llmbench.dataset import DatasetSpec
+from llmbench.errors import UserError
+from llmbench.serve import create_app
+from llmbench.storage import load_run
+from tests.delayed_model import delayed_loaded
+from tests.servers import BackgroundServer
+
+WORDS = "the plant dumps untreated water into the river at night while inspectors sleep "
+
+
+def _sharegpt(path: Path) -> list[str]:
+    """Short, medium and long first turns, one with a system turn first, one turn without a reply, and entries
+    without a human turn (skipped). Returns the prompts in file order."""
+    entries = [
+        {"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "hello there, friend"}]},
+        {"conversations": [{"from": "gpt", "value": "an answer to nothing"}]},  # no human turn
+        {"conversations": [{"from": "human", "value": WORDS * 2}, {"from": "gpt", "value": "short"}]},
+        {"conversations": [{"from": "system", "value": "be terse"}, {"from": "human", "value": WORDS * 6},
+                           {"from": "gpt", "value": "a reply of several words " * 3}]},
+        {"conversations": [{"from": "human", "value": WORDS * 12}]},  # one turn: no reply
+        {"conversations": []},
+        {"conversations": [{"from": "human", "value": "   "}, {"from": "gpt", "value": "x"}]},  # blank
+    ]  # fmt: skip
+    path.write_text(json.dumps(entries), encoding="utf-8")
+    return ["hi", WORDS * 2, WORDS * 6, WORDS * 12]
+
+
+def _table(n: int = 12) -> list[dict]:
+    return [{"id": i, "question": f"question {i}: " + WORDS * (1 + i % 5), "out_len": 2 + i % 4} for i in range(n)]
+
+
+def _write_csv(path: Path, rows: list[dict]) -> None:
+    with path.open("w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+
+
+def _run(cli, data, model, out, *args):
+    return cli("run", data, "-m", model, "--device", "cpu", "--dtype", "float32", "--warmup", "0", "-o", out, "-q",
+               *args)  # fmt: skip
+
+
+def test_sharegpt_keeps_exactly_the_entries_the_filters_allow(cli, tiny_model_dir, qwen_tokenizer, tmp_path):
+    data = tmp_path / "sg.json"
+    prompts = _sharegpt(data)
+    everything = tmp_path / "all.json"
+    r = _run(cli, data, tiny_model_dir, everything, "--max-new-tokens", "4")
+    assert r.returncode == 0, r.stderr
+    run = load_run(everything)
+    counts = {q.prompt_index: q.prompt_tokens for q in run.requests}
+    src = run.config.prompt_source
+    assert run.config.prompt_count == 4 and src["skipped"] == {"no human turn": 3} and src["entries"] == 7
+    # replies give the output lengths (the one-turn entry: --max-new-tokens); EOS ignored, so exactly those
+    reply = [len(qwen_tokenizer(t, add_special_tokens=False)["input_ids"]) for t in
+             ("hello there, friend", "short", "a reply of several words " * 3)]  # fmt: skip
+    assert src["output_tokens"] == [*reply, 4] and src["output_tokens_from"] == "reply"
+    assert {q.prompt_index: q.output_tokens for q in run.requests} == dict(enumerate([*reply, 4]))
+    assert run.config.max_new_tokens == max(*reply, 4) and run.config.ignore_eos
+    lo, hi = sorted(counts.values())[1], sorted(counts.values())[2]  # keeps the middle two exactly
+    filtered = tmp_path / "mid.json"
+    r = _run(cli, data, tiny_model_dir, filtered, "--min-prompt-tokens", lo, "--max-prompt-tokens", hi)
+    assert r.returncode == 0, r.stderr
+    mid = load_run(filtered)
+    want = [p for i, p in enumerate(prompts) if lo <= counts[i] <= hi]
+    assert len(want) == 2 and mid.config.prompt_source["kept"] == 2
+    assert mid.config.prompt_source["dropped_shorter"] == 1 and mid.config.prompt_source["dropped_longer"] == 1
+    assert sorted(q.prompt_tokens for q in mid.requests) == sorted(counts[i] for i, p in enumerate(prompts)
+                                                                   if p in want)  # fmt: skip
+    assert mid.config.prompt_sha256 != run.config.prompt_sha256  # other requests: compare won't pair them
+    shown = cli("show", filtered)
+    assert f"workload: {data} (sharegpt), 2 of 7 entries (≥{lo} ≤{hi} prompt tokens" in shown.stdout
+    compared = cli("compare", everything, filtered)
+    assert compared.returncode == 0 and "unpaired" in compared.stdout
+    assert "base workload:" in compared.stdout and "new workload:" in compared.stdout
+    r = _run(cli, data, tiny_model_dir, tmp_path / "none.json", "--min-prompt-tokens", 10_000)
+    assert r.returncode == 2 and "no prompt of" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_columns_map_and_each_request_asks_for_its_own_length(cli, tiny_model_dir, tmp_path):
+    rows = _table(6)
+    data = tmp_path / "q.csv"
+    _write_csv(data, rows)
+    out = tmp_path / "c.json"
+    r = _run(cli, data, tiny_model_dir, out, "--prompt-column", "question", "--output-len-column", "out_len")
+    assert r.returncode == 0, r.stderr
+    run = load_run(out)
+    assert [q.output_tokens for q in sorted(run.requests, key=lambda q: q.prompt_index)] == [x["out_len"] for x in rows]
+    assert run.config.prompt_source["rows"][0] == f"{data}:2" and run.config.prompt_source["format"] == "csv"
+    # the same data as JSONL, Parquet and a save_to_disk folder: the same requests (compare pairs them)
+    jsonl = tmp_path / "q.jsonl"
+    jsonl.write_text("".join(json.dumps(x) + "\n" for x in rows), encoding="utf-8")
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "q.parquet")
+    datasets = pytest.importorskip("datasets")
+    datasets.Dataset.from_list(rows).save_to_disk(str(tmp_path / "q-disk"))
+    for other in (jsonl, tmp_path / "q.parquet", tmp_path / "q-disk"):
+        spec = DatasetSpec(str(other), prompt_column="question", output_len_column="out_len")
+        got = dataset.with_lengths(dataset.load(spec), 256)
+        assert got.sha256 == run.config.prompt_sha256, other
+    # a missing column, a bad length: one line each, exit 2
+    for args, said in ((("--prompt-column", "nope"), "no column 'nope'"),
+                       (("--prompt-column", "question", "--output-len-column", "id"), "at least 1"),
+                       ((), "no column 'prompt'")):  # fmt: skip
+        r = _run(cli, data, tiny_model_dir, tmp_path / "bad.json", *args)
+        assert r.returncode == 2 and said in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_num_prompts_samples_from_the_seed_among_what_the_filters_keep(qwen_tokenizer, tmp_path):
+    data = tmp_path / "t.jsonl"
+    data.write_text("".join(json.dumps(x) + "\n" for x in _table(40)), encoding="utf-8")
+
+    def count(text: str) -> int:
+        return len(qwen_tokenizer(text)["input_ids"])
+
+    rows = dataset.read(DatasetSpec(str(data), prompt_column="question"))
+    a = dataset.select(DatasetSpec(str(data), prompt_column="question", num_prompts=5, seed=1), rows)
+    again = dataset.select(DatasetSpec(str(data), prompt_column="question", num_prompts=5, seed=1), rows)
+    other = dataset.select(DatasetSpec(str(data), prompt_column="question", num_prompts=5, seed=2), rows)
+    assert a.prompts == again.prompts and a.sha256 == again.sha256 and len(a.prompts) == 5
+    assert a.prompts != other.prompts
+    short = DatasetSpec(str(data), prompt_column="question", num_prompts=6, seed=1, max_prompt_tokens=25)
+    got = dataset.select(short, rows, count)
+    assert len(got.prompts) == 6 and all(count(p) <= 25 for p in got.prompts)
+    short_enough = sum(count(p) <= 25 for p in rows.prompts)
+    assert 6 <= short_enough < 30
+    with pytest.raises(UserError, match=f"only {short_enough} entries"):
+        dataset.select(DatasetSpec(str(data), prompt_column="question", num_prompts=30, max_prompt_tokens=25),
+                       rows, count)  # fmt: skip
+    with pytest.raises(UserError, match="tokenizer"):
+        dataset.select(short, rows)
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "said"),
+    [
+        ("a.json", "{not json", "not valid JSON"),
+        ("b.json", '{"prompt": "x"}', "expected a JSON list"),
+        ("c.jsonl", '{"prompt": "x"}\n[1, 2]\n', "c.jsonl:2: expected a JSON object"),
+        ("d.csv", "prompt,n\n,1\n", "has no prompts"),
+        ("e.parquet", "not parquet at all", "not a readable Parquet file"),
+        ("f.json", '[{"conversations": "nope"}]', "entry 0"),
+        ("g.xml", "<a/>", "can't tell the format"),
+    ],
+)
+def test_bad_dataset_files_are_one_line(cli, tmp_path, name, content, said):
+    path = tmp_path / name
+    path.write_text(content, encoding="utf-8")
+    mapped = () if name.startswith("f.") else ("--prompt-column", "prompt")  # ShareGPT has no columns
+    r = cli("run", path, "--weights", "random", *mapped, "-q", "-o", tmp_path / "x.json")
+    assert r.returncode == 2 and said in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_bad_dataset_options_are_one_line(cli, tmp_path, prompt_file):
+    for args, said in (
+        (("--min-prompt-tokens", "9", "--max-prompt-tokens", "3"), "nothing could be kept"),
+        (("--num-prompts", "0"), "--num-prompts must be at least 1"),
+        (("--prompt-format", "xml"), "--prompt-format 'xml'"),
+        (("--synthetic", "10x2", "--num-prompts", "2"), "not --synthetic"),
+    ):
+        target = () if "--synthetic" in args else (prompt_file,)
+        r = cli("run", *target, "--weights", "random", "-q", *args)
+        assert r.returncode == 2 and said in r.stderr and len(r.stderr.strip().splitlines()) == 1, (args, r.stderr)
+
+
+def test_a_server_is_asked_for_each_entrys_own_length(cli, qwen_tokenizer, tmp_path):
+    rows = _table(5)
+    data = tmp_path / "q.csv"
+    _write_csv(data, rows)
+    lm = delayed_loaded(qwen_tokenizer, prefill_ms=5.0, decode_ms=2.0, eos_after=1)  # EOS at once unless ignored
+    with BackgroundServer(create_app(lm, max_queue=0)) as url:
+        out = tmp_path / "ep.json"
+        r = cli("run", data, "--endpoint", url, "--prompt-column", "question", "--output-len-column", "out_len",
+                "--warmup", "0", "-o", out, "-q")  # fmt: skip
+        assert r.returncode == 0, r.stderr
+    run = load_run(out)
+    assert [q.output_tokens for q in sorted(run.requests, key=lambda q: q.prompt_index)] == [x["out_len"] for x in rows]
+    assert run.config.endpoint.request_extra["ignore_eos"] is True
+
+
+def test_ab_workers_ask_for_each_entrys_own_length(cli, tiny_model_dir, tmp_path):
+    from tests.test_ab import _worker
+
+    rows = _table(4)
+    data = tmp_path / "q.csv"
+    _write_csv(data, rows)
+    out = tmp_path / "ab"
+    r = cli("ab", data, "--base", _worker(tiny_model_dir), "--head", _worker(tiny_model_dir), "--prompt-column",
+            "question", "--output-len-column", "out_len", "--warmup", "0", "-o", out, "-q")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    for side in ("base", "head"):
+        run = load_run(out / f"{side}.json")
+        got = [q.output_tokens for q in sorted(run.requests, key=lambda q: q.prompt_index)]
+        assert got == [x["out_len"] for x in rows] and run.config.prompt_source["output_tokens_from"] == "column"

@@ -1,0 +1,177 @@
+"""Trace replay: Mooncake, BurstGPT and Azure traces become a schedule and prompts of exactly their lengths that
+share exactly the blocks their hash ids say, replayed against a server whose prefix cache is known."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from llmbench import trace
+from llmbench.errors import UserError
+from llmbench.storage import load_run
+from tests.servers import BackgroundServer, caching_server
+
+BLOCK = trace.BLOCK_TOKENS
+
+
+def _mooncake(path, n: int = 24) -> list[dict]:
+    """Rows in 4 families: a family's rows share its leading ids (1 to 3 blocks), then ids of their own."""
+    rows, fresh = [], 1000
+    for i in range(n):
+        family = i % 4
+        shared = [family * 10 + j for j in range(1 + family % 3)]
+        own = list(range(fresh, fresh + 1 + i % 2))
+        fresh += 2
+        ids = shared + own
+        length = BLOCK * (len(ids) - 1) + 100 + 37 * i  # the last block partial
+        rows.append({"timestamp": 40 * i + (i % 3) * 7, "input_length": length, "output_length": 2 + i % 5,
+                     "hash_ids": ids})  # fmt: skip
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return rows
+
+
+def _common(a: list[int], b: list[int]) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+def test_a_mooncake_trace_replays_exactly(cli, qwen_tokenizer, tiny_model_dir, tmp_path):
+    """Exact lengths, exactly the shared blocks, the scaled times, the reuse the trace implies."""
+    path = tmp_path / "mooncake.jsonl"
+    rows = _mooncake(path)
+    app = caching_server(qwen_tokenizer, block=16, ms_per_uncached_token=0.1)
+    out = tmp_path / "t.json"
+    with BackgroundServer(app) as url:
+        r = cli("run", "--endpoint", url, "--trace", path, "--trace-format", "mooncake", "--time-scale", "0.5",
+                "--tokenizer", tiny_model_dir, "-o", out, "-q")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    run = load_run(out)
+    reqs = sorted(run.requests, key=lambda q: q.prompt_index)
+    assert len(reqs) == len(rows) and len(app.state.log) == len(rows) + 1  # and the warm-up
+    # every prompt has exactly its input_length, as the server counts it (template included)
+    assert [q.prompt_tokens for q in reqs] == [row["input_length"] for row in rows]
+    assert [q.output_tokens for q in reqs] == [row["output_length"] for row in rows]
+    # rows sharing k leading ids share exactly k blocks of leading tokens (after the template's own)
+    ids = [e["ids"] for e in _sent_in_order(app, rows)]  # the server's own tokens of what it received
+    template = _common(ids[0], ids[1])  # rows 0 and 1 share no block: what they share is the template's
+    warm_up = app.state.log[0]["ids"]  # a prompt of blocks of its own: it fills no row's prefix in the cache
+    assert all(_common(warm_up, x) < template + 16 for x in ids)
+    for i in range(len(rows)):
+        for j in range(i + 1, len(rows)):
+            k = _shared(rows[i], rows[j])
+            common = _common(ids[i], ids[j])
+            assert template + k * BLOCK <= common < template + (k + 1) * BLOCK, (i, j, k, common)
+            if k < min(len(rows[i]["hash_ids"]), len(rows[j]["hash_ids"])) - 1:  # the next blocks: both full
+                a, b = (x[template + k * BLOCK : template + (k + 1) * BLOCK] for x in (ids[i], ids[j]))
+                assert a != b
+    # the schedule: the trace's times, scaled, and the server saw them in that order
+    t0 = rows[0]["timestamp"]
+    assert [q.scheduled_s for q in reqs] == pytest.approx([(row["timestamp"] - t0) / 1000 * 0.5 for row in rows])
+    arrived = [e["arrived"] for e in _sent_in_order(app, rows)]
+    for q, a in zip(reqs, arrived, strict=True):
+        # the send times follow the schedule within the lateness the run reports (loopback adds ~ms)
+        assert abs((a - arrived[0]) - q.scheduled_s) * 1000 <= q.send_lateness_ms + reqs[0].send_lateness_ms + 250
+    a = run.config.endpoint.arrival
+    assert a.process == "trace" and a.trace["format"] == "mooncake" and a.trace["time_scale"] == 0.5
+    assert a.trace["time_unit"] == "ms" and a.requests == len(rows)
+    # reuse: the trace's expectation, and the server's account (its cache also holds the template's blocks)
+    expected = a.trace["prefix_reuse_expected"]
+    assert expected == pytest.approx(trace.prefix_reuse_expected(trace.read(
+        trace.TraceSpec(str(path), "mooncake")).rows))  # fmt: skip
+    assert 0 < expected <= run.summary.cached_tokens_share
+    assert [q.cached_tokens for q in reqs] == [e["cached"] for e in _sent_in_order(app, rows)]
+    # cold rows send their family's first block first: the stub spends 0.1 ms per uncached token, so the warm
+    # ones (their family's blocks cached) answer sooner
+    assert [q.cold for q in reqs] == [i < 4 for i in range(len(rows))]
+    assert run.summary.ttft_warm_ms.p50 < run.summary.ttft_cold_ms.p50
+    shown = cli("show", out)
+    assert "workload: " in shown.stdout and "trace:mooncake" in shown.stdout
+    assert f"the trace implies {expected:.1%}" in shown.stdout and "TTFT cold p50" in shown.stdout
+
+
+def _sent_in_order(app, rows) -> list[dict]:
+    """The measured requests as the server received them (the warm-up, first, left out)."""
+    assert len(app.state.log) == len(rows) + 1
+    return sorted(app.state.log, key=lambda e: e["arrived"])[1:]
+
+
+def _shared(a: dict, b: dict) -> int:
+    k = 0
+    full = min(a["input_length"], b["input_length"]) // BLOCK
+    while k < min(len(a["hash_ids"]), len(b["hash_ids"]), full) and a["hash_ids"][k] == b["hash_ids"][k]:
+        k += 1
+    return k
+
+
+def test_burstgpt_and_azure_times_are_read_in_their_own_units(tmp_path):
+    burst = tmp_path / "b.csv"
+    burst.write_text("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+                     "5.0,ChatGPT,120,30,150,Conversation log\n3.5,ChatGPT,80,0,80,Conversation log\n"
+                     "9.25,GPT-4,200,12,212,API log\n", encoding="utf-8")  # fmt: skip
+    t = trace.read(trace.TraceSpec(str(burst), "burstgpt", time_scale=2.0))
+    assert [r.input_tokens for r in t.rows] == [80, 120, 200]  # sorted by time
+    assert [r.output_tokens for r in t.rows] == [1, 30, 12]  # a failed request (0) is still sent, for one token
+    assert t.offsets == [0.0, 3.0, 11.5] and t.record()["time_unit"] == "s"
+    azure = tmp_path / "a.csv"
+    azure.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,374,44\n"
+                     "2023-11-16 18:15:50.9951690,396,109\n2023-11-16 18:16:06.1000000,879,20\n",
+                     encoding="utf-8")  # fmt: skip
+    t = trace.read(trace.TraceSpec(str(azure), "azure", start_s=1.0))
+    assert [r.input_tokens for r in t.rows] == [396, 879] and t.total_rows == 3
+    assert t.offsets == pytest.approx([0.0, 15.104831])
+
+
+@pytest.mark.parametrize(
+    ("content", "fmt", "said"),
+    [
+        (
+            '{"timestamp": 0, "input_length": 10, "output_length": 2}\n{"timestamp": 5, "input_length": -3, '
+            '"output_length": 2}\n',
+            "mooncake",
+            "t.txt:2: 'input_length' must be a whole number",
+        ),
+        ('{"timestamp": 0, "input_length": 10}\n', "mooncake", "no 'output_length'"),
+        ("not json\n", "mooncake", "t.txt:1: not valid JSON"),
+        ("Timestamp,Request tokens\n1,2\n", "burstgpt", "no column 'Response tokens'"),
+        ("TIMESTAMP,ContextTokens,GeneratedTokens\nyesterday,3,4\n", "azure", "t.txt:2: 'TIMESTAMP'"),
+    ],
+)
+def test_a_malformed_trace_row_is_one_line(cli, tmp_path, content, fmt, said):
+    path = tmp_path / "t.txt"
+    path.write_text(content, encoding="utf-8")
+    r = cli("run", "--endpoint", "http://127.0.0.1:9/v1", "--trace", path, "--trace-format", fmt, "-q")
+    assert r.returncode == 2 and said in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_trace_options_are_checked_before_anything_runs(cli, tmp_path, prompt_file):
+    path = tmp_path / "m.jsonl"
+    _mooncake(path, 4)
+    for args, said in (
+        (("--trace", path, "--trace-format", "mooncake"), "give --endpoint"),
+        (("--endpoint", "http://127.0.0.1:9/v1", "--trace", path), "--trace-format"),
+        (("--endpoint", "http://127.0.0.1:9/v1", "--trace", path, "--trace-format", "x"), "--trace-format 'x'"),
+        (("--endpoint", "http://127.0.0.1:9/v1", "--time-scale", "2", prompt_file), "--time-scale goes with --trace"),
+        (
+            ("--endpoint", "http://127.0.0.1:9/v1", "--trace", path, "--trace-format", "mooncake", "--rate", "2"),
+            "drop PROMPTS",
+        ),
+        (
+            ("--endpoint", "http://127.0.0.1:9/v1", "--trace", path, "--trace-format", "mooncake", "--start", "9"),
+            "no row within",
+        ),
+    ):
+        r = cli("run", *args, "-q")
+        assert r.returncode == 2 and said in r.stderr and len(r.stderr.strip().splitlines()) == 1, (args, r.stderr)
+
+
+def test_prefix_reuse_expected_counts_blocks_seen_before_in_chain_order():
+    rows = [trace.Row(0, 3 * BLOCK, 1, (1, 2, 3), "a"), trace.Row(1, 3 * BLOCK, 1, (1, 2, 9), "b"),
+            trace.Row(2, 2 * BLOCK, 1, (7, 2), "c")]  # fmt: skip
+    # b reuses blocks 1 and 2; c's first block is new, so its second (id 2, seen) is not reusable: a chain
+    assert trace.prefix_reuse_expected(rows) == pytest.approx(2 * BLOCK / (8 * BLOCK))
+    with pytest.raises(UserError, match="--time-scale"):
+        trace.TraceSpec("x", "mooncake", time_scale=0).validate()
+    assert trace.cold_rows(rows) == (True, False, True)
