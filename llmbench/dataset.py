@@ -427,4 +427,7 @@ def describe(src: dict[str, Any]) -> str:
     lengths = src.get("output_tokens") or []
     out = (f"; output lengths from the {src['output_tokens_from']} ({min(lengths)}-{max(lengths)} tokens, EOS "
            "ignored)") if src.get("output_tokens_from") and lengths else ""  # fmt: skip
-    return f"workload: {src['path']} ({src['format']}{col}), {chosen}{out}"
+    short = src.get("lengthened_rows") or []
+    note = (f"; {len(short)} rows shorter than the chat template ({src.get('template_tokens')} tokens) sent at "
+            "template + 1 token") if short else ""  # fmt: skip
+    return f"workload: {src['path']} ({src['format']}{col}), {chosen}{out}{note}"

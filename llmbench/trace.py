@@ -237,27 +237,29 @@ def synthesize(trace: Trace, tokenizer: Any, count: Callable[[str], int], text_c
     blocks: dict[Any, str] = {}
     overhead = count("x") - text_count("x")  # the template's tokens around the user's text
     prompts = []
+    lengthened: list[str] = []  # rows shorter than the template alone: sent at template + 1 token
     for i, row in enumerate(trace.rows):
         body = row.input_tokens - overhead
         if body < 1:
-            raise UserError(f"{row.where}: input_length {row.input_tokens} is shorter than the chat template alone "
-                            f"({overhead} tokens)")  # fmt: skip
+            lengthened.append(row.where)
+            body = 1
         n_blocks = -(-body // BLOCK_TOKENS)
         keys = list(row.hash_ids or [])[:n_blocks]
         keys += [("row", i, j) for j in range(len(keys), n_blocks)]  # no id: a block of this row's own
         full = [block_text(k, blocks, ids, tokenizer, text_count) for k in keys[:-1]]
         last = body - BLOCK_TOKENS * (n_blocks - 1)
-        prompts.append(fit_text("".join(full), keys[-1], last, row.input_tokens, row.where, ids, tokenizer, count))
+        target = overhead + body
+        prompts.append(fit_text("".join(full), keys[-1], last, target, row.where, ids, tokenizer, count))
     own = tuple(r.output_tokens for r in trace.rows)
     digest = hashlib.sha256(json.dumps([prompts, own], ensure_ascii=False).encode("utf-8")).hexdigest()
     source = {"version": 1, "path": trace.spec.path, "format": f"trace:{trace.spec.format}",
               "file_sha256": trace.sha256, "prompt_column": None, "output_len_column": None,
               "output_tokens_from": "trace", "output_tokens": list(own), "entries": trace.total_rows,
-              "kept": len(prompts), "rows": [r.where for r in trace.rows]}  # fmt: skip
+              "kept": len(prompts), "rows": [r.where for r in trace.rows], "template_tokens": overhead,
+              "lengthened_rows": lengthened}  # fmt: skip
     # the warm-up: as long as the shortest row, in blocks of its own (no row's prefix)
-    short = min(trace.rows, key=lambda r: r.input_tokens)
-    warm = fit_text("", ("warm-up",), short.input_tokens - overhead, short.input_tokens, "the warm-up", ids, tokenizer,
-                    count)  # fmt: skip
+    shortest = max(min(r.input_tokens for r in trace.rows), overhead + 1)
+    warm = fit_text("", ("warm-up",), shortest - overhead, shortest, "the warm-up", ids, tokenizer, count)
     return PromptSet(f"trace:{trace.spec.path}", digest, tuple(prompts), tuple(range(1, len(prompts) + 1)), own,
                      source, cold_rows(trace.rows), (warm,))  # fmt: skip
 

@@ -175,3 +175,21 @@ def test_prefix_reuse_expected_counts_blocks_seen_before_in_chain_order():
     with pytest.raises(UserError, match="--time-scale"):
         trace.TraceSpec("x", "mooncake", time_scale=0).validate()
     assert trace.cold_rows(rows) == (True, False, True)
+
+
+def test_a_row_shorter_than_the_template_is_sent_at_the_template_plus_one(cli, qwen_tokenizer, tiny_model_dir,
+                                                                          tmp_path):  # fmt: skip
+    path = tmp_path / "burst.csv"
+    path.write_text("Timestamp,Request tokens,Response tokens\n0,3,2\n0.05,700,2\n", encoding="utf-8")
+    app = caching_server(qwen_tokenizer)
+    out = tmp_path / "b.json"
+    with BackgroundServer(app) as url:
+        r = cli("run", "--endpoint", url, "--trace", path, "--trace-format", "burstgpt", "--tokenizer",
+                tiny_model_dir, "-o", out)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    run = load_run(out)
+    src = run.config.prompt_source
+    reqs = sorted(run.requests, key=lambda q: q.prompt_index)
+    assert [q.prompt_tokens for q in reqs] == [src["template_tokens"] + 1, 700]
+    assert src["lengthened_rows"] == [f"{path}:2"] and "1 rows shorter than the chat template" in r.stdout
+    assert all(q.cold is None for q in reqs)  # no hash ids: no structure to call a request cold
