@@ -72,8 +72,9 @@ def test_a_mooncake_trace_replays_exactly(cli, qwen_tokenizer, tiny_model_dir, t
     assert [q.scheduled_s for q in reqs] == pytest.approx([(row["timestamp"] - t0) / 1000 * 0.5 for row in rows])
     arrived = [e["arrived"] for e in _sent_in_order(app, rows)]
     for q, a in zip(reqs, arrived, strict=True):
-        # the send times follow the schedule within the lateness the run reports (loopback adds ~ms)
-        assert abs((a - arrived[0]) - q.scheduled_s) * 1000 <= q.send_lateness_ms + reqs[0].send_lateness_ms + 250
+        # the send times follow the schedule within the lateness the run reports; loopback and the stub's own event
+        # loop add a little on a busy machine
+        assert abs((a - arrived[0]) - q.scheduled_s) * 1000 <= q.send_lateness_ms + reqs[0].send_lateness_ms + 500
     a = run.config.endpoint.arrival
     assert a.process == "trace" and a.trace["format"] == "mooncake" and a.trace["time_scale"] == 0.5
     assert a.trace["time_unit"] == "ms" and a.requests == len(rows)
