@@ -128,7 +128,7 @@ def read(spec: DatasetSpec) -> Rows:
         elif fmt == "sharegpt":
             return _sharegpt(spec, p, sha, _json(p, text))
         elif fmt == "jsonl":
-            records = _jsonl(p, text)
+            records = jsonl_objects(p, text)
         elif fmt == "csv":
             records = _csv(p, text)
         else:
@@ -163,7 +163,8 @@ def _records_of(p: Path, data: Any) -> Iterator[tuple[str, dict]]:
         yield f"{p}: entry {i}", obj
 
 
-def _jsonl(p: Path, text: str) -> Iterator[tuple[str, dict]]:
+def jsonl_objects(p: Path, text: str) -> Iterator[tuple[str, dict]]:
+    """(``file:line``, object) for each non-blank line of a JSONL text; UserError naming the line otherwise."""
     for number, line in enumerate(text.replace("\r\n", "\n").split("\n"), start=1):
         if not line.strip():
             continue

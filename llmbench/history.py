@@ -69,9 +69,12 @@ def shown(url: str) -> str:
     """A URL fit for a message: no password."""
     try:
         from sqlalchemy.engine import make_url
-
+        from sqlalchemy.exc import ArgumentError
+    except ImportError:
+        return url.split("@")[-1]
+    try:
         return make_url(url).render_as_string(hide_password=True)
-    except Exception:
+    except (ArgumentError, ValueError):  # not a URL SQLAlchemy can parse: show what follows any credentials
         return url.split("@")[-1]
 
 

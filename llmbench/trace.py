@@ -145,17 +145,10 @@ def _float(v: Any, where: str, name: str) -> float:
 
 
 def _mooncake(p: Path, text: str) -> list[Row]:
+    from llmbench.dataset import jsonl_objects
+
     rows = []
-    for number, line in enumerate(text.replace("\r\n", "\n").split("\n"), start=1):
-        if not line.strip():
-            continue
-        where = f"{p}:{number}"
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise UserError(f"{where}: not valid JSON ({e.msg})") from None
-        if not isinstance(obj, dict):
-            raise UserError(f"{where}: expected a JSON object, not {type(obj).__name__}")
+    for where, obj in jsonl_objects(p, text):
         missing = [k for k in ("timestamp", "input_length", "output_length") if k not in obj]
         if missing:
             raise UserError(f"{where}: no {', '.join(repr(k) for k in missing)} (Mooncake rows have timestamp, "

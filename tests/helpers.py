@@ -162,3 +162,11 @@ def wait_for_requests(out: Path, at_least: int, proc: subprocess.Popen, timeout:
         assert proc.poll() is None, proc.communicate()
         assert time.monotonic() < deadline, "the run did not progress"
         time.sleep(0.05)
+
+
+def common_prefix(a: list, b: list) -> int:
+    """How many leading items ``a`` and ``b`` share."""
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n

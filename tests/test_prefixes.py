@@ -8,14 +8,8 @@ import pytest
 from llmbench.errors import UserError
 from llmbench.prefixes import PrefixSpec
 from llmbench.storage import load_run
+from tests.helpers import common_prefix
 from tests.servers import BackgroundServer, caching_server
-
-
-def _common(a: list[int], b: list[int]) -> int:
-    n = 0
-    while n < min(len(a), len(b)) and a[n] == b[n]:
-        n += 1
-    return n
 
 
 def test_prefix_groups_against_a_caching_server(cli, qwen_tokenizer, tiny_model_dir, tmp_path):
@@ -34,10 +28,10 @@ def test_prefix_groups_against_a_caching_server(cli, qwen_tokenizer, tiny_model_
     warm_up, *log = app.state.log  # the warm-up's prompt shares no group's prefix
     ids = [e["ids"] for e in log]
     groups = src["group_of"]
-    head = min(_common(warm_up["ids"], x) for x in ids)  # what every prompt shares: the template's head
+    head = min(common_prefix(warm_up["ids"], x) for x in ids)  # what every prompt shares: the template's head
     for i in range(len(ids)):
         for j in range(i + 1, len(ids)):
-            common = _common(ids[i], ids[j])
+            common = common_prefix(ids[i], ids[j])
             if groups[i] == groups[j]:
                 assert head + 300 <= common < head + 340, (i, j, common)
             else:

@@ -10,6 +10,7 @@ import pytest
 from llmbench import trace
 from llmbench.errors import UserError
 from llmbench.storage import load_run
+from tests.helpers import common_prefix
 from tests.servers import BackgroundServer, caching_server
 
 BLOCK = trace.BLOCK_TOKENS
@@ -31,13 +32,6 @@ def _mooncake(path, n: int = 24) -> list[dict]:
     return rows
 
 
-def _common(a: list[int], b: list[int]) -> int:
-    n = 0
-    while n < min(len(a), len(b)) and a[n] == b[n]:
-        n += 1
-    return n
-
-
 def test_a_mooncake_trace_replays_exactly(cli, qwen_tokenizer, tiny_model_dir, tmp_path):
     """Exact lengths, exactly the shared blocks, the scaled times, the reuse the trace implies."""
     path = tmp_path / "mooncake.jsonl"
@@ -56,13 +50,13 @@ def test_a_mooncake_trace_replays_exactly(cli, qwen_tokenizer, tiny_model_dir, t
     assert [q.output_tokens for q in reqs] == [row["output_length"] for row in rows]
     # rows sharing k leading ids share exactly k blocks of leading tokens (after the template's own)
     ids = [e["ids"] for e in _sent_in_order(app, rows)]  # the server's own tokens of what it received
-    template = _common(ids[0], ids[1])  # rows 0 and 1 share no block: what they share is the template's
+    template = common_prefix(ids[0], ids[1])  # rows 0 and 1 share no block: what they share is the template's
     warm_up = app.state.log[0]["ids"]  # a prompt of blocks of its own: it fills no row's prefix in the cache
-    assert all(_common(warm_up, x) < template + 16 for x in ids)
+    assert all(common_prefix(warm_up, x) < template + 16 for x in ids)
     for i in range(len(rows)):
         for j in range(i + 1, len(rows)):
             k = _shared(rows[i], rows[j])
-            common = _common(ids[i], ids[j])
+            common = common_prefix(ids[i], ids[j])
             assert template + k * BLOCK <= common < template + (k + 1) * BLOCK, (i, j, k, common)
             if k < min(len(rows[i]["hash_ids"]), len(rows[j]["hash_ids"])) - 1:  # the next blocks: both full
                 a, b = (x[template + k * BLOCK : template + (k + 1) * BLOCK] for x in (ids[i], ids[j]))
