@@ -3,6 +3,7 @@ an A/A under a load that comes and goes. Workers are real `llmbench worker` proc
 
 from __future__ import annotations
 
+import itertools
 import json
 import signal
 import subprocess
@@ -209,6 +210,29 @@ def test_the_plan_alternates_who_goes_first():
         (1, 0),
         (1, 0),
     ]
+
+
+def test_with_processes_each_process_alternates_who_goes_first():
+    """Pair k runs on process k mod N: with an even N and k alone deciding the order, each process would see one
+    order all its life (an order effect taken for a process effect)."""
+    from llmbench.backends.pool import PoolBackend
+    from llmbench.drivers.ab import abba
+    from llmbench.loop import Track
+    from llmbench.prompts import PromptSet
+
+    prompts = PromptSet.from_list([f"p{i}" for i in range(5)])
+    base, head = Track(None, None, None), Track(None, None, None)  # type: ignore[arg-type]
+    for n in (2, 3, 4):
+        plan = abba(base, head, prompts, 2, n)
+        firsts = [(t is base, r) for t, r in plan[::2]]
+        assert [r for _, r in firsts] == [r for _, r in plan[1::2]]  # both sides of a pair back to back
+        pool = PoolBackend.__new__(PoolBackend)
+        pool.workers, pool.n_prompts = [None] * n, 5
+        for p in range(n):
+            mine = [b for b, r in firsts if pool.process_of(r) == p]
+            assert len(mine) >= 2 and all(a != b for a, b in itertools.pairwise(mine)), (n, p, mine)
+        assert sum(b for b, _ in firsts) == 5  # half the pairs base first
+    assert [t is base for t, _ in abba(base, head, prompts, 2, 1)[::2]] == [k % 2 == 0 for k in range(10)]
 
 
 @pytest.mark.subprocess

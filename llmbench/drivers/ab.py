@@ -70,14 +70,16 @@ def recorded_side(side: str) -> str:
     return shlex.join(t.split("=", 1)[0] + "=redacted" if _ASSIGNMENT.match(t) else t for t in shlex.split(side))
 
 
-def abba(base: Track, head: Track, prompts: PromptSet, repeats: int) -> list[tuple[Track, Request]]:
-    """The plan: every (prompt, repeat) on both sides back to back; base first for even pairs, head first for
-    odd ones."""
+def abba(base: Track, head: Track, prompts: PromptSet, repeats: int, processes: int = 1) -> list[tuple[Track, Request]]:
+    """The plan: every (prompt, repeat) on both sides back to back, who goes first alternating pair by pair and,
+    with ``processes`` N (pair k on process k mod N), also within each process's own pairs: base first when
+    (k mod N + k div N) is even. (With k alone, an even N would give each process one order for its whole
+    life, and an order effect would pass for a process effect.)"""
     plan: list[tuple[Track, Request]] = []
     k = 0
     for rep in range(repeats):
         for i in range(len(prompts.prompts)):
-            first, second = (base, head) if k % 2 == 0 else (head, base)
+            first, second = (base, head) if (k % processes + k // processes) % 2 == 0 else (head, base)
             plan += [(first, prompts.request(i, rep)), (second, prompts.request(i, rep))]
             k += 1
     return plan
@@ -143,8 +145,8 @@ async def ab(
         if reporter is not None:
             spread = f", {processes} processes a side in turn" if processes > 1 else ""
             reporter.status(f"{len(prompts.prompts) * options.repeats} pairs, ABBA{spread} -> {folder}")
-        runs = await execute(tracks, abba(tracks[0], tracks[1], prompts, options.repeats), prompts,
-                             warmup=options.warmup, stop=stop, reporter=reporter)  # fmt: skip
+        plan = abba(tracks[0], tracks[1], prompts, options.repeats, processes)
+        runs = await execute(tracks, plan, prompts, warmup=options.warmup, stop=stop, reporter=reporter)
     finally:
         for b in backends:
             await b.close()
