@@ -60,9 +60,7 @@ def one_ab(folder: Path, head_sleep_ms: float, ab_args: list[str]) -> dict:
         raise SystemExit(f"ab failed ({proc.returncode}): {proc.stderr.strip().splitlines()[-1:]}")
     comp = json.loads(proc.stdout)[0]
     out = {"exit": proc.returncode, "minutes": round(minutes, 2), "pairs": comp["n_pairs"], "sleep_ms": head_sleep_ms}
-    # the gate's own statistic: the job's (REGRESSION_GATE), or the last --gate-stat among the arm's options
-    args = [*REGRESSION_GATE, *ab_args]
-    stat = args[len(args) - 1 - args[::-1].index("--gate-stat") + 1] if "--gate-stat" in args else "p50"
+    stat = gate_options(ab_args).gate_stat  # the gate's own statistic
     for row in comp["rows"]:
         want = stat if row["metric"] == "tpot_ms" else ("p50" if stat == "gaps" else stat)
         if row["stat"] == want and row["metric"] in ("ttft_ms", "tpot_ms"):
@@ -100,16 +98,21 @@ def summarize(runs: list[dict], slow: list[float]) -> list[str]:
     return lines
 
 
+def gate_options(ab_args: list[str]) -> argparse.Namespace:
+    """The gate a run had: the job's (REGRESSION_GATE), then the arm's own options, the later winning as in ab."""
+    ap = argparse.ArgumentParser(add_help=False)
+    ap.add_argument("--fail-on-regression", type=float)
+    ap.add_argument("--fail-on", action="append")
+    ap.add_argument("--gate-stat", default="p50")
+    return ap.parse_known_args([*REGRESSION_GATE, *ab_args])[0]
+
+
 def regate(folder: Path, ab_args: list[str]) -> bool:
     """Would the job's gate now (REGRESSION_GATE, then the run's own options, later winning) fail this kept run?
     Re-decided from its base.json/head.json with compare's own code, so runs made under an older threshold pool."""
     from llmbench.compare import compare_runs, parse_fail_on
 
-    ap = argparse.ArgumentParser(add_help=False)
-    ap.add_argument("--fail-on-regression", type=float)
-    ap.add_argument("--fail-on", action="append")
-    ap.add_argument("--gate-stat", default="p50")
-    opts, _ = ap.parse_known_args([*REGRESSION_GATE, *ab_args])
+    opts = gate_options(ab_args)
     comp = compare_runs(llmbench.load_run(folder / "base.json"), llmbench.load_run(folder / "head.json"))
     return bool(comp.gate(opts.fail_on_regression, parse_fail_on(opts.fail_on), opts.gate_stat))
 
