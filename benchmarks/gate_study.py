@@ -53,7 +53,7 @@ def one_ab(folder: Path, head_sleep_ms: float, ab_args: list[str]) -> dict:
                                               f"{WORKER}")  # fmt: skip
     t = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "llmbench", "ab", *REGRESSION_AB[0:1], *REGRESSION_AB[1:],
-                           "--base", WORKER, "--head", head, *REGRESSION_GATE, *ab_args, "-o", str(folder), "-q",
+                           "--base", WORKER, "--head", head, *job_gate(ab_args), *ab_args, "-o", str(folder), "-q",
                            "--format", "json"], capture_output=True, text=True, cwd=ROOT)  # fmt: skip
     minutes = (time.perf_counter() - t) / 60
     if proc.returncode not in (0, 1):
@@ -98,17 +98,24 @@ def summarize(runs: list[dict], slow: list[float]) -> list[str]:
     return lines
 
 
+def job_gate(ab_args: list[str]) -> list[str]:
+    """The job's gate options (REGRESSION_GATE), unless the arm sets thresholds of its own: then the arm's gate
+    alone (ab would add the job's --fail-on thresholds to an arm's --fail-on-regression, not replace them)."""
+    own = any(a in ("--fail-on-regression", "--fail-on") for a in ab_args)
+    return [] if own else REGRESSION_GATE
+
+
 def gate_options(ab_args: list[str]) -> argparse.Namespace:
-    """The gate a run had: the job's (REGRESSION_GATE), then the arm's own options, the later winning as in ab."""
+    """The gate a run had (:func:`job_gate`, then the arm's own options, the later winning as in ab)."""
     ap = argparse.ArgumentParser(add_help=False)
     ap.add_argument("--fail-on-regression", type=float)
     ap.add_argument("--fail-on", action="append")
     ap.add_argument("--gate-stat", default="p50")
-    return ap.parse_known_args([*REGRESSION_GATE, *ab_args])[0]
+    return ap.parse_known_args([*job_gate(ab_args), *ab_args])[0]
 
 
 def regate(folder: Path, ab_args: list[str]) -> bool:
-    """Would the job's gate now (REGRESSION_GATE, then the run's own options, later winning) fail this kept run?
+    """Would the job's gate now (or the arm's own, see :func:`job_gate`) fail this kept run?
     Re-decided from its base.json/head.json with compare's own code, so runs made under an older threshold pool."""
     from llmbench.compare import compare_runs, parse_fail_on
 
@@ -128,7 +135,7 @@ def report(folders: list[Path], slow: list[float]) -> None:
         print(f"{folder}: {len(log['runs'])} runs, calibration TPOT {log['tpot_ms_calibration']:.2f} ms, "
               f"ab args {' '.join(args) or '(the job as it is)'}")  # fmt: skip
     pcts = sorted({r["pct"] for r in runs} - {0.0})
-    print(f"\njob's gate now: {' '.join(REGRESSION_GATE)} (an arm's own gate options win)\n")
+    print(f"\njob's gate now: {' '.join(REGRESSION_GATE)} (an arm with thresholds of its own keeps its own gate)\n")
     print("\n".join(summarize(runs, pcts or slow)))
 
 
