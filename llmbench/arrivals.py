@@ -23,9 +23,11 @@ from typing import Any
 import numpy as np
 
 from llmbench.errors import UserError
+from llmbench.prompts import MAX_REQUESTS, check_whole
 from llmbench.schema import Arrival
 
 PROCESSES = ("poisson", "constant", "gamma")
+MAX_CV = 1e6  # a gamma's coefficient of variation: beyond it every gap is 0 but a few astronomic ones
 
 
 def parse_arrival(text: str) -> tuple[str, float]:
@@ -36,8 +38,8 @@ def parse_arrival(text: str) -> tuple[str, float]:
             cv = float(value)
         except ValueError:
             raise UserError(f"--arrival gamma needs a coefficient of variation, e.g. gamma:2, not '{text}'") from None
-        if not (cv > 0 and math.isfinite(cv)):
-            raise UserError(f"--arrival gamma:CV needs CV > 0, not {value}")
+        if not 0 < cv <= MAX_CV:  # NaN fails this too; above it the gamma's shape 1 / CV**2 underflows
+            raise UserError(f"--arrival gamma:CV needs 0 < CV <= {MAX_CV:g}, not {value}")
         return "gamma", cv
     if name in ("poisson", "constant") and not value:
         return name, 1.0 if name == "poisson" else 0.0
@@ -58,10 +60,13 @@ def plan_arrivals(
         raise UserError(f"--rate must be a positive number of requests per second, not {rate_rps}")
     if (requests is None) == (duration_s is None):
         raise UserError("an open-loop run needs --requests N or --duration S (one of them)")
-    if requests is not None and requests < 1:
-        raise UserError(f"--requests must be at least 1, not {requests}")
+    if requests is not None:
+        check_whole("--requests", requests, what=" requests")
     if duration_s is not None and not (duration_s > 0 and math.isfinite(duration_s)):
         raise UserError(f"--duration must be a positive number of seconds, not {duration_s}")
+    if duration_s is not None and rate_rps * duration_s > MAX_REQUESTS:  # drawn in advance: they must fit
+        raise UserError(f"--rate {rate_rps:g} for --duration {duration_s:g} s is {rate_rps * duration_s:.3g} "
+                        f"requests: more than llmbench can plan (at most {MAX_REQUESTS:,})")  # fmt: skip
     process, cv = parse_arrival(arrival)
     record = Arrival(
         rate_rps=rate_rps,
@@ -79,6 +84,8 @@ def plan_arrivals(
         n = max(8, int(rate_rps * duration_s * 2 + 10 * math.sqrt(rate_rps * duration_s) + 10))
         drawn = offsets_of(record, n)
         offsets = [o for o in drawn if o < duration_s]
+    if not math.isfinite(offsets[-1]):  # a rate so low that its gaps overflow: the schedule would never end
+        raise UserError(f"--rate {rate_rps:g}: the gaps between arrivals are longer than any clock counts")
     record.requests = len(offsets)
     return record, offsets
 

@@ -6,6 +6,7 @@ function, and renders the result; nothing is measured here.
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 from contextlib import contextmanager
@@ -227,6 +228,11 @@ GroupDistOpt = Annotated[
                       rich_help_panel="Shared prefixes"),
 ]  # fmt: skip
 ApiKeyEnvOpt = Annotated[Optional[str], typer.Option(help="With --endpoint: the variable holding the API key.")]
+TimeoutOpt = Annotated[
+    float,
+    typer.Option("--timeout", help="With --endpoint: a request that receives nothing for this long fails (a stalled "
+                 "server), s."),
+]  # fmt: skip
 EndpointTokenizerOpt = Annotated[
     Optional[str], typer.Option(help="With --endpoint: hub id, folder or .gguf to count tokens without usage.")
 ]
@@ -284,7 +290,7 @@ IN_PROCESS_ONLY = (
     *("compile_", "quantize", "attn", "cache", "truncate", "no_chat_template"),
 )
 ENDPOINT_ONLY = ("concurrency", "api_key_env", "tokenizer", "rate", "arrival", "requests", "duration", "workers", "ray",
-                 "server_metrics", "metrics_url")  # fmt: skip
+                 "server_metrics", "metrics_url", "timeout_s")  # fmt: skip
 _SERVER_METRICS_HELP = (
     "With --endpoint: scrape the server's Prometheus /metrics during the run (gauges' mean and max, counters' "
     "deltas, into the run JSON)."
@@ -327,7 +333,9 @@ def _user_errors():
 
 
 def _die(message: str, code: int) -> None:
-    typer.echo(f"llmbench: error: {' '.join(message.split())}", err=True)
+    from llmbench.redact import scrub  # the last guard: no URL's credentials or query on the error line
+
+    typer.echo(f"llmbench: error: {' '.join(scrub(message).split())}", err=True)
     raise typer.Exit(code)
 
 
@@ -359,7 +367,11 @@ def _interrupted(e: Any, resumable: bool) -> None:
     resume = f" Resume with:\n  {_resume_command(e.path)}" if e.path and resumable else ""
     display.err.print(f"interrupted by {e.signal_name}: {done} requests{where} (complete: false).{resume}",
                       markup=False, soft_wrap=True)  # fmt: skip
+    _said["interrupted"] = True
     raise typer.Exit(e.exit_code)
+
+
+_said: dict[str, bool] = {}  # what main() need not say again
 
 
 @app.command()
@@ -389,6 +401,7 @@ def run(
     precision: PrecisionOpt = None,
     endpoint: EndpointOpt = None,
     api_key_env: ApiKeyEnvOpt = None,
+    timeout_s: TimeoutOpt = 600.0,
     concurrency: Annotated[int, typer.Option(help="With --endpoint: requests in flight at once.")] = 1,
     tokenizer: EndpointTokenizerOpt = None,
     rate: RateOpt = None,
@@ -442,6 +455,9 @@ def run(
 
     args = locals()
     with _user_errors():
+        from llmbench import sessions
+
+        sessions.check(turns, think_time)  # before anything loads: --turns 10**20 would exhaust memory later
         args["trace_rows"] = _read_trace(args)
         target = _run_target(ctx, args)
         ignore = (weights is Weights.random) if ignore_eos is None else ignore_eos
@@ -503,6 +519,14 @@ def _read_trace(args: dict[str, Any]) -> Any:
         raise UserError("a trace is replayed against a server: give --endpoint URL (and --tokenizer, the server's)")
     if args["prompts"] is not None or args["synthetic"] is not None or args["rate"] is not None:
         raise UserError("--trace makes the prompts and the schedule: drop PROMPTS, --synthetic and --rate")
+    # what would choose or make other prompts, or send them again: the trace's rows are sent once each, at their time
+    ignored = [_flag(k) for k in (*DATASET_OPTIONS, "prefix_groups", "prefix_tokens", "suffix_tokens")
+               if args.get(k) is not None]  # fmt: skip
+    ignored += ["--group-dist"] if args.get("group_dist", "uniform") != "uniform" else []
+    ignored += ["--repeats"] if args["repeats"] != 1 else []
+    if ignored:
+        raise UserError(f"{', '.join(ignored)}: not with --trace, whose rows are the prompts, each sent once at its "
+                        "time")  # fmt: skip
     if args["trace_format"] is None:
         raise UserError(f"--trace needs --trace-format ({', '.join(trace.FORMATS)})")
     spec = trace.TraceSpec(str(args["trace"]), args["trace_format"], 1.0 if args["time_scale"] is None
@@ -563,6 +587,8 @@ def _prompt_source(prompts: Path | None, synthetic: str | None, seed: int, args:
     for name in ("prefix_tokens", "suffix_tokens"):
         if args and args.get(name) is not None:
             raise UserError(f"--{name.replace('_', '-')} goes with --prefix-groups")
+    if args and args.get("group_dist") not in (None, "uniform"):
+        raise UserError("--group-dist goes with --prefix-groups")
     if (prompts is None) == (synthetic is None):
         raise UserError("give either a prompt file or --synthetic TOKENSxCOUNT (or --endpoint with --trace)")
     given = {k: args[k] for k in DATASET_OPTIONS if args and args.get(k) is not None}
@@ -573,7 +599,7 @@ def _prompt_source(prompts: Path | None, synthetic: str | None, seed: int, args:
     assert prompts is not None
     fmt = given.pop("prompt_format", None)
     if not given and not dataset.is_dataset(prompts, fmt):
-        return load_prompts(prompts)  # a prompt list: .txt, or .jsonl with a "prompt" field
+        return load_prompts(prompts, as_lines=fmt == "txt")  # a prompt list: .txt, or .jsonl with a "prompt" field
     return dataset.DatasetSpec(str(prompts), format=fmt, seed=seed, **given)
 
 
@@ -586,6 +612,9 @@ def _prefix_groups(prompts: Path | None, synthetic: str | None, seed: int, args:
     missing = [f"--{k.replace('_', '-')}" for k in ("prefix_tokens", "suffix_tokens", "num_prompts") if args[k] is None]
     if missing:
         raise UserError(f"--prefix-groups needs {', '.join(missing)}")
+    dataset_only = [_flag(k) for k in DATASET_OPTIONS if k != "num_prompts" and args.get(k) is not None]
+    if dataset_only:
+        raise UserError(f"{', '.join(dataset_only)}: options of a dataset; --prefix-groups makes its own prompts")
     spec = PrefixSpec(args["prefix_groups"], args["prefix_tokens"], args["suffix_tokens"], args["num_prompts"],
                       args["group_dist"], seed)  # fmt: skip
     spec.validate()
@@ -687,6 +716,7 @@ def sweep(
                      quantize=None, engine="transformers", precision=None)  # fmt: skip
         setups, skipped = sw.plan(spec, options, dtype=dtype, threads=threads, attn=attn, cache=cache,
                                   compile_=compile_, quantize=quantize, engine=engine, precision=precision)  # fmt: skip
+        sw.check_gates(setups, options, prompt_set, max_kld)  # before the folder is made and the models load
         for why in skipped:
             display.warn(f"left out {why}")
         from llmbench.storage import prepare_driver_dir
@@ -715,6 +745,7 @@ async def _load_and_sweep(the_sweep: Any, prompts: Any, stop: Any) -> dict:
 
 @app.command()
 def scan(
+    ctx: typer.Context,
     prompt_tokens: Annotated[
         str, typer.Option(help="Prompt lengths for the TTFT curve, template included (comma list; '' for none).")
     ] = "64,256,1024",
@@ -762,8 +793,9 @@ def scan(
             batch = ""
         points = sc.grid(sc.parse_values(prompt_tokens, "--prompt-tokens"), sc.parse_values(depth, "--depth"),
                          sc.parse_values(batch, "--batch"))  # fmt: skip
-        if rounds < 1 or prompts_per_point < 1:
-            raise UserError("--rounds and --prompts-per-point must be at least 1")
+        given = {n for n in ("batch_prompt_tokens", "max_new_tokens")
+                 if getattr(ctx.get_parameter_source(n), "name", None) in ("COMMANDLINE", "ENVIRONMENT")}  # fmt: skip
+        sc.check_plan(points, rounds, prompts_per_point, batch_prompt_tokens, given)
         options = RunOptions(max_new_tokens=max_new_tokens, ignore_eos=True, warmup=warmup, repeats=rounds,
                              system_prompt=system_prompt, chat_template=not no_chat_template)  # fmt: skip
         options.validate()
@@ -813,6 +845,10 @@ def load(
     auto_steps: Annotated[int, typer.Option(help="auto: bisections after the ramp.")] = 3,
     model: Annotated[Optional[str], typer.Option("--model", "-m", help="The model name to send.")] = None,
     api_key_env: Annotated[Optional[str], typer.Option(help="The variable holding the API key.")] = None,
+    timeout_s: Annotated[
+        float,
+        typer.Option("--timeout", help="A request that receives nothing for this long fails (a stalled server), s."),
+    ] = 600.0,
     tokenizer: Annotated[Optional[str], typer.Option(help="Hub id, folder or .gguf to count tokens.")] = None,
     prompt_format: PromptFormatOpt = None,
     prompt_column: PromptColumnOpt = None,
@@ -848,6 +884,7 @@ def load(
         )  # fmt: skip
         spec.validate()
         target = EndpointOptions(url=endpoint, model=model, api_key_env=api_key_env, tokenizer=tokenizer,
+                                 timeout_s=timeout_s,
                                  metrics_url=_metrics_url(endpoint, server_metrics, metrics_url))  # fmt: skip
         options = RunOptions(max_new_tokens=max_new_tokens, ignore_eos=ignore_eos, warmup=warmup,
                              system_prompt=system_prompt)  # fmt: skip
@@ -990,7 +1027,8 @@ def serve(
 
 
 FailOnRegressionOpt = Annotated[
-    Optional[float], typer.Option(help="Exit 1 when TTFT, TPOT or E2E regresses significantly by more than PCT %.")
+    Optional[float],
+    typer.Option(help="Exit 1 when TTFT, TPOT or E2E regresses significantly by more than PCT % (0: by anything)."),
 ]
 FailOnOpt = Annotated[Optional[list[str]], typer.Option(help="METRIC=PCT, e.g. tpot_ms=5 (repeatable).")]
 GateStatOpt = Annotated[
@@ -1022,9 +1060,13 @@ def compare(
     from llmbench.storage import load_run, read_load
 
     with _user_errors():
+        gates = cmp.gate_options(fail_on_regression, fail_on, require_mdc)  # before any file is read
         if len(runs) < 2:
             raise UserError("compare needs at least two run files: BASE.json NEW.json [MORE.json ...]")
         if (base_load := read_load(runs[0])) is not None:
+            if gates or require_mdc is not None:  # refused, not ignored: a gate that can't fail is off
+                raise UserError("--fail-on-regression, --fail-on and --require-mdc gate run files, not load.json: "
+                                "compare two runs at one rate (BASE/rate-R.json NEW/rate-R.json)")  # fmt: skip
             _compare_loads(base_load, runs)
             return
         stamps = ("token_times_ms",) if gate_stat is Stat.gaps else ()  # read only when the statistic needs them
@@ -1172,24 +1214,31 @@ def ab(
 
     args = locals()
     with _user_errors():
-        if resume and output is None:
-            raise UserError("--resume continues the ab run in a folder: give it with -o")
+        from llmbench.compare import check_gaps_gate, gate_options
         from llmbench.drivers.history import check_url
 
-        if (anchor or head_ref or move_anchor) and check_url(history) is None:
+        # Everything that could refuse the options or the result is checked before a worker starts: the gates,
+        # the history URL (here); the sides' commands, the output folder and a resume (the driver, before start).
+        gates = gate_options(fail_on_regression, fail_on, require_mdc)
+        recording = check_url(history) is not None
+        if resume and output is None:
+            raise UserError("--resume continues the ab run in a folder: give it with -o")
+        if (anchor or head_ref or move_anchor) and not recording:
             raise UserError("--anchor, --head-ref and --move-anchor record into the history: give --history")
         if move_anchor and not (anchor and head_ref):
             raise UserError("--move-anchor needs --anchor OLD and --head-ref NEW (the new anchor's ref)")
         options = RunOptions(max_new_tokens=max_new_tokens, ignore_eos=ignore_eos, warmup=warmup, repeats=repeats,
                              system_prompt=system_prompt)  # fmt: skip
+        options.validate()
         prompt_set = _prompt_list(prompts, seed, args, options, tokenizer)
+        check_gaps_gate(gate_stat.value, gates, max_new_tokens, len(prompt_set.prompts) * repeats)
         with _measuring(quiet) as (stop, reporter):
             coro = ab_driver(prompt_set, base, head, options, output, resume=resume, stop=stop, reporter=reporter,
                              processes=processes)  # fmt: skip
             base_run, head_run, folder = _run_async(coro)
         comp = compare_runs(base_run, head_run, base_name=str(folder / "base.json"), new_name=str(folder / "head.json"))
         checks = _checks([comp], fail_on_regression, fail_on, gate_stat)
-        if check_url(history) is not None:
+        if recording:
             from llmbench.records import ab_result
 
             result = ab_result(base_run, head_run, folder, anchor=anchor, head_ref=head_ref, moves_anchor=move_anchor)
@@ -1252,20 +1301,10 @@ SinceOpt = Annotated[Optional[str], typer.Option(help="Only results measured sin
 
 
 def _since(text: str | None) -> str | None:
-    """``30d``/``12h``/``2w`` -> an ISO time that long ago; a date is taken as it is."""
-    import re
-    from datetime import datetime, timedelta, timezone
+    """``30d``/``12h``/``2w`` -> an ISO time that long ago; a date (or ISO time) -> that time in UTC."""
+    from llmbench.history import since_time
 
-    if text is None:
-        return None
-    m = re.fullmatch(r"\s*(\d+)\s*([hdw])\s*", text)
-    if m:
-        hours = int(m.group(1)) * {"h": 1, "d": 24, "w": 168}[m.group(2)]
-        then = datetime.now(timezone.utc) - timedelta(hours=hours)
-        return then.isoformat(timespec="seconds").replace("+00:00", "Z")
-    if re.fullmatch(r"\d{4}-\d{2}-\d{2}.*", text.strip()):
-        return text.strip()
-    raise UserError(f"--since {text}: expected 30d, 12h, 2w or a date (2026-11-30)")
+    return since_time(text)
 
 
 @history_app.command("add")
@@ -1275,13 +1314,16 @@ def history_add(
     ],
     history: DbOpt = None,
 ) -> None:
-    """Record results already on disk (idempotent: a file recorded before is not recorded twice)."""
+    """Record results already on disk (idempotent: a run recorded before, by its bytes or its run id, is not
+    recorded twice; a partial run is recorded as such and replaced when its complete file is added)."""
     from llmbench.drivers.history import record_files
 
     with _user_errors():
         done = record_files(history if history is not None else "default", files)
-    new = sum(1 for *_, n in done if n)
-    typer.echo(f"{new} new, {len(done) - new} already recorded ({len(done)} results from {len(files)} paths)")
+    new = sum(1 for d in done if d.new)
+    partial = sum(1 for d in done if d.new and d.partial)
+    note = f"; {partial} of a partial run (replaced when its complete file is added)" if partial else ""
+    typer.echo(f"{new} new, {len(done) - new} already recorded ({len(done)} results from {len(files)} paths){note}")
 
 
 @history_app.command("list")
@@ -1295,15 +1337,22 @@ def history_list(
     fmt: FormatOpt = CompareFormat.table,
     history: DbOpt = None,
 ) -> None:
-    """The recorded results, oldest first."""
+    """The recorded results, oldest first (by when they were measured)."""
     from llmbench import display
     from llmbench.drivers.history import get_history
-    from llmbench.history import dumps
+    from llmbench.history import KINDS, dumps
 
     with _user_errors():
+        if kind is not None and kind not in KINDS:  # refused before the database is opened
+            raise UserError(f"--kind {kind}: expected one of {', '.join(KINDS)}")
+        if limit is not None and limit < 1:
+            raise UserError(f"--limit must be at least 1, not {limit}")
+        after = _since(since)
         h = get_history(history)
-        rows = h.list(since=_since(since), machine=machine, config=config, commit=commit, kind=kind, limit=limit)
-        h.close()
+        try:
+            rows = h.list(since=after, machine=machine, config=config, commit=commit, kind=kind, limit=limit)
+        finally:
+            h.close()
     if fmt is CompareFormat.json:
         typer.echo(dumps(rows))
     else:
@@ -1336,19 +1385,24 @@ def history_show(
 
 @history_app.command("prune")
 def history_prune(
-    keep: Annotated[int, typer.Option(help="Results to keep per machine, setup and kind (the newest).")],
-    machine: Annotated[Optional[str], typer.Option(help="Prune this machine's results only.")] = None,
+    keep: Annotated[
+        int, typer.Option(help="Results to keep per machine, setup, kind, label and anchor (the newest measured).")
+    ],
+    machine: Annotated[Optional[str], typer.Option(help="Prune this machine's results only (its id or start).")] = None,
     history: DbOpt = None,
 ) -> None:
-    """Delete all but the newest results of each series (their JSON files are left alone)."""
+    """Delete all but the newest results of each series (their JSON files are left alone; an ab record that moved
+    an anchor is kept: trend --anchor chains through it)."""
     from llmbench.drivers.history import get_history
 
     with _user_errors():
         if keep < 1:
             raise UserError(f"--keep must be at least 1, not {keep}")
         h = get_history(history)
-        n = h.prune(keep, machine)
-        h.close()
+        try:
+            n = h.prune(keep, machine)
+        finally:
+            h.close()
     typer.echo(f"deleted {n} results")
 
 
@@ -1388,7 +1442,9 @@ def trend(
     check: Annotated[
         bool, typer.Option("--check", help="With --anchor: exit 1 when the series is significantly over --budget.")
     ] = False,
-    budget: Annotated[float, typer.Option(help="--check: the allowed slowdown against the anchor, %.")] = 5.0,
+    budget: Annotated[
+        Optional[float], typer.Option(help="--check: the allowed slowdown against the anchor, % (default 5).")
+    ] = None,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="An HTML page of the series.")] = None,
     overwrite: OverwriteOpt = False,
     fmt: FormatOpt = CompareFormat.table,
@@ -1407,6 +1463,10 @@ def trend(
             raise UserError(f"--stat {stat}: expected mean, p50, p90 or p99")
         if check and anchor is None:
             raise UserError("--check compares against an anchor's budget: give --anchor REF")
+        if budget is not None and (anchor is None or not (check or output)):
+            raise UserError("--budget goes with --anchor REF and --check (or -o, whose page draws it)")
+        budget = tr.valid_budget(5.0 if budget is None else budget)  # NaN, inf, < 0: refused before any work
+        after = _since(since)
         path = None
         if output is not None:
             from llmbench.errors import require
@@ -1416,15 +1476,16 @@ def trend(
             path = prepare_output(output, overwrite)
         h = get_history(history)
         try:
-            t = (tr.anchored(h, metric, stat, anchor, since=_since(since)) if anchor else
-                 tr.series(h, metric, stat, since=_since(since), machine=machine, config=config))  # fmt: skip
+            t = (tr.anchored(h, metric, stat, anchor, since=after, machine=machine, config=config) if anchor else
+                 tr.series(h, metric, stat, since=after, machine=machine, config=config))  # fmt: skip
         finally:
             h.close()
         problems = tr.check(t, budget) if check else []
         if path is not None:
             from llmbench.report import build_trend_report
+            from llmbench.storage import write_text
 
-            path.write_text(build_trend_report(t, budget if anchor else None), encoding="utf-8")
+            write_text(path, build_trend_report(t, budget if anchor else None))
     if fmt is CompareFormat.json:
         typer.echo(json.dumps({**t.as_dict(), "check": {"budget": budget, "problems": problems} if check else None},
                               indent=2, default=str))  # fmt: skip
@@ -1506,7 +1567,7 @@ def report(
 ) -> None:
     """One self-contained HTML file: tables, token timelines, ITL histogram, TTFT vs prompt length, compare; for a
     scan.json, its curves with their fits."""
-    from llmbench.storage import load_run, prepare_output, read_load, read_scan
+    from llmbench.storage import load_run, prepare_output, read_load, read_scan, write_text
 
     with _user_errors():
         from llmbench.errors import require
@@ -1522,7 +1583,7 @@ def report(
             path = prepare_output(output, overwrite)
             page = build_scan_report(scan_record) if scan_record is not None else build_load_report(
                 [(_short_name(p, runs), r) for p, r in zip(runs, load_records, strict=True)])  # fmt: skip
-            path.write_text(page, encoding="utf-8")
+            write_text(path, page)
             typer.echo(f"wrote {path} ({path.stat().st_size / 1024:.0f} KiB)")
             return
         loaded = [(_short_name(p, runs), load_run(p)) for p in runs]
@@ -1530,7 +1591,7 @@ def report(
             if not run.requests:
                 raise UserError(f"{name} has no finished requests: nothing to report")
         path = prepare_output(output, overwrite)
-        path.write_text(build_report(loaded), encoding="utf-8")
+        write_text(path, build_report(loaded))
     typer.echo(f"wrote {path} ({path.stat().st_size / 1024:.0f} KiB)")
 
 
@@ -1561,7 +1622,9 @@ def _resume_command(path: Path) -> str:
         if a == "--overwrite" or a.startswith(("--output=", "--resume=")):
             continue
         args.append(a)
-    return shlex.join(["llmbench", *args, "--resume", str(path)])
+    from llmbench.redact import scrub  # printed: a --history or --endpoint URL loses its credentials
+
+    return scrub(shlex.join(["llmbench", *args, "--resume", str(path)]))
 
 
 def _bare_history(argv: list[str]) -> list[str]:
@@ -1572,16 +1635,35 @@ def _bare_history(argv: list[str]) -> list[str]:
         out.append(a)
         if a == "--history":
             nxt = argv[i + 1] if i + 1 < len(argv) else None
-            if nxt is None or nxt.startswith("-") or not ("://" in nxt or nxt == "default" or
+            # a value with credentials (u:pw@host/db) is the option's, refused by it, never echoed as an argument
+            if nxt is None or nxt.startswith("-") or not ("://" in nxt or "@" in nxt or nxt == "default" or
                                                           nxt.endswith((".db", ".sqlite", ".sqlite3"))):  # fmt: skip
                 out.append("default")
     return out
 
 
+_MACHINE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO}
+
+
+class _Terminated(SystemExit):
+    """SIGTERM in a command without a stop flag of its own: unwinds (a database transaction rolls back), then
+    exits 143 with one line."""
+
+
+def _on_sigterm(_signum: int, _frame: object) -> None:
+    raise _Terminated(143)
+
+
 def main() -> None:
     """Console entry point: click's usage errors become one line too (exit 2)."""
+    import signal
+
+    signal.signal(signal.SIGTERM, _on_sigterm)  # the measuring commands replace it with their stop flag
     try:
         code = app(args=_bare_history(sys.argv[1:]), standalone_mode=False)
+    except _Terminated:
+        typer.echo("llmbench: terminated by SIGTERM (nothing unfinished was written)", err=True)
+        sys.exit(143)
     except typer.Abort:
         typer.echo("llmbench: aborted", err=True)
         sys.exit(130)
@@ -1597,8 +1679,19 @@ def main() -> None:
     except Exception as e:  # a bug, not a user error: one line, traceback on request
         if os.environ.get("LLMBENCH_DEBUG"):
             raise
+        if isinstance(e, OSError) and e.errno in _MACHINE_ERRNOS:
+            # the machine's state, not a bug: a full disk, a read-only folder (every finished request is on disk)
+            where = f" {e.filename}" if e.filename else ""
+            typer.echo(f"llmbench: error: cannot write{where}: {e.strerror or e}", err=True)
+            sys.exit(2)
+        from llmbench.redact import scrub  # a library's message may hold the URL as given
+
         typer.echo(
-            f"llmbench: internal error: {type(e).__name__}: {e} (set LLMBENCH_DEBUG=1 for the traceback)", err=True
+            f"llmbench: internal error: {type(e).__name__}: {scrub(str(e))} (set LLMBENCH_DEBUG=1 for the traceback)",
+            err=True,
         )
         sys.exit(1)
+    if code == 130 and not _said.get("interrupted"):
+        # Typer turns a Ctrl-C in a command without a stop flag (quality, history) into a silent exit 130
+        typer.echo("llmbench: interrupted (nothing unfinished was written)", err=True)
     sys.exit(code if isinstance(code, int) else 0)

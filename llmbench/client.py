@@ -21,6 +21,9 @@ from httpx_sse import SSEError, aconnect_sse
 
 from llmbench.errors import BackendUnavailable, RequestFailed, UserError
 from llmbench.options import RunOptions
+from llmbench.redact import redact_url, scrub
+
+redact = redact_url  # the name drivers (ab, load) import: one rule, llmbench.redact's
 
 
 class ServerUnreachable(BackendUnavailable):
@@ -51,21 +54,11 @@ def chat_url(url: str) -> str:
     """``http://host:port[/v1][/chat/completions]`` -> the chat completions URL. UserError if not http(s)."""
     u = urlsplit(url.strip())
     if u.scheme not in ("http", "https") or not u.netloc:
-        raise UserError(f"--endpoint '{url}' is not an http(s) URL, e.g. http://127.0.0.1:8000/v1")
+        raise UserError(f"--endpoint '{redact_url(url)}' is not an http(s) URL, e.g. http://127.0.0.1:8000/v1")
     path = u.path.rstrip("/")
     if not path.endswith("/chat/completions"):
         path = (path if path.endswith("/v1") else f"{path}/v1") + "/chat/completions"
     return urlunsplit((u.scheme, u.netloc, path, u.query, ""))
-
-
-def redact(url: str) -> str:
-    """The URL without user:password and query (where keys sometimes travel): safe to write into a JSON."""
-    u = urlsplit(url)
-    host = u.hostname or ""
-    netloc = f"[{host}]" if ":" in host else host
-    if u.port:
-        netloc += f":{u.port}"
-    return urlunsplit((u.scheme, netloc, u.path, "", ""))
 
 
 def _root(url: str) -> str:
@@ -185,7 +178,8 @@ def _take(s: Stream, t: int, data: str) -> None:
 
 
 def _reason(e: Exception) -> str:
-    text = str(e).strip() or type(e).__name__
+    """An exception's first line, its URLs redacted (httpx puts the request's URL, credentials and all, in some)."""
+    text = scrub(str(e).strip()) or type(e).__name__
     return text.splitlines()[0][:200]
 
 

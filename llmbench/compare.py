@@ -10,7 +10,9 @@ direction larger than the threshold. No torch here: compare starts fast.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -28,13 +30,16 @@ METRICS: dict[str, tuple[str, int]] = {
 }
 GATED_BY_DEFAULT = ("ttft_ms", "tpot_ms", "e2e_ms")
 STATS = ("mean", "p50", "p90")
-# TPOT from per-token gaps paired by position: per pair, the median over positions k of new gap k / base gap k;
-# the change is the median of those ratios over pairs. A burst that hits a few of a request's tokens moves
-# neither median, and two requests' gaps at the same position do the same work, so a pair's ratio has little
-# noise of its own. Only for paired runs with stamps; as a gate statistic it applies to TPOT, and TTFT and
-# E2E are then gated on their median.
+# TPOT from per-token gaps paired by position (see _gaps_row for the formula): per pair, head's mean gap over the
+# token positions both requests reached, over base's; the change is the median of those ratios over the pairs
+# (in logs, so base and head swap exactly). A mean gap is the span of those positions over their count, so tokens
+# that arrive in bundles (zero gaps, then one long) leave it unchanged, and a burst that hits a few pairs moves
+# the median over pairs little. Only for paired runs with stamps; as a gate statistic it applies to TPOT, and
+# TTFT and E2E are then gated on their median.
 GAPS = "gaps"
 GATE_STATS = (*STATS, GAPS)
+GAPS_MIN_TOKENS = 3  # a request's TPOT over 2+ gaps
+GAPS_MIN_PAIRS = 2  # an interval needs 2 pairs
 # which probe bounds which metric: decoding reads every weight per token, prefill is matmul-bound
 PROBE_FOR = {
     "ttft_ms": "matmul_gflops",
@@ -56,6 +61,9 @@ class Row:
     ci_high_pct: float
     significant: bool
     verdict: str  # "faster" | "slower" | "more" | "fewer" | "no significant change"
+    # the requests the row was computed on: the pairs (both the same) when paired, else each run's own
+    n_base: int
+    n_new: int
 
 
 @dataclass
@@ -183,20 +191,28 @@ def _prompt_ids_differ(base: Any, new: Any) -> tuple[str, str] | None:
     return f"{len(both)} prompts' ids", f"{differ} of them differ"
 
 
+def check_percent(option: str, value: float, *, zero: bool = True) -> float:
+    """A percentage option's value (a gate's threshold, ``--require-mdc``); UserError unless it is a finite number,
+    0 or more (above 0 when not ``zero``). The one check every gate option goes through: a NaN would switch its
+    gate off (every comparison with NaN is false, so nothing could fail), and so would an infinite threshold."""
+    v = float(value)
+    if not (math.isfinite(v) and (v >= 0 if zero else v > 0)):
+        need = "0 or more" if zero else "above 0"
+        raise UserError(f"{option}: expected a percentage, a finite number {need}, not {value:g}")
+    return v
+
+
 def thresholds_of(fail_on_regression: float | None, fail_on: dict[str, float] | None) -> dict[str, float]:
-    """{metric: PCT} from a threshold for TTFT, TPOT and E2E and per-metric ones; UserError for bad ones."""
+    """{metric: PCT} from a threshold for TTFT, TPOT and E2E and per-metric ones; UserError for bad ones. A
+    threshold of 0 is allowed: any significant slowdown fails."""
     gates: dict[str, float] = {}
     if fail_on_regression is not None:
-        if fail_on_regression < 0:
-            raise UserError(f"--fail-on-regression must be 0 or more, not {fail_on_regression}")
-        gates.update(dict.fromkeys(GATED_BY_DEFAULT, fail_on_regression))
+        gates.update(dict.fromkeys(GATED_BY_DEFAULT, check_percent("--fail-on-regression", fail_on_regression)))
     allowed = ", ".join(k for k, v in METRICS.items() if v[1] != 0)
     for name, pct in (fail_on or {}).items():
         if name not in METRICS or METRICS[name][1] == 0:
             raise UserError(f"--fail-on {name}: expected METRIC=PCT with METRIC one of {allowed}")
-        if not pct >= 0:
-            raise UserError(f"--fail-on {name}={pct}: the percentage must be 0 or more")
-        gates[name] = float(pct)
+        gates[name] = check_percent(f"--fail-on {name}", pct)
     return gates
 
 
@@ -212,6 +228,30 @@ def parse_fail_on(items: list[str] | None) -> dict[str, float]:
         except ValueError:
             raise UserError(f"--fail-on '{item}': '{value}' is not a number") from None
     return out
+
+
+def gate_options(
+    fail_on_regression: float | None, fail_on: list[str] | None, require_mdc: float | None
+) -> dict[str, float]:
+    """Every gate option of ``compare`` and ``ab`` checked at once, before anything is read or measured:
+    {metric: PCT}. ``--require-mdc`` must be above 0: no measured interval has a width of 0."""
+    gates = thresholds_of(fail_on_regression, parse_fail_on(fail_on))
+    if require_mdc is not None:
+        check_percent("--require-mdc", require_mdc, zero=False)
+    return gates
+
+
+def check_gaps_gate(stat: str, thresholds: dict[str, float], max_new_tokens: int, pairs: int) -> None:
+    """UserError, before anything is measured, when ``--gate-stat gaps`` could not gate TPOT on what would be
+    measured: requests of fewer than 3 tokens, or fewer than 2 pairs, give no gaps row to gate on."""
+    if stat != GAPS or "tpot_ms" not in thresholds:
+        return
+    if max_new_tokens < GAPS_MIN_TOKENS:
+        raise UserError(f"--gate-stat gaps compares TPOT over requests of {GAPS_MIN_TOKENS} or more tokens: "
+                        f"--max-new-tokens {max_new_tokens} gives none")  # fmt: skip
+    if pairs < GAPS_MIN_PAIRS:
+        raise UserError(f"--gate-stat gaps needs {GAPS_MIN_PAIRS} or more pairs for an interval, not {pairs}: more "
+                        "prompts or --repeats")  # fmt: skip
 
 
 def _values(run: Run | RunScalars, metric: str) -> dict[tuple[int, int], float]:
@@ -308,13 +348,9 @@ def _cluster_interval(base: np.ndarray, new: np.ndarray, clusters: np.ndarray, f
     base), and a Student t interval over those N changes (N - 1 degrees of freedom) around the pooled change.
     The processes are the experimental units: with a handful of them a bootstrap over processes is too narrow
     (4 processes give 35 distinct resamples), and one odd process must widen the interval, not decide it."""
-    from scipy import stats as st
-
     point = 100.0 * (f(new) / f(base) - 1.0)
     per = np.array([100.0 * (f(new[clusters == c]) / f(base[clusters == c]) - 1.0) for c in np.unique(clusters)])
-    se = float(per.std(ddof=1) / np.sqrt(per.size))
-    half = float(st.t.ppf((1 + CONFIDENCE) / 2, per.size - 1)) * se
-    return point - half, point + half
+    return _t_interval(point, per)
 
 
 def _verdict(direction: int, change: float, significant: bool) -> str:
@@ -351,6 +387,52 @@ def _workload(base: Any, new: Any) -> list[str]:
     return [f"base {b or 'workload: a prompt list'}", f"new {n or 'workload: a prompt list'}"]
 
 
+# Bounds of what a run can record: the stopwatch counts nanoseconds, and no request takes a year. Inside them the
+# arithmetic of any run stays finite (a ratio of two times is under 1e17); outside them a file is corrupt.
+_MIN_MS = 1e-6
+_MAX_MS = 365 * 86_400_000.0
+_MAX_TOKENS = 10**12
+
+
+def _is_time(v: Any) -> bool:
+    return isinstance(v, (int, float)) and math.isfinite(v) and _MIN_MS <= v <= _MAX_MS
+
+
+def _bad_figure(r: Any) -> str | None:
+    """What about one request no run can record (its field and value), or None. Run files are validated when
+    read, but a scalar read skips the requests' invariants, and a hand-edited file can hold any number."""
+    if not _is_time(r.ttft_ms):
+        return f"ttft_ms {r.ttft_ms!r}"
+    if not (_is_time(r.e2e_ms) and r.e2e_ms >= r.ttft_ms):
+        return f"e2e_ms {r.e2e_ms!r} (ttft_ms {r.ttft_ms!r})"
+    if r.tpot_ms is not None and not _is_time(r.tpot_ms):
+        return f"tpot_ms {r.tpot_ms!r}"
+    if not (isinstance(r.output_tokens, int) and 1 <= r.output_tokens <= _MAX_TOKENS):
+        return f"output_tokens {r.output_tokens!r}"
+    stamps = getattr(r, "token_times_ms", None)  # read only for the gaps
+    # from ttft_ms, non-decreasing, to a finite end: then every stamp is finite (NaN fails every comparison)
+    if stamps and not (stamps[0] == r.ttft_ms and stamps[-1] <= _MAX_MS and all(a <= b for a, b in pairwise(stamps))):
+        return "token_times_ms (not a finite, non-decreasing list from ttft_ms)"
+    return None
+
+
+def _check_requests(run: Run | RunScalars, name: str) -> None:
+    """UserError naming ``name``'s first request whose figures no run records, or a (prompt_index, repeat) it
+    holds twice: compare would otherwise compute from it (a negative TPOT read as -125%, "faster"; a duplicate
+    silently dropped from the pairs)."""
+    seen: set[tuple[int, int]] = set()
+    requests: list[Any] = run.requests  # RequestResult or a scalar reader's rows: the same fields
+    for i, r in enumerate(requests):
+        key = (r.prompt_index, r.repeat)
+        if key in seen:
+            raise UserError(f"{name}: requests[{i}] is a second request of prompt {key[0]}, repeat {key[1]}: a run "
+                            "measures each (prompt_index, repeat) once (a hand-edited or merged file?)")  # fmt: skip
+        seen.add(key)
+        if (problem := _bad_figure(r)) is not None:
+            raise UserError(f"{name}: requests[{i}] (prompt {key[0]}, repeat {key[1]}) holds {problem}: not a "
+                            "figure a run records (a corrupted or hand-edited file?)")  # fmt: skip
+
+
 def compare_runs(
     base: Run | RunScalars,
     new: Run | RunScalars,
@@ -363,6 +445,7 @@ def compare_runs(
     for name, run in ((base_name, base), (new_name, new)):
         if not run.requests:
             raise UserError(f"{name} has no finished requests: nothing to compare")
+        _check_requests(run, name)
     paired = base.config.prompt_sha256 == new.config.prompt_sha256
     rows: list[Row] = []
     n_pairs = 0
@@ -389,7 +472,7 @@ def compare_runs(
             significant = bool(np.isfinite(low) and (low > 0 or high < 0))
             verdict = _verdict(direction, change, significant)
             rows.append(Row(metric, stat, float(_stat(stat)(b)), float(_stat(stat)(n)), change, low, high,
-                            significant, verdict))  # fmt: skip
+                            significant, verdict, len(b), len(n)))  # fmt: skip
 
     if paired and (gap_row := _gaps_row(base, new, processes)) is not None:
         at = max(i for i, r in enumerate(rows) if r.metric == "tpot_ms") + 1 if any(
@@ -429,47 +512,73 @@ def compare_runs(
     return comp
 
 
-def _gaps_row(base: Run | RunScalars, new: Run | RunScalars, processes: dict) -> Row | None:
-    """TPOT's change from per-token gaps paired by position (see ``GAPS``), with a 95% interval made as the
-    other rows' are: a percentile bootstrap over pairs, or (``ab --processes``) Student t over the processes' own
-    changes. None when the runs carry no stamps (a scalar read) or fewer than 2 pairs have 3+ tokens."""
-
-    def stamps(run: Run | RunScalars) -> dict[tuple[int, int], Any]:
-        return {(r.prompt_index, r.repeat): t for r in run.requests
-                if len(t := (getattr(r, "token_times_ms", None) or [])) >= 3}  # fmt: skip
-
-    bt, nt = stamps(base), stamps(new)
-    keys = sorted(bt.keys() & nt.keys())
-    ratios, kept, tpot = [], [], []
-    for k in keys:
-        b, n = np.diff(np.asarray(bt[k], dtype=float)), np.diff(np.asarray(nt[k], dtype=float))
-        m = min(len(b), len(n))
-        ok = b[:m] > 0  # a zero gap (a burst over HTTP) has no ratio
-        if ok.any():
-            ratios.append(float(np.median(n[:m][ok] / b[:m][ok])))
-            kept.append(k)
-            tpot.append(float(b[:m].mean()))
-    if len(ratios) < 2:
+def _pair_gaps(b: Any, n: Any) -> tuple[float, float] | None:
+    """(base, head) mean gap of one pair over the token positions both reached (see :func:`_gaps_row`); None when
+    the pair can't say: no stamps, fewer than 3 tokens on a side, or a side that measured no decode time (every
+    token in one event)."""
+    bt, nt = getattr(b, "token_times_ms", None) or [], getattr(n, "token_times_ms", None) or []
+    if not bt or not nt or min(b.output_tokens, n.output_tokens) < GAPS_MIN_TOKENS:
         return None
-    r = np.asarray(ratios)
-    point = 100.0 * (float(np.median(r)) - 1.0)
+    if len(bt) == b.output_tokens and len(nt) == n.output_tokens:  # a stamp per token: positions are tokens
+        m = min(len(bt), len(nt)) - 1
+        gb, gn = (bt[m] - bt[0]) / m, (nt[m] - nt[0]) / m
+    else:  # an endpoint's events carry several tokens each: which came when is unknown, so the whole requests
+        gb, gn = b.tpot_ms, n.tpot_ms
+    return None if gb is None or gn is None or gb <= 0 or gn <= 0 else (float(gb), float(gn))
+
+
+def _t_interval(point: float, per: np.ndarray) -> tuple[float, float]:
+    """A Student t interval (N - 1 degrees of freedom) around ``point`` from the N processes' own changes."""
+    from scipy import stats as st
+
+    half = float(st.t.ppf((1 + CONFIDENCE) / 2, per.size - 1)) * float(per.std(ddof=1) / np.sqrt(per.size))
+    return point - half, point + half
+
+
+def _gaps_row(base: Run | RunScalars, new: Run | RunScalars, processes: dict) -> Row | None:
+    """TPOT's change from per-token gaps paired by position. For pair i (the same prompt_index and repeat in both
+    runs) whose shorter request has m + 1 tokens, stamped t_0 .. t_m at the positions both reached:
+
+        g_i = (t_m - t_0) / m = mean(gap_1 .. gap_m)    on each side: base b_i, head h_i
+        change = exp(median_i ln(h_i / b_i)) - 1
+
+    A mean gap weighs every token as TPOT does: a bundle of k tokens (k - 1 zero gaps and one gap k times as
+    long: an HTTP relay's read, speculative decoding's accepted drafts) adds the same time over the same positions
+    as k tokens one by one, so bundling on either side changes nothing. A median or a ratio per position would
+    (a zero gap has no ratio, and skipping zeros leaves only the long gaps). The median over pairs of the log ratios
+    is robust to a few pairs a burst hit and swaps exactly: (1 + change(base, head)) (1 + change(head, base)) = 1.
+    Endpoint runs whose events carry several tokens each (fewer stamps than tokens) use each request's TPOT instead.
+    A pair a side of which measured no decode time is skipped, on either side alike.
+
+    The 95% interval is made as the other rows' are: a percentile bootstrap over pairs, or (``ab --processes``)
+    Student t over the processes' own changes. ``base``: base's median mean gap; ``new``: base times (1 + change),
+    so the table's change = new / base - 1 holds. None without stamps, or with fewer than 2 usable pairs."""
+    by_key = [{(r.prompt_index, r.repeat): r for r in run.requests} for run in (base, new)]
+    kept, gb, gn = [], [], []
+    for k in sorted(by_key[0].keys() & by_key[1].keys()):
+        if (g := _pair_gaps(by_key[0][k], by_key[1][k])) is not None:
+            kept.append(k)
+            gb.append(g[0])
+            gn.append(g[1])
+    if len(kept) < GAPS_MIN_PAIRS:
+        return None
+    logs = np.log(np.asarray(gn) / np.asarray(gb))
+    point = 100.0 * math.expm1(float(np.median(logs)))
     clusters = np.array([processes[k] for k in kept]) if processes and all(k in processes for k in kept) else None
     if clusters is not None and len(np.unique(clusters)) > 1:
-        from scipy import stats as st
-
-        per = np.array([100.0 * (float(np.median(r[clusters == c])) - 1.0) for c in np.unique(clusters)])
-        half = float(st.t.ppf((1 + CONFIDENCE) / 2, per.size - 1)) * float(per.std(ddof=1) / np.sqrt(per.size))
-        low, high = point - half, point + half
-    elif np.ptp(r) == 0:
+        per = np.array([100.0 * math.expm1(float(np.median(logs[clusters == c]))) for c in np.unique(clusters)])
+        low, high = _t_interval(point, per)
+    elif np.ptp(logs) == 0:
         low = high = point
     else:
         rng = np.random.default_rng(0)
-        dist = 100.0 * (np.median(r[rng.integers(0, len(r), (_resamples(len(r)), len(r)))], axis=-1) - 1.0)
+        idx = rng.integers(0, len(logs), (_resamples(len(logs)), len(logs)))
+        dist = 100.0 * np.expm1(np.median(logs[idx], axis=-1))
         low, high = (float(x) for x in np.quantile(dist, [(1 - CONFIDENCE) / 2, (1 + CONFIDENCE) / 2]))
     significant = bool(low > 0 or high < 0)
-    b50 = float(np.median(tpot))
+    b50 = float(np.median(gb))
     return Row("tpot_ms", GAPS, b50, b50 * (1 + point / 100), point, low, high, significant,
-               _verdict(METRICS["tpot_ms"][1], point, significant))  # fmt: skip
+               _verdict(METRICS["tpot_ms"][1], point, significant), len(kept), len(kept))  # fmt: skip
 
 
 def _outputs(base: Run | RunScalars, new: Run | RunScalars, paired: bool) -> tuple[int, int, str]:

@@ -23,6 +23,7 @@ import csv
 import dataclasses
 import hashlib
 import json
+import math
 import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -30,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from llmbench.errors import UserError, read_user_file
-from llmbench.prompts import PromptSet
+from llmbench.prompts import MAX_PROMPT_TOKENS, PromptSet
 
 FORMATS = ("txt", "jsonl", "json", "sharegpt", "csv", "parquet", "arrow")
 SOURCE_VERSION = 1
@@ -148,6 +149,8 @@ def _json(p: Path, text: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as e:
         raise UserError(f"{p}:{e.lineno}: not valid JSON ({e.msg})") from None
+    except ValueError as e:  # a number past Python's 4,300-digit limit for int()
+        raise UserError(f"{p}: not valid JSON ({e})") from None
 
 
 def _is_sharegpt(data: Any) -> bool:
@@ -170,8 +173,8 @@ def jsonl_objects(p: Path, text: str) -> Iterator[tuple[str, dict]]:
             continue
         try:
             obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise UserError(f"{p}:{number}: not valid JSON ({e.msg})") from None
+        except ValueError as e:  # JSONDecodeError, or a number past Python's 4,300-digit limit for int()
+            raise UserError(f"{p}:{number}: not valid JSON ({getattr(e, 'msg', e)})") from None
         if not isinstance(obj, dict):
             raise UserError(f"{p}:{number}: expected a JSON object, not {type(obj).__name__}")
         yield f"{p}:{number}", obj
@@ -235,7 +238,7 @@ def _tabular(spec: DatasetSpec, p: Path, fmt: str, sha: str, records: Iterator[t
         if spec.output_len_column is not None:
             if spec.output_len_column not in rec:
                 raise UserError(f"{where}: no column '{spec.output_len_column}' (columns: {', '.join(map(str, rec))})")
-            out = _positive_int(rec[spec.output_len_column], where, spec.output_len_column)
+            out = whole(rec[spec.output_len_column], where, spec.output_len_column)
         rows.prompts.append(prompt)
         rows.output_tokens.append(out)
         rows.replies.append(None)
@@ -245,13 +248,26 @@ def _tabular(spec: DatasetSpec, p: Path, fmt: str, sha: str, records: Iterator[t
     return rows
 
 
-def _positive_int(v: Any, where: str, column: str) -> int:
-    try:
-        n = int(str(v).strip())
-    except ValueError:
-        raise UserError(f"{where}: '{column}' must be a whole number of tokens, not {v!r}") from None
-    if n < 1:
-        raise UserError(f"{where}: '{column}' must be at least 1, not {n}")
+def whole(v: Any, where: str, column: str, low: int = 1, high: int = MAX_PROMPT_TOKENS) -> int:
+    """A token count from a user's file (``3``, ``"3"``, ``3.0``: a Parquet column of floats); UserError naming
+    the row for NaN, infinity, a fraction, text, a bool, or a count outside ``low..high``."""
+    bad = f"{where}: '{column}' must be a whole number of tokens, not {str(v)[:60]!r}"
+    if isinstance(v, bool) or v is None:
+        raise UserError(bad)
+    if isinstance(v, int):
+        n = v
+    else:
+        try:
+            f = float(str(v).strip())
+        except ValueError:
+            raise UserError(bad) from None
+        if not math.isfinite(f) or f != int(f):  # NaN and infinity first: int() of them raises
+            raise UserError(bad)
+        n = int(f)
+    if n < low:
+        raise UserError(f"{where}: '{column}' must be a whole number of at least {low}, not {n}")
+    if n > high:
+        raise UserError(f"{where}: '{column}' is {n}: more tokens than any model reads or writes (at most {high:,})")
     return n
 
 

@@ -12,6 +12,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
+from llmbench.redact import redact_url, scrub
 from llmbench.schema import RequestResult, Run, Stats
 
 err = Console(stderr=True, highlight=False)
@@ -31,15 +32,16 @@ def print_wide(renderable: Any, min_width: int = 120) -> None:
 
 def warn(message: str) -> None:
     """A warning the user must not miss (stderr). The message is text, never markup: it may carry names from
-    files or servers."""
+    files or servers, and URLs, redacted (a driver's line may name the endpoint as given)."""
+    message = scrub(message)
     loud = message.isupper() or message.split(":")[0].isupper()
     err.print(f"[bold red]warning:[/] {escape(message)}" if loud else f"[yellow]warning:[/] {escape(message)}",
               soft_wrap=True)  # fmt: skip
 
 
 def info(message: str) -> None:
-    """A progress note on stderr (kept off stdout so it stays parseable)."""
-    err.print(f"[dim]{escape(message)}[/]", soft_wrap=True)
+    """A progress note on stderr (kept off stdout so it stays parseable); URLs in it redacted."""
+    err.print(f"[dim]{escape(scrub(message))}[/]", soft_wrap=True)
 
 
 class ProgressReporter:
@@ -54,8 +56,8 @@ class ProgressReporter:
         self.task = progress.add_task("requests", total=None, last="", visible=False, start=False)
 
     def status(self, text: str) -> None:
-        if not self.quiet:
-            self.progress.console.print(f"[dim]{escape(text)}[/]", soft_wrap=True)
+        if not self.quiet:  # URLs redacted: a driver's status line may name the endpoint as it was given
+            self.progress.console.print(f"[dim]{escape(scrub(text))}[/]", soft_wrap=True)
 
     def warn(self, text: str) -> None:
         if text not in self.warned:
@@ -122,7 +124,8 @@ def summary_table(run: Run) -> Table:
     if c.engine not in (None, "transformers"):
         title = escape(f"{c.model} · {c.engine} · {c.weights} weights · {c.dtype} · {c.threads} threads")
     if c.mode == "endpoint" and c.endpoint is not None:
-        title = escape(f"{c.model} via {c.endpoint.url} · concurrency {c.endpoint.concurrency}")
+        # recorded redacted; a file from elsewhere may not be
+        title = escape(f"{c.model} via {redact_url(c.endpoint.url)} · concurrency {c.endpoint.concurrency}")
     table = Table(title=title, title_justify="left")
     table.add_column("metric")
     for col in ("mean", "p50", "p90", "min", "max"):

@@ -130,7 +130,9 @@ def _process_main(share: Share, events: Any, start: Any, start_value: Any) -> No
     try:
         result = measure_share(share, ready)
     except BaseException as e:  # a defect in a worker: reported to the parent as one line, never lost
-        result = {"error": f"worker {share.index}: internal error: {type(e).__name__}: {e}"}
+        from llmbench.redact import scrub
+
+        result = {"error": f"worker {share.index}: internal error: {type(e).__name__}: {scrub(str(e))}"}
     events.put(("result", share.index, result))
 
 
@@ -215,7 +217,7 @@ async def run_ray(
             ray.init(address=None if address == "local" else address, log_to_driver=False,
                      include_dashboard=False)  # fmt: skip
         except (ConnectionError, RuntimeError, ValueError) as e:
-            raise UserError(f"--ray {address}: cannot join the cluster: {str(e).splitlines()[0]}") from None
+            raise ray_join_error(address, e) from None
     try:
         barrier: Any = ray.remote(num_cpus=0)(_Barrier).remote(n)
         task: Any = ray.remote(num_cpus=1)(_ray_share)
@@ -242,6 +244,15 @@ async def run_ray(
         if "error" in r:
             raise UserError(r["error"])
     return _finish(results, n)
+
+
+def ray_join_error(address: str, e: Exception) -> UserError:
+    """The one line for a cluster that can't be joined: the address (and Ray's message, which repeats it)
+    redacted, as an address may carry a user, a password or a token."""
+    from llmbench.redact import mask, redact_url, url_secrets
+
+    first = (str(e).splitlines() or [type(e).__name__])[0]
+    return UserError(f"--ray {redact_url(address)}: cannot join the cluster: {mask(first, url_secrets(address))}")
 
 
 class _Barrier:

@@ -406,7 +406,10 @@ class RunLoop:
             return False
         except Exception as e:  # a defect: never dropped silently; recorded, then the run ends and re-raises it
             self.fatal = e
-            await self._record(t, self._failure(req, f"internal error: {type(e).__name__}: {e}", None, started))
+            from llmbench.redact import scrub
+
+            error = scrub(f"internal error: {type(e).__name__}: {e}")  # a library's message may quote a URL
+            await self._record(t, self._failure(req, error, None, started))
             return False
         if result is None:  # a stop cut it short: a partial request is not a measurement
             return False
@@ -462,10 +465,15 @@ class RunLoop:
         if t.path is None:
             return
         loop = asyncio.get_running_loop()
-        if t.writer is None:  # made at the first outcome: a run that fails at once writes nothing
-            t.writer = await loop.run_in_executor(self._disk, RunWriter, t.path, run)
-        else:
-            await loop.run_in_executor(self._disk, t.writer.add, run, item, lambda: self._summarize(t))
+        try:
+            if t.writer is None:  # made at the first outcome: a run that fails at once writes nothing
+                t.writer = await loop.run_in_executor(self._disk, RunWriter, t.path, run)
+            else:
+                await loop.run_in_executor(self._disk, t.writer.add, run, item, lambda: self._summarize(t))
+        except OSError as e:  # a full disk, a folder made read-only: what was saved before stays readable
+            # not on disk, so not kept: the run's count must say what the file holds
+            (run.requests if isinstance(item, RequestResult) else run.failed_requests).remove(item)  # type: ignore[arg-type]
+            raise UserError(_unsaved(t.path, e)) from None
 
     # -- the end --------------------------------------------------------------------------------------------
 
@@ -521,10 +529,14 @@ class RunLoop:
     def _save(self, t: Track) -> None:
         if t.path is None:
             return
-        if t.writer is not None:
-            t.writer.close(t.run)
-        elif self.fatal is None:  # nothing measured, but a stop: the file records the session
-            save_run(t.run, t.path)
+        try:
+            if t.writer is not None:
+                t.writer.close(t.run)
+            elif self.fatal is None:  # nothing measured, but a stop: the file records the session
+                save_run(t.run, t.path)
+        except OSError as e:  # the last snapshot and the journal on disk still hold every saved request
+            if self.fatal is None:
+                self.fatal = UserError(_unsaved(t.path, e))
 
     def _outcome(self) -> list[Run]:
         runs = [t.run for t in self.tracks]
@@ -541,6 +553,10 @@ class RunLoop:
                 where = f"; they are listed in {t.path}" if t.path else ""
                 raise UserError(f"every request failed (first: {t.run.failed_requests[0].error}){where}")
         return runs
+
+
+def _unsaved(path: Path, e: OSError) -> str:
+    return f"cannot save to {path}: {e.strerror or e}"
 
 
 def _wake(fut: asyncio.Future | None) -> None:

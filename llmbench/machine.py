@@ -107,7 +107,12 @@ def state(
     swap0: Any, before: Probe | None, after: Probe | None, sampler: Sampler, gpu: dict | None = None
 ) -> MachineState:
     """The machine record of a run: swap activity since ``swap0`` (``psutil.swap_memory()`` at the start),
-    the probes, and the sampler's samples and summary."""
+    the probes, and the sampler's samples and summary. A GPU record marked ``shared_by_runs`` (the loop's mark of
+    a window several runs shared) carries no per-run joules: see :func:`llmbench.telemetry.share_window`."""
+    if gpu is not None:
+        from llmbench.telemetry import share_window
+
+        gpu = share_window(gpu, int(gpu.get("shared_by_runs") or 1))
     s = psutil.swap_memory()
     return MachineState(
         swap_in_bytes=max(0, s.sin - swap0.sin) if swap0 is not None else 0,

@@ -163,10 +163,12 @@ class EndpointOptions:
         """UserError for what no server can be asked."""
         if self.concurrency < 1:
             raise UserError(f"--concurrency must be at least 1, not {self.concurrency}")
-        if not self.timeout_s > 0:
-            raise UserError(f"the request timeout must be above 0 s, not {self.timeout_s}")
+        if not 0 < self.timeout_s < float("inf"):  # NaN fails this too
+            raise UserError(f"--timeout must be a number of seconds above 0, not {self.timeout_s}")
         if self.metrics_url is not None and not self.metrics_url.lower().startswith(("http://", "https://")):
-            raise UserError(f"--metrics-url must be an http(s) URL, not '{self.metrics_url}'")
+            from llmbench.redact import redact_url
+
+            raise UserError(f"--metrics-url must be an http(s) URL, not '{redact_url(self.metrics_url)}'")
         if not self.metrics_interval_s > 0:
             raise UserError(f"the metrics scrape interval must be above 0 s, not {self.metrics_interval_s}")
         if self.open_loop is not None:
@@ -177,7 +179,8 @@ class EndpointOptions:
 
 def default_metrics_url(endpoint_url: str) -> str:
     """The Prometheus page of the server at ``endpoint_url``: its root's ``/metrics`` (vLLM, SGLang, llama.cpp's
-    server, llmbench serve; TGI serves it on another port: give --metrics-url)."""
+    server, llmbench serve; TGI serves it on another port: give --metrics-url). It keeps the endpoint's
+    credentials, to be *used*: what is recorded or shown goes through :func:`llmbench.redact.redact_url`."""
     from urllib.parse import urlsplit, urlunsplit
 
     u = urlsplit(endpoint_url)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import random
 import re
 from collections.abc import Callable
@@ -25,10 +26,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmbench.errors import UserError
-from llmbench.prompts import PromptSet
+from llmbench.prompts import MAX_PROMPT_TOKENS, PromptSet, check_whole
 
 GENERATOR_VERSION = 1
-_DIST = re.compile(r"^(uniform|zipf)(?::([0-9.]+))?$")
+_DIST = re.compile(r"^(uniform|zipf)(?::([0-9]+(?:\.[0-9]*)?|\.[0-9]+))?$")
 
 
 @dataclass(frozen=True)
@@ -43,12 +44,15 @@ class PrefixSpec:
     seed: int = 0
 
     def validate(self) -> None:
-        for name, v in (("--prefix-groups", self.groups), ("--prefix-tokens", self.prefix_tokens),
-                        ("--suffix-tokens", self.suffix_tokens), ("--num-prompts", self.count)):  # fmt: skip
-            if v < 1:
-                raise UserError(f"{name} must be at least 1, not {v}")
+        check_whole("--prefix-groups", self.groups)
+        check_whole("--num-prompts", self.count)
+        for name, v in (("--prefix-tokens", self.prefix_tokens), ("--suffix-tokens", self.suffix_tokens)):
+            check_whole(name, v, high=MAX_PROMPT_TOKENS, what=" tokens")
+        if self.prefix_tokens + self.suffix_tokens > MAX_PROMPT_TOKENS:
+            raise UserError(f"--prefix-tokens {self.prefix_tokens} + --suffix-tokens {self.suffix_tokens}: longer "
+                            f"than any model reads (at most {MAX_PROMPT_TOKENS:,} tokens)")  # fmt: skip
         m = _DIST.match(self.dist)
-        if not m or (m.group(2) is not None and not float(m.group(2)) > 0):
+        if not m or (m.group(2) is not None and not 0 < float(m.group(2)) < math.inf):
             raise UserError(f"--group-dist '{self.dist}': expected uniform, zipf or zipf:A with A > 0")
 
     @property
@@ -62,7 +66,8 @@ class PrefixSpec:
         m = _DIST.match(self.dist)
         assert m is not None
         a = float(m.group(2) or 1.0)
-        weights = [1.0] * self.groups if m.group(1) == "uniform" else [1.0 / (k + 1) ** a for k in range(self.groups)]
+        # (k + 1) ** -a, not 1 / (k + 1) ** a: a large A underflows to 0 instead of overflowing
+        weights = [1.0] * self.groups if m.group(1) == "uniform" else [(k + 1) ** -a for k in range(self.groups)]
         return random.Random(f"llmbench-prefix-groups:{self.seed}").choices(range(self.groups), weights, k=self.count)
 
 

@@ -14,6 +14,23 @@ from llmbench.errors import UserError, read_user_file
 if TYPE_CHECKING:
     from llmbench.backends import Request
 
+# Bounds of what llmbench makes, reads or plans: far above any real model or run, and far below what would
+# overflow, exhaust memory or spin for hours while prompts are made (a typo'd 10**20 is one line, not a hang).
+MAX_PROMPT_TOKENS = 10_000_000  # no model reads (or writes) more: the longest contexts are 10M tokens
+MAX_REQUESTS = 1_000_000  # prompts made, turns expanded, arrivals drawn, requests planned
+# files llmbench.dataset reads: load_prompts refuses them (a .json or .csv read a line a prompt is never meant)
+DATASET_SUFFIXES = (".json", ".csv", ".parquet", ".arrow")
+
+
+def check_whole(option: str, value: int, low: int = 1, high: int = MAX_REQUESTS, what: str = "") -> int:
+    """``value`` when ``low <= value <= high``; else UserError naming ``option`` (``what``: the unit, for the
+    message of a value above ``high``)."""
+    if value < low:
+        raise UserError(f"{option} must be at least {low}, not {value}")
+    if value > high:
+        raise UserError(f"{option} {value}: more than llmbench can make or run (at most {high:,}{what})")
+    return value
+
 
 @dataclass(frozen=True)
 class PromptSet:
@@ -73,14 +90,19 @@ def as_prompt_set(prompts: PromptSet | str | Path | Sequence[str]) -> PromptSet:
     return PromptSet.from_list(prompts)
 
 
-def load_prompts(path: str | Path) -> PromptSet:
+def load_prompts(path: str | Path, *, as_lines: bool = False) -> PromptSet:
     """Read a prompt file.
 
     Accepts UTF-8 with or without BOM and LF or CRLF line ends. Blank lines and lines whose first
     non-blank character is ``#`` are skipped. A ``.jsonl`` file holds one JSON object a line with a
-    string field ``prompt``. Raises :class:`UserError` naming the file (and line) for anything else.
+    string field ``prompt``. Raises :class:`UserError` naming the file (and line) for anything else, and for
+    a dataset (``.json``, ``.csv``, ``.parquet``, ``.arrow``: its lines are not prompts) unless ``as_lines``
+    (``--prompt-format txt``: the user said so).
     """
     p = Path(path)
+    if not as_lines and p.suffix.lower() in DATASET_SUFFIXES:
+        raise UserError(f"{p} is a dataset ({p.suffix}), not a prompt list: this command reads one prompt a line "
+                        '(.txt) or {"prompt": ...} a line (.jsonl); llmbench run reads datasets')  # fmt: skip
     raw = read_user_file(p, "prompt file")
     if b"\x00" in raw:
         raise UserError(f"prompt file {p} looks binary (it contains NUL bytes); expected UTF-8 text")
@@ -111,8 +133,8 @@ def load_prompts(path: str | Path) -> PromptSet:
 def _parse_jsonl_line(path: Path, number: int, line: str) -> str:
     try:
         obj = json.loads(line)
-    except json.JSONDecodeError as e:
-        raise UserError(f"{path}:{number}: not valid JSON ({e.msg})") from None
+    except ValueError as e:  # JSONDecodeError, or a number past Python's 4,300-digit limit
+        raise UserError(f"{path}:{number}: not valid JSON ({getattr(e, 'msg', e)})") from None
     if not isinstance(obj, dict) or "prompt" not in obj:
         raise UserError(f'{path}:{number}: expected an object with a "prompt" field')
     prompt = obj["prompt"]

@@ -109,34 +109,56 @@ def build_reference(model: Any, tokenizer: Any, text: str, device: str, setup: d
 
 
 def save_reference(ref: Reference, path: str | Path) -> None:
-    """Each position's top-K reference log-probabilities (float16) and indices, compressed."""
+    """Each position's top-K reference log-probabilities (float16) and indices, compressed, at exactly ``path``
+    (numpy would add ``.npz`` to a path without it, and the next run, looking at ``path``, would never find
+    it), through a temporary file, so a reader never sees half a file."""
+    import os
+
     meta = {"setup": ref.setup, "text_sha256": ref.text_sha256, "chunk_tokens": ref.chunk_tokens,
             "version": QUALITY_VERSION}  # fmt: skip
     arrays: dict[str, Any] = {"meta": np.array([repr(meta)])}
     for i, (c, lp) in enumerate(zip(ref.chunks, ref.logp, strict=True)):
         vals, idx = lp.topk(min(TOP_K, lp.shape[-1]), dim=-1)
         arrays[f"chunk{i}"], arrays[f"idx{i}"], arrays[f"logp{i}"] = np.array(c), idx.numpy(), vals.half().numpy()
-    np.savez_compressed(Path(path), **arrays)
+    p = Path(path)
+    tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:  # a file object: numpy writes it as it is, no suffix added
+            np.savez_compressed(f, **arrays)
+        os.replace(tmp, p)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise UserError(f"--reference-cache {p}: cannot write it: {e.strerror or e}") from None
 
 
 def load_reference(path: str | Path) -> Reference:
-    """A reference saved by :func:`save_reference` (KL from it is the bucketed lower bound)."""
+    """A reference saved by :func:`save_reference` (KL from it is the bucketed lower bound); UserError for
+    anything else (not a zip, a zip of other arrays, a chunk without its log-probabilities)."""
     import ast
+    import zipfile
+
+    def bad(why: object) -> UserError:
+        return UserError(f"--reference-cache {path}: not a reference file ({why})")
 
     try:
         data = np.load(Path(path), allow_pickle=False)
         meta = ast.literal_eval(str(data["meta"][0]))
-    except (OSError, ValueError, KeyError, SyntaxError) as e:
-        raise UserError(f"--reference-cache {path}: not a reference file ({e})") from None
+    except (OSError, ValueError, KeyError, IndexError, SyntaxError, EOFError, zipfile.BadZipFile) as e:
+        raise bad(e) from None
+    if not isinstance(data, np.lib.npyio.NpzFile) or not isinstance(meta, dict):
+        raise bad("no llmbench header")
     if meta.get("version") != QUALITY_VERSION:
         raise UserError(
             f"--reference-cache {path}: version {meta.get('version')!r}, this llmbench reads {QUALITY_VERSION}"
         )
     n = sum(1 for k in data.files if k.startswith("chunk"))
-    return Reference(meta["setup"], meta["text_sha256"], meta["chunk_tokens"],
-                     [data[f"chunk{i}"].tolist() for i in range(n)],
-                     top_idx=[torch.from_numpy(data[f"idx{i}"]).long() for i in range(n)],
-                     top_logp=[torch.from_numpy(data[f"logp{i}"]).float() for i in range(n)])  # fmt: skip
+    try:
+        return Reference(meta["setup"], meta["text_sha256"], int(meta["chunk_tokens"]),
+                         [data[f"chunk{i}"].tolist() for i in range(n)],
+                         top_idx=[torch.from_numpy(data[f"idx{i}"]).long() for i in range(n)],
+                         top_logp=[torch.from_numpy(data[f"logp{i}"]).float() for i in range(n)])  # fmt: skip
+    except (KeyError, ValueError, TypeError, EOFError, zipfile.BadZipFile) as e:  # a damaged member
+        raise bad(e) from None
 
 
 def teacher_forced(ref: Reference, model: Any, device: str) -> dict[str, Any]:

@@ -173,7 +173,7 @@ def run_result(run: Any, path: Path | None, *, kind: str = "run", label: str | N
         "complete": run.complete,
         "tpot_efficiency": summary.tpot_efficiency if summary else None,
     }
-    return Result(**fields, label=label, metrics=run_metrics(run), extra=extra)
+    return Result(**fields, label=label, metrics=run_metrics(run), run_id=run.run_id, extra=extra)
 
 
 def ab_result(
@@ -207,7 +207,7 @@ def ab_result(
                 "value": row.new,
                 "ci_low": None,
                 "ci_high": None,
-                "n": comp.n_pairs if comp.paired else comp.n_new,
+                "n": row.n_new,  # the requests (pairs, when paired) this row was computed on
                 "change_pct": _finite(row.change_pct),
                 "change_ci_low": _finite(row.ci_low_pct),
                 "change_ci_high": _finite(row.ci_high_pct),
@@ -220,10 +220,13 @@ def ab_result(
         "base_value": {f"{r.metric}:{r.stat}": r.base for r in comp.rows},
         "moves_anchor": moves_anchor,
         "base_ref": base_ref,
+        "complete": bool(base.complete and head.complete),  # an interrupted ab's change is of part of its pairs
+        "requests": len(base.requests) + len(head.requests),
     }
     return Result(
         **fields,
         metrics=rows,
+        run_id=f"ab:{base.run_id}+{head.run_id}",  # the pair: a re-saved head.json is not a second ab
         base_commit=base_commit,
         head_commit=head_commit,
         anchor_ref=anchor,
@@ -306,6 +309,8 @@ def results_of_file(path: Path) -> list[Result]:
         for row in rows:
             name = row.get("run_file") or f"{row.get('label') or row.get('kind')}-{row.get('value')}.json"
             run_path = path.parent / name
+            if row.get("run_file"):
+                _named(path, run_path)
             if run_path.exists():
                 run = load_run(run_path, scalars_only=True)
                 out.append(run_result(run, run_path, kind=kind, label=row.get("label") or run_path.stem))
@@ -315,11 +320,12 @@ def results_of_file(path: Path) -> list[Result]:
     if (load := read_load(path)) is not None:
         out = []
         for rate in load.get("rates", []):
-            run_path = path.parent / rate.get("run_file", "")
-            if run_path.is_file():
-                out.append(
-                    run_result(load_run(run_path), run_path, kind="load", label=f"rate-{rate['offered_rate_rps']:g}")
-                )
+            if not rate.get("run_file"):
+                continue
+            run_path = _named(path, path.parent / rate["run_file"])
+            out.append(
+                run_result(load_run(run_path), run_path, kind="load", label=f"rate-{rate['offered_rate_rps']:g}")
+            )
         sat = (load.get("saturation") or {}).get("rate_rps")
         first = load_run(path.parent / load["rates"][0]["run_file"]) if load.get("rates") else None
         values = {
@@ -334,3 +340,13 @@ def results_of_file(path: Path) -> list[Result]:
         values["greedy_identical_share"] = (data.get("greedy") or {}).get("identical_share")
         return [value_result(data, path, "quality", values, None, label="quality")]
     return [run_result(load_run(path, scalars_only=True), path)]  # every recorded figure is a per-request scalar
+
+
+def _named(record: Path, run_path: Path) -> Path:
+    """A run file a driver's record names: UserError when it is not there (recording the rest would leave the
+    history with part of the sweep, scan or load test and say nothing)."""
+    from llmbench.errors import UserError
+
+    if not run_path.is_file():
+        raise UserError(f"{record} names {run_path.name}, which is not in {run_path.parent}: nothing recorded")
+    return run_path

@@ -13,7 +13,8 @@ turns the scrapes into the run's ``server_metrics``:
 - derived: the prefix-cache hit rate (Δhits / Δqueries, in tokens) where the server counts both.
 
 Labels are summed over (a server with several models or data-parallel ranks reports one figure a name).
-No torch here.
+The page is read with the URL as given (credentials and all); the record, the errors and every message carry it
+through :func:`llmbench.redact.redact_url` only. No torch here.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
+
+from llmbench.redact import redact_url, scrub
 
 # canonical name -> (kind, the names servers use for it, in the order tried). Counters without ``_total``:
 # prometheus_client's parser strips it from a counter family's name.
@@ -91,7 +94,7 @@ class Scraper:
         try:
             self._scrape_once(raise_errors=True)
         except Exception as e:  # every failure: the same one line for the user
-            raise UserError(f"--server-metrics: can't read {self.url}: {e}") from None
+            raise UserError(f"--server-metrics: can't read {redact_url(self.url)}: {_error(e)}") from None
         self.scrapes.clear()
 
     def start(self) -> None:
@@ -123,13 +126,20 @@ class Scraper:
         except Exception as e:  # a missed scrape is recorded, the run goes on
             if raise_errors:
                 raise
-            self.errors.append(f"{type(e).__name__}: {e}"[:200])
+            self.errors.append(f"{type(e).__name__}: {_error(e)}"[:200])
+
+
+def _error(e: Exception) -> str:
+    """A failed scrape's message: httpx's (a status error names the URL, credentials and all) redacted."""
+    return scrub(str(e)) or type(e).__name__
 
 
 def summarize(url: str, scrapes: list[tuple[float, dict[str, dict[str, float]]]], errors: list[str],
               interval: float) -> dict[str, Any]:  # fmt: skip
-    """The run's ``server_metrics`` record from the scrapes (see the module docstring)."""
-    record: dict[str, Any] = {"url": url, "interval_s": interval, "scrapes": len(scrapes), "errors": errors[:5],
+    """The run's ``server_metrics`` record from the scrapes (see the module docstring); ``url`` is recorded
+    redacted (no userinfo, no query)."""
+    record: dict[str, Any] = {"url": redact_url(url), "interval_s": interval, "scrapes": len(scrapes),
+                              "errors": errors[:5],
                               "window_s": round(scrapes[-1][0] - scrapes[0][0], 3) if scrapes else None,
                               "server": None, "gauges": {}, "counters": {}, "histograms": {}, "raw": {},
                               "notes": []}  # fmt: skip

@@ -3,12 +3,22 @@
 A run is saved so that a crash at any instant loses at most the request in flight, in O(n) total work:
 every finished request (or recorded failure) is one fsynced journal line carrying the run's id, and the whole
 JSON is rewritten atomically on a geometric schedule. No torch here.
+
+Two writers never share a path. Every output is *claimed* before any slow work (:func:`claim`): an exclusive
+``flock`` on a hidden sidecar (``.<name>.lock``, holding the writer's pid) held for the rest of the process, and
+the existence check made while holding it, so a second run aimed at the same path is refused in one line however
+close together the two start. The first write of a claimed new file is exclusive too (``link``: it fails if the
+path appeared meanwhile, whoever made it), so an existing file is never replaced unless the user said
+``--overwrite`` or ``--resume``. Default names are claimed the same way, so two runs started in the same second
+get two files.
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -44,7 +54,11 @@ def save_run(run: Run, path: str | Path) -> None:
 
 
 def write_atomic(path: str | Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temp file in the same folder, fsync and rename."""
+    """Write ``data`` to ``path`` through a temp file in the same folder, fsync and rename.
+
+    The first write of a path claimed as new (:func:`claim` without ``replace``) links instead of renaming: it
+    fails, keeping what is there, if the path appeared since the claim.
+    """
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -53,10 +67,125 @@ def write_atomic(path: str | Path, data: bytes) -> None:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+        held = _claims.get(_key(path))
+        if held is not None and held.fresh:
+            try:
+                os.link(tmp, path)  # exclusive: never replaces a file that appeared after the claim
+            except FileExistsError:
+                raise UserError(f"output {path} was created by someone else while this run measured; it is left "
+                                "as it was: choose another -o") from None  # fmt: skip
+            finally:
+                Path(tmp).unlink(missing_ok=True)
+            held.fresh = False
+        else:
+            os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+# ------------------------------------------------------------------------------------------- claiming outputs
+
+
+class _Claim:
+    """A path this process holds: the open, locked sidecar, and whether the path must still be created."""
+
+    def __init__(self, fd: int, lock: Path, fresh: bool) -> None:
+        self.fd, self.lock, self.fresh = fd, lock, fresh
+        self.pid = os.getpid()  # a forked child inherits the dict, not the claim: it must not unlink the lock
+
+
+_claims: dict[Path, _Claim] = {}
+
+
+def _key(path: Path) -> Path:
+    return Path(os.path.abspath(path))
+
+
+def lock_path(path: str | Path) -> Path:
+    """The sidecar a writer of ``path`` holds locked: ``.<name>.lock`` beside it."""
+    p = Path(path)
+    return p.with_name(f".{p.name}.lock")
+
+
+def _lock(lock: Path) -> int | None:
+    """The fd of ``lock``, exclusively flocked by this process; None when another process holds it.
+
+    The sidecar may be unlinked by its last holder between our open and our flock: then the inode we locked is
+    no longer the one at the path, and we try again on the new one.
+    """
+    if sys.platform == "win32":  # pragma: no cover - no flock; the exclusive first write still protects the file
+        return os.open(lock, os.O_RDWR | os.O_CREAT, 0o666 & ~_UMASK)
+    import fcntl
+
+    while True:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666 & ~_UMASK)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        try:
+            same = os.fstat(fd).st_ino == os.stat(lock).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            return fd
+        os.close(fd)
+
+
+def _holder(lock: Path) -> str:
+    try:
+        pid = lock.read_text(encoding="ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        return ""
+    return f" (pid {pid})" if pid.isdigit() else ""
+
+
+def claim(path: str | Path, *, replace: bool = False) -> Path:
+    """Hold ``path`` for this process's writes until it exits (or :func:`release`); UserError when another
+    llmbench process holds it, or when it exists and ``replace`` (``--overwrite``, ``--resume``) is not given.
+
+    Claiming a path this process holds already is a no-op. The lock is an ``flock``: the kernel drops it when
+    the process dies, however it dies, so a killed run never blocks the next one.
+    """
+    p = Path(path)
+    key = _key(p)
+    if key in _claims:
+        return p
+    lock = lock_path(p)
+    try:
+        fd = _lock(lock)
+    except OSError as e:
+        raise UserError(f"cannot write to {p.parent}: {e.strerror or e}") from None
+    if fd is None:
+        raise UserError(f"output {p} is being written by another llmbench process{_holder(lock)}; choose another "
+                        "-o, or wait for it to finish")  # fmt: skip
+    if p.exists() and not replace:
+        lock.unlink(missing_ok=True)  # we hold it, so unlinking is safe (see _lock), and leaves no litter
+        os.close(fd)
+        raise UserError(f"output {p} already exists; choose another -o or pass --overwrite")
+    os.ftruncate(fd, 0)
+    os.write(fd, str(os.getpid()).encode())
+    _claims[key] = _Claim(fd, lock, fresh=not p.exists())
+    return p
+
+
+def release(path: str | Path) -> None:
+    """Give up this process's claim on ``path`` (the lock file goes; unlinked while still locked, so no other
+    process can lock the old inode and think it holds the path)."""
+    held = _claims.pop(_key(Path(path)), None)
+    if held is not None and held.pid == os.getpid():
+        held.lock.unlink(missing_ok=True)
+        os.close(held.fd)
+
+
+def _release_all() -> None:
+    for key in list(_claims):
+        release(key)
+
+
+atexit.register(_release_all)
 
 
 def journal_path(path: str | Path) -> Path:
@@ -278,6 +407,8 @@ def _diagnose(p: Path, data: bytes) -> None:
     except json.JSONDecodeError as e:
         hint = " (truncated?)" if e.pos >= len(text.rstrip()) else ""
         raise UserError(f"{p} is not valid JSON{hint}: {e.msg} at line {e.lineno}") from None
+    except RecursionError:  # nested deeper than any run: not ours
+        raise UserError(f"{p} is not a run JSON (nested too deeply)") from None
     if not isinstance(obj, dict) or "schema_version" not in obj or "requests" not in obj:
         raise UserError(f"{p} is not an llmbench run JSON (no schema_version/requests)")
     version = obj["schema_version"]
@@ -324,7 +455,7 @@ def _read_record(path: str | Path, key: str, version: int) -> dict | None:
         pass  # read_user_file below says what is wrong with the path
     try:
         data = json.loads(read_user_file(path, "file"))
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         return None
     if not isinstance(data, dict) or key not in data:
         return None
@@ -335,22 +466,31 @@ def _read_record(path: str | Path, key: str, version: int) -> dict | None:
 
 
 def default_output_path(model: str, device: str, folder: str | Path = "results") -> Path:
-    """``results/<UTC time>-<model>-<device>.json``; a suffix keeps two runs in the same second apart."""
+    """``results/<UTC time>-<model>-<device>.json``, claimed (:func:`claim`); a suffix keeps two runs in the same
+    second apart, in one process or in several."""
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     name = Path(model.rstrip("/\\")).name or "model"
     slug = "".join(c if c.isalnum() or c in "._-" else "_" for c in f"{name}-{device.replace(':', '')}")
-    base = Path(folder) / f"{stamp}-{slug}"
-    path, k = base.with_suffix(".json"), 1
-    while path.exists():
-        path, k = Path(f"{base}-{k}.json"), k + 1
-    return path
+    return _claim_free(Path(folder) / f"{stamp}-{slug}", ".json")
+
+
+def _claim_free(base: Path, suffix: str) -> Path:
+    """The first of ``base<suffix>``, ``base-1<suffix>``, ... that this process can claim as a new path."""
+    path, k = Path(f"{base}{suffix}"), 1
+    while True:
+        if not path.exists() and not lock_path(path).exists():
+            try:
+                return claim(path)
+            except UserError:
+                pass  # taken between the look and the claim: the next name
+        path, k = Path(f"{base}-{k}{suffix}"), k + 1
 
 
 def prepare_output(path: str | Path, overwrite: bool) -> Path:
-    """Check, before any slow work, that a file can be written at ``path`` without losing another.
+    """Check and claim, before any slow work, that a file can be written at ``path`` without losing another.
 
-    A missing folder is made; a folder that can't be made, an existing file (unless ``overwrite``) or an
-    unwritable place is a :class:`UserError`.
+    A missing folder is made; a folder that can't be made, an existing file (unless ``overwrite``), a path
+    another llmbench process is writing, or an unwritable place is a :class:`UserError`.
     """
     p = Path(path).expanduser()
     if p.is_dir():
@@ -358,7 +498,12 @@ def prepare_output(path: str | Path, overwrite: bool) -> Path:
     if p.exists() and not overwrite:
         raise UserError(f"output {p} already exists; choose another -o or pass --overwrite")
     prepare_dir(p.parent)
-    return p
+    return claim(p, replace=overwrite)
+
+
+def write_text(path: str | Path, text: str) -> None:
+    """A text output (a report page, a trend report), written atomically: a full disk leaves no half page."""
+    write_atomic(path, text.encode("utf-8"))
 
 
 def write_record(path: str | Path, record: dict) -> None:
@@ -370,13 +515,37 @@ def prepare_driver_dir(out: str | Path | None, kind: str) -> Path:
     """A driver's folder (``kind``: sweep, scan, load): ``results/<kind>-<UTC time>`` by default. A folder that
     already holds a ``<kind>.json`` is refused (a finished record is never overwritten), as is a file."""
     if out is None:
-        out = Path("results") / f"{kind}-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}"
+        return default_dir(kind, f"{kind}.json")
     out = Path(out).expanduser()
     if out.exists() and not out.is_dir():
         raise UserError(f"-o {out} is a file; give a folder for the {kind}'s runs")
     if (out / f"{kind}.json").exists():
         raise UserError(f"{out} already holds a {kind} ({kind}.json); choose another -o folder")
-    return prepare_dir(out)
+    prepare_dir(out)
+    try:
+        claim(out / f"{kind}.json")
+    except UserError:
+        raise UserError(f"{out} is being written by another llmbench {kind}; choose another -o folder") from None
+    return out
+
+
+def default_dir(kind: str, record: str, parent: str | Path = "results") -> Path:
+    """``results/<kind>-<UTC time>`` (``-1``, ``-2``, ... when taken), made new, its ``record`` file claimed: two
+    drivers started in the same second never share a folder."""
+    base = Path(parent) / f"{kind}-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}"
+    prepare_dir(base.parent)
+    folder, k = base, 1
+    while True:
+        try:
+            folder.mkdir()
+        except FileExistsError:
+            folder, k = Path(f"{base}-{k}"), k + 1
+            continue
+        except OSError as e:
+            raise UserError(f"cannot make the output folder {folder}: {e.strerror or e}") from None
+        prepare_dir(folder)
+        claim(folder / record)
+        return folder
 
 
 def prepare_dir(folder: str | Path) -> Path:

@@ -20,7 +20,7 @@ from importlib import resources
 from typing import Any
 
 from llmbench.errors import UserError
-from llmbench.prompts import PromptSet
+from llmbench.prompts import MAX_PROMPT_TOKENS, MAX_REQUESTS, PromptSet
 
 GENERATOR_VERSION = 1
 _SPEC = re.compile(r"^\s*(\d+)\s*[xX]\s*(\d+)\s*$")
@@ -42,6 +42,13 @@ class SyntheticSpec:
         spec = cls(int(m.group(1)), int(m.group(2)), seed)
         if spec.tokens < 1 or spec.count < 1:
             raise UserError(f"--synthetic '{text}': tokens and count must be at least 1")
+        # a typo'd length or count would spin making prompts (or exhaust memory) before anything could refuse it
+        if spec.tokens > MAX_PROMPT_TOKENS:
+            raise UserError(f"--synthetic '{text}': {spec.tokens} tokens is longer than any model reads (at most "
+                            f"{MAX_PROMPT_TOKENS:,})")  # fmt: skip
+        if spec.count > MAX_REQUESTS:
+            raise UserError(f"--synthetic '{text}': {spec.count} prompts is more than llmbench makes (at most "
+                            f"{MAX_REQUESTS:,})")  # fmt: skip
         return spec
 
     @property

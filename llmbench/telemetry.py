@@ -124,9 +124,10 @@ class GpuReader:
 
 
 def gpu_summary(reader: GpuReader, samples: list[dict[str, Any]], output_tokens: int,
-                torch_peaks: dict[str, int | None]) -> dict[str, Any]:  # fmt: skip
+                torch_peaks: dict[str, int | None], runs_in_window: int = 1) -> dict[str, Any]:  # fmt: skip
     """The run's GPU record: energy (J) with its method, J per output token and tokens per J, power and clock
-    ranges, the clock events seen, temperature, memory peaks (the card's and torch's), other processes."""
+    ranges, the clock events seen, temperature, memory peaks (the card's and torch's), other processes.
+    ``runs_in_window`` > 1: the counter spanned runs measured together (see :func:`share_window`)."""
     energy = method = None
     reason = reader.missing.get("nvml")
     s, e = reader.energy_start_mj, reader.energy_end_mj
@@ -146,7 +147,7 @@ def gpu_summary(reader: GpuReader, samples: list[dict[str, Any]], output_tokens:
         return [x[key] for x in samples if x.get(key) is not None]
 
     power, sm = values("power_w"), values("sm_clock_mhz")
-    return {
+    record = {
         "name": reader.name,
         "energy_j": round(energy, 3) if energy is not None else None,
         "energy_method": method,
@@ -167,6 +168,25 @@ def gpu_summary(reader: GpuReader, samples: list[dict[str, Any]], output_tokens:
         "other_processes": others,
         "unsupported": dict(reader.missing),
     }
+    return share_window(record, runs_in_window)
+
+
+def share_window(gpu: dict[str, Any], runs: int) -> dict[str, Any]:
+    """``gpu`` (changed in place) when its energy counter spanned a window that ``runs`` runs shared (a sweep's
+    setups, a scan's points, measured interleaved on one card): the joules are every run's, so dividing them by
+    one run's tokens would charge it the others' work. The window's energy is kept as ``window_energy_j``;
+    ``energy_j`` and the per-token figures are null with the reason, as :func:`cpu_record` does for RAPL.
+    Idempotent (``machine.state`` applies it again from ``shared_by_runs``)."""
+    if runs <= 1 or "window_energy_j" in gpu:
+        return gpu
+    gpu["shared_by_runs"] = runs
+    if gpu.get("energy_j") is None:  # nothing measured: the reason it wasn't stays
+        return gpu
+    gpu["window_energy_j"] = gpu["energy_j"]
+    gpu.update(energy_j=None, j_per_output_token=None, output_tokens_per_j=None,
+               energy_missing=f"the GPU energy was the window's, shared by {runs} runs (window_energy_j): one run's "
+               "share of it isn't measured")  # fmt: skip
+    return gpu
 
 
 def _power_integral(samples: list[dict[str, Any]]) -> float | None:

@@ -31,6 +31,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -45,6 +46,7 @@ FORMATS = ("mooncake", "burstgpt", "azure")
 BLOCK_TOKENS = 512  # Mooncake's block: one hash id
 GENERATOR_VERSION = 1
 UNITS = {"mooncake": "ms", "burstgpt": "s", "azure": "datetime"}
+MAX_REPLAY_S = 3.2e8  # ten years: BurstGPT's whole trace is 121 days
 
 
 @dataclass(frozen=True)
@@ -60,8 +62,11 @@ class TraceSpec:
     def validate(self) -> None:
         if self.format not in FORMATS:
             raise UserError(f"--trace-format '{self.format}': expected one of {', '.join(FORMATS)}")
-        if not self.time_scale > 0:
-            raise UserError(f"--time-scale must be above 0, not {self.time_scale}")
+        if not 0 < self.time_scale < math.inf:  # NaN fails this too
+            raise UserError(f"--time-scale must be a number above 0, not {self.time_scale}")
+        for name, v in (("--start", self.start_s), ("--end", self.end_s)):
+            if v is not None and not 0 <= v < math.inf:
+                raise UserError(f"{name} must be a second of the trace (0 or more), not {v}")
         if self.start_s is not None and self.end_s is not None and self.end_s <= self.start_s:
             raise UserError(f"--end {self.end_s} is not after --start {self.start_s}: the window is empty")
 
@@ -119,19 +124,19 @@ def read(spec: TraceSpec) -> Trace:
     if not kept:
         raise UserError(f"trace {p}: no row within --start {spec.start_s} and --end {spec.end_s} "
                         f"(its rows span 0-{rows[-1].t_s:g} s)")  # fmt: skip
+    span = (kept[-1].t_s - kept[0].t_s) * spec.time_scale
+    if not span <= MAX_REPLAY_S:  # each time is finite, but no one waits for the last row (inf: nor counts to it)
+        raise UserError(f"trace {p}: its {kept[-1].t_s - kept[0].t_s:g} s times --time-scale {spec.time_scale:g} "
+                        f"is no schedule a replay can keep (at most {MAX_REPLAY_S:g} s, ten years)")  # fmt: skip
     return Trace(spec, hashlib.sha256(raw).hexdigest(), kept, len(rows))
 
 
 def _int(v: Any, where: str, name: str, low: int = 1) -> int:
-    if isinstance(v, bool) or v is None:
-        raise UserError(f"{where}: '{name}' must be a whole number, not {v!r}")
-    try:
-        f = float(str(v).strip())
-    except ValueError:
-        raise UserError(f"{where}: '{name}' must be a whole number, not {v!r}") from None
-    if f != int(f) or f < low:
-        raise UserError(f"{where}: '{name}' must be a whole number of at least {low}, not {v!r}")
-    return int(f)
+    """A row's token count (``40``, ``"40"``, ``40.0``); UserError naming the row for anything else, NaN,
+    infinity and counts no model reads included."""
+    from llmbench.dataset import whole
+
+    return whole(v, where, name, low)
 
 
 def _float(v: Any, where: str, name: str) -> float:
@@ -139,7 +144,7 @@ def _float(v: Any, where: str, name: str) -> float:
         f = float(str(v).strip())
     except ValueError:
         raise UserError(f"{where}: '{name}' must be a number, not {v!r}") from None
-    if f != f or f < 0:
+    if not 0 <= f < math.inf:  # NaN fails this too; an infinite time would never come
         raise UserError(f"{where}: '{name}' must be a time of 0 or more, not {v!r}")
     return f
 

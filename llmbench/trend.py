@@ -2,14 +2,15 @@
 against an anchor (a pinned ref measured side by side with each head by ``ab``), the ratio series that a change
 of runner cancels out of, with a budget check for slow creep.
 
-- **Plain series** (``trend METRIC``): the results of one machine and one setup (the newest result's, unless
-  ``--machine``/``--config`` say), each point its ``stat`` with its 95% interval. Different machines or setups
-  are never mixed into one line.
+- **Plain series** (``trend METRIC``): the complete results of one machine and one setup (the newest result's,
+  unless ``--machine``/``--config`` say; a prefix must name one), each point its ``stat`` with its 95% interval.
+  Different machines or setups are never mixed into one line; partial (interrupted) runs are left out.
 - **Against an anchor** (``trend METRIC --anchor REF``): each point is an ``ab`` of a head against REF, its value
   the paired change (head over anchor, %) with its interval. Base and head ran on the same runner in the same
-  minutes, so the runner's speed cancels: the series moves only with the code. When the anchor was moved (an
+  minutes, so the runner's speed cancels: the series moves only with the code, and takes every runner (unless
+  ``--machine``), but one setup (``--config``, else the newest result's). When the anchor was moved (an
   ``ab --anchor OLD --move-anchor`` of NEW against OLD), results against NEW are chained onto OLD's index:
-  (1 + a)(1 + b) - 1.
+  (1 + a)(1 + b) - 1, whenever the move was recorded (``--since`` limits the points, not the chain).
 - **The check** (``--check --budget B``): exit 1 when the latest point is significantly above B (its interval's
   low end over it), or when an upward change point left the series at a level significantly above B; a change
   point under the budget is reported, not failed.
@@ -17,12 +18,13 @@ of runner cancels out of, with a budget check for slow creep.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from llmbench.changepoints import Change, detect
 from llmbench.errors import UserError
-from llmbench.history import History
+from llmbench.history import History, is_complete
 
 Z95 = 1.96
 
@@ -94,6 +96,23 @@ def _with_changes(t: Trend) -> Trend:
     return t
 
 
+def valid_budget(budget: float) -> float:
+    """``--budget``: a finite percentage, at least 0; UserError otherwise (NaN compares false with everything:
+    a NaN budget would pass every series)."""
+    if not math.isfinite(budget) or budget < 0:
+        raise UserError(f"--budget {budget:g}: expected a finite percentage of at least 0 (the allowed slowdown)")
+    return budget
+
+
+def _complete(rows: list[dict[str, Any]], notes: list[str]) -> list[dict[str, Any]]:
+    """The complete results of ``rows``; a note for the partial ones left out (their figures are of part of
+    the requests)."""
+    done = [r for r in rows if is_complete(r.get("extra"))]
+    if len(done) < len(rows):
+        notes.append(f"{len(rows) - len(done)} partial result(s) left out (interrupted runs)")
+    return done
+
+
 def series(
     h: History,
     metric: str,
@@ -104,15 +123,18 @@ def series(
     config: str | None = None,
     kinds: tuple[str, ...] = ("run", "sweep", "scan", "load"),
 ) -> Trend:
-    """The plain series of ``metric``'s ``stat`` for one machine and one setup."""
-    rows = [r for r in h.list(since=since, machine=machine, config=config) if r["kind"] in kinds]
+    """The plain series of ``metric``'s ``stat`` for one machine and one setup: ``machine``/``config`` (each
+    given by its start, which must name one) or the newest result's."""
+    mid = h.resolve("machine", machine) if machine is not None else None
+    cfg = h.resolve("config", config) if config is not None else None
+    notes: list[str] = []
+    rows = _complete([r for r in h.list(since=since, machine=mid, config=cfg) if r["kind"] in kinds], notes)
     if not rows:
         raise UserError("the history has no result that matches (see llmbench history list)")
     newest = rows[-1]
-    mid, cfg = machine or newest["machine_id"], config or newest["config_hash"]
-    chosen = [r for r in rows if r["machine_id"].startswith(mid) and r["config_hash"].startswith(cfg)]
-    notes = []
-    others = {(r["machine_id"], r["config_hash"]) for r in rows} - {(r["machine_id"], r["config_hash"]) for r in chosen}
+    mid, cfg = mid or newest["machine_id"], cfg or newest["config_hash"]
+    chosen = [r for r in rows if r["machine_id"] == mid and r["config_hash"] == cfg]
+    others = {(r["machine_id"], r["config_hash"]) for r in rows} - {(mid, cfg)}
     if others:
         notes.append(f"{len(others)} other machine/setup series left out (choose with --machine and --config)")
     stats = h.series(metric, stat, [r["id"] for r in chosen])
@@ -124,58 +146,100 @@ def series(
     if not points:
         raise UserError(f"no result of this series has {metric} {stat}")
     unit = "tokens/s" if metric.endswith("_per_s") else ("ms" if metric.endswith("_ms") else "")
-    return _with_changes(
-        Trend(metric, stat, unit, points, [], chosen[-1]["machine_id"], chosen[-1]["config_hash"], notes=notes)
-    )
+    return _with_changes(Trend(metric, stat, unit, points, [], mid, cfg, notes=notes))
 
 
-def anchored(h: History, metric: str, stat: str, anchor: str, *, since: str | None = None) -> Trend:
-    """The series of heads against ``anchor`` (percent change, paired), later anchors chained on."""
+def _ab_rows(h: History, anchor: str, machine: str | None, config: str | None) -> list[dict[str, Any]]:
+    """Every ab result against ``anchor`` and the anchors chained onto it (by their move records), unfiltered by
+    time: a move recorded before --since still links the later anchor's results."""
+    rows: list[dict[str, Any]] = []
+    todo, seen = [anchor], {anchor}
+    while todo:
+        found = h.list(kind="ab", anchor=todo.pop(), machine=machine, config=config)
+        rows += found
+        for r in found:
+            nxt = r["head_ref"]
+            if (r.get("extra") or {}).get("moves_anchor") and nxt and nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return rows
+
+
+def anchored(
+    h: History,
+    metric: str,
+    stat: str,
+    anchor: str,
+    *,
+    since: str | None = None,
+    machine: str | None = None,
+    config: str | None = None,
+) -> Trend:
+    """The series of heads against ``anchor`` (percent change, paired), later anchors chained on: one setup's
+    (``config`` or the newest result's; a change of setup is not a change of code), on every runner unless
+    ``machine`` says (the pairing cancels the runner)."""
+    mid = h.resolve("machine", machine) if machine is not None else None
+    cfg = h.resolve("config", config) if config is not None else None
+    notes: list[str] = []
+    rows = _complete(_ab_rows(h, anchor, mid, cfg), notes)
+    if rows and cfg is None:
+        cfg = max(rows, key=lambda r: (r["created_at"] or "", r["id"]))["config_hash"]
+        others = {r["config_hash"] for r in rows} - {cfg}
+        if others:
+            notes.append(f"{len(others)} other setup series left out (choose with --config)")
+        rows = [r for r in rows if r["config_hash"] == cfg]
+    by_anchor: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        by_anchor.setdefault(r["anchor_ref"], []).append(r)
     points: list[Point] = []
     chained: list[str] = []
     offset = 0.0  # the current anchor's own change against the first, as a fraction
-    current = anchor
+    current: str | None = anchor
     seen = {anchor}
-    while True:
-        rows = [r for r in h.list(since=since, kind="ab", anchor=current)]
-        stats = h.series(metric, stat, [r["id"] for r in rows])
+    while current is not None:
+        group = by_anchor.get(current, [])
+        stats = h.series(metric, stat, [r["id"] for r in group])
         move = None
-        for r in rows:
+        for r in group:
             s = stats.get(r["id"])
             if s is None or s["change_pct"] is None:
                 continue
             if (r.get("extra") or {}).get("moves_anchor"):
                 move = (r, s)
                 continue
-            f = (1 + offset) * (1 + s["change_pct"] / 100) - 1
-            lo = hi = None
-            if s["change_ci_low"] is not None:
-                lo = ((1 + offset) * (1 + s["change_ci_low"] / 100) - 1) * 100
-                hi = ((1 + offset) * (1 + s["change_ci_high"] / 100) - 1) * 100
-            points.append(
-                Point(r["id"], r["created_at"], r["head_commit"], r["head_ref"], f * 100, lo, hi, s["mdc_pct"], current)
-            )
-        if move is None:
-            break
-        r, s = move
-        nxt = r["head_ref"]
-        if not nxt or nxt in seen:
-            break
-        offset = (1 + offset) * (1 + s["change_pct"] / 100) - 1
-        chained.append(nxt)
-        seen.add(nxt)
-        current = nxt
+            if since is not None and (r["created_at"] or "") < since:
+                continue
+            points.append(_anchored_point(r, s, offset, current))
+        current = None
+        if move is not None and move[0]["head_ref"] and move[0]["head_ref"] not in seen:
+            r, s = move
+            offset = (1 + offset) * (1 + s["change_pct"] / 100) - 1
+            current = r["head_ref"]
+            chained.append(r["head_ref"])
+            seen.add(r["head_ref"])
     if not points:
         raise UserError(
             f"the history has no ab result against the anchor {anchor} with {metric} {stat} (record "
             f"one: llmbench ab ... --history URL --anchor {anchor})"
         )
     points.sort(key=lambda p: (p.created_at or "", p.result_id))
-    return _with_changes(Trend(metric, stat, f"% vs {anchor}", points, [], anchor=anchor, chained=chained))
+    t = Trend(metric, stat, f"% vs {anchor}", points, [], mid, cfg, anchor=anchor, chained=chained, notes=notes)
+    return _with_changes(t)
+
+
+def _anchored_point(r: dict[str, Any], s: dict[str, Any], offset: float, anchor: str) -> Point:
+    """An ab result as a point of the first anchor's index: its change chained onto ``offset``."""
+    f = (1 + offset) * (1 + s["change_pct"] / 100) - 1
+    lo = hi = None
+    if s["change_ci_low"] is not None and s["change_ci_high"] is not None:
+        lo = ((1 + offset) * (1 + s["change_ci_low"] / 100) - 1) * 100
+        hi = ((1 + offset) * (1 + s["change_ci_high"] / 100) - 1) * 100
+    return Point(r["id"], r["created_at"], r["head_commit"], r["head_ref"], f * 100, lo, hi, s["mdc_pct"], anchor)
 
 
 def check(t: Trend, budget: float) -> list[str]:
     """Why the series fails the budget (empty: it passes). Points are percent changes against the anchor."""
+    valid_budget(budget)
     problems = []
     last = t.points[-1]
     low = last.ci_low if last.ci_low is not None else last.value

@@ -193,6 +193,8 @@ def test_what_config_ab_records_of_a_side_holds_no_secret():
         "env HF_TOKEN=redacted OTHER=redacted llmbench worker --model m"
     )
     assert recorded_side("https://user:pw@api.example.com/v1?key=k") == "https://api.example.com/v1"
+    side = recorded_side("llmbench worker --api-key sk-S3CRET --endpoint-url http://u:pw@127.0.0.1:8/v1?t=T0K")
+    assert "sk-S3CRET" not in side and "pw@" not in side and "T0K" not in side and "llmbench worker" in side
 
 
 def test_the_plan_alternates_who_goes_first():

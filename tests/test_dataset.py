@@ -207,3 +207,31 @@ def test_ab_workers_ask_for_each_entrys_own_length(cli, tiny_model_dir, tmp_path
         run = load_run(out / f"{side}.json")
         got = [q.output_tokens for q in sorted(run.requests, key=lambda q: q.prompt_index)]
         assert got == [x["out_len"] for x in rows] and run.config.prompt_source["output_tokens_from"] == "column"
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "said"),
+    [
+        ("a.jsonl", '{"prompt": "x", "n": ' + "9" * 5000 + "}\n", "a.jsonl:1: not valid JSON"),  # was: internal error
+        ("b.json", '[{"prompt": "x", "n": ' + "9" * 5000 + "}]", "b.json: not valid JSON"),
+        ("c.csv", "prompt,n\nx,nan\n", "c.csv:2: 'n' must be a whole number of tokens"),
+        ("d.csv", "prompt,n\nx,inf\n", "d.csv:2: 'n' must be a whole number of tokens"),
+        ("e.jsonl", '{"prompt": "x", "n": 1000000000000}\n', "more tokens than any model reads"),
+        ("f.jsonl", '{"prompt": "x", "n": 2.5}\n', "'n' must be a whole number of tokens"),
+        ("g.jsonl", '{"prompt": "x", "n": true}\n', "'n' must be a whole number of tokens"),
+        ("h.jsonl", '{"prompt": "x", "n": -3}\n', "'n' must be a whole number of at least 1"),
+    ],
+)
+def test_a_bad_number_in_a_dataset_is_one_line(cli, tmp_path, name, content, said):
+    path = tmp_path / name
+    path.write_text(content, encoding="utf-8")
+    r = cli("run", path, "--weights", "random", "--output-len-column", "n", "-q", "-o", tmp_path / "x.json")
+    assert r.returncode == 2 and said in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_a_whole_float_is_a_length_as_a_parquet_column_of_floats_gives_it(tmp_path):
+    path = tmp_path / "floats.jsonl"
+    path.write_text('{"prompt": "x", "n": 3.0}\n{"prompt": "y", "n": "4"}\n', encoding="utf-8")
+    chosen = dataset.load(DatasetSpec(str(path), output_len_column="n"))
+    assert chosen.output_tokens == (3, 4)

@@ -113,3 +113,118 @@ def test_compare_cli_gates_on_gaps_from_the_files(tmp_path):
     ok = subprocess.run([*args[:-4], "--fail-on-regression", "8", "--gate-stat", "gaps"], capture_output=True,
                         text=True, timeout=60)  # fmt: skip
     assert ok.returncode == 0 and "Traceback" not in ok.stderr
+
+
+def bundled(gaps_of, sizes):
+    """``gaps_of`` with its tokens arriving in bundles (an HTTP relay's reads, speculative decoding's accepted
+    drafts): a bundle of k tokens is released when its last is ready, so its first gap carries the k true gaps'
+    sum and the other k - 1 are zero. ``sizes(i)``: request i's bundle sizes, used in turn."""
+
+    def out(i):
+        gaps, sizes_i, at, k = list(gaps_of(i)), sizes(i), 0, 0
+        result = []
+        while at < len(gaps):
+            size = sizes_i[k % len(sizes_i)]
+            group = gaps[at : at + size]
+            result += [sum(group)] + [0.0] * (len(group) - 1)
+            at, k = at + size, k + 1
+        return result
+
+    return out
+
+
+def every(k):
+    return lambda i: [k]
+
+
+def irregular(seed):
+    """Bundle sizes 1 to 4 drawn per request, as accepted drafts of speculative decoding come."""
+    return lambda i: [random.Random(seed * 1000 + i).randint(1, 4) for _ in range(32)]
+
+
+UNBUNDLED = every(1)
+
+
+@pytest.mark.parametrize(
+    ("base_sizes", "head_sizes"),
+    [(UNBUNDLED, every(4)), (every(3), UNBUNDLED), (every(2), every(5)), (irregular(1), irregular(2))],
+    ids=["head-bundled", "base-bundled", "both-bundled", "both-irregular"],
+)
+def test_a_slower_head_is_slower_whichever_side_bundles_its_tokens(base_sizes, head_sizes):
+    # a 20% slower head, with zero gaps on one side or both: "100% faster" and a pass before the fix
+    base = with_gaps(synthetic_run(n=40), bundled(noisy_gaps(10), base_sizes))
+    head = with_gaps(synthetic_run(n=40), bundled(noisy_gaps(11, slower=0.2), head_sizes))
+    gaps = compare_runs(base, head).row("tpot_ms", "gaps")
+    assert gaps.verdict == "slower" and gaps.change_pct == pytest.approx(20.0, abs=1.0), gaps
+    assert gaps.ci_low_pct > 15
+    (tpot,) = [c for c in compare_runs(base, head).gate(fail_on_regression=5, stat="gaps") if c.metric == "tpot_ms"]
+    assert tpot.regression
+
+
+@pytest.mark.parametrize(
+    ("base_sizes", "head_sizes"),
+    [(every(3), UNBUNDLED), (UNBUNDLED, every(4)), (irregular(3), irregular(4))],
+    ids=["base-bundled", "head-bundled", "both-irregular"],
+)
+def test_an_a_a_with_bundled_tokens_is_no_change(base_sizes, head_sizes):
+    base = with_gaps(synthetic_run(n=40), bundled(noisy_gaps(12), base_sizes))
+    head = with_gaps(synthetic_run(n=40), bundled(noisy_gaps(13), head_sizes))
+    comp = compare_runs(base, head)
+    gaps = comp.row("tpot_ms", "gaps")
+    assert not gaps.significant and abs(gaps.change_pct) < 0.5, gaps
+    assert comp.gate(fail_on_regression=2, stat="gaps") == []
+
+
+def test_gaps_weigh_every_token_as_tpot_does_not_the_typical_position():
+    # speculative decoding: every step takes 30 ms and yields 1, 3, 3 tokens in turn, so 6 tokens in 7 come 10 ms
+    # "apart" and TPOT is 90/7 = 12.86 ms; the base decodes one token every 10 ms. The head is 28.6% slower,
+    # though a median over positions would call it faster (-100% raw, 0% with each bundle's wait spread over its
+    # tokens).
+    def steps(i):
+        rng, gaps = random.Random(100 + i), []
+        for size in [1, 3, 3] * 5:
+            gaps += [30.0 * (1 + rng.uniform(-0.02, 0.02))] + [0.0] * (size - 1)
+        return gaps
+
+    base = with_gaps(synthetic_run(n=20), noisy_gaps(14, n=20, tokens=36, tpot=10.0))
+    head = with_gaps(synthetic_run(n=20), steps)
+    gaps = compare_runs(base, head).row("tpot_ms", "gaps")
+    assert gaps.verdict == "slower" and gaps.change_pct == pytest.approx(100 * (90 / 7 / 10 - 1), abs=1.0), gaps
+
+
+def test_gaps_treat_base_and_head_alike():
+    """Swapped, the change is the reciprocal: (1 + c(base, head)) * (1 + c(head, base)) == 1, pairs even or odd,
+    zero gaps on either side."""
+    for n in (40, 39):
+        base = with_gaps(synthetic_run(n=n), bundled(noisy_gaps(16, n=n), irregular(5)))
+        head = with_gaps(synthetic_run(n=n), bundled(noisy_gaps(17, n=n, slower=0.1), every(3)))
+        there = compare_runs(base, head).row("tpot_ms", "gaps")
+        back = compare_runs(head, base).row("tpot_ms", "gaps")
+        assert (1 + there.change_pct / 100) * (1 + back.change_pct / 100) == pytest.approx(1.0, abs=1e-9)
+        assert there.n_base == there.n_new == n  # every pair is used: none has a span of zero
+
+
+def test_a_pair_whose_tokens_all_came_at_once_measured_no_decode_time():
+    # a relay that buffered one whole answer and sent it with the first token: no decode time in its stamps, so
+    # that pair says nothing (skipped, on either side alike); two answers sent whole after a wait still count
+    slow = noisy_gaps(19, n=10, slower=0.2)
+    base = with_gaps(synthetic_run(n=10), noisy_gaps(18, n=10))
+    head = with_gaps(synthetic_run(n=10), bundled(lambda i: [0.0] * 31 if i == 0 else slow(i),
+                                                  lambda i: [31] if i < 3 else [1]))  # fmt: skip
+    assert head.requests[0].tpot_ms is None and head.requests[1].tpot_ms is not None
+    gaps = compare_runs(base, head).row("tpot_ms", "gaps")
+    assert gaps.n_base == gaps.n_new == 9 and gaps.verdict == "slower"
+    assert gaps.change_pct == pytest.approx(20.0, abs=1.0)
+
+
+@pytest.mark.subprocess
+def test_compare_cli_fails_a_bundling_head_that_is_slower(tmp_path):
+    base = with_gaps(synthetic_run(n=40), noisy_gaps(20))
+    head = with_gaps(synthetic_run(n=40), bundled(noisy_gaps(21, slower=0.2), every(4)))
+    save_run(base, tmp_path / "base.json")
+    save_run(head, tmp_path / "head.json")
+    r = subprocess.run([sys.executable, "-m", "llmbench", "compare", str(tmp_path / "base.json"),
+                        str(tmp_path / "head.json"), "--fail-on-regression", "5", "--gate-stat", "gaps"],
+                       capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert re.search(r"gate tpot_ms gaps: \+(19|20|21)\.\d%.*REGRESSION", r.stdout), r.stdout

@@ -231,6 +231,35 @@ def test_postgres_records_trends_upgrades_and_takes_concurrent_writers(pg_url, t
     h.close()
 
 
+def new_database(server_url: str, name: str) -> str:
+    """A new, empty database on the test server; its URL (SQLAlchemy's spelling)."""
+    from sqlalchemy import create_engine, text
+
+    url = resolve_url(server_url)
+    assert url is not None
+    engine = create_engine(url, isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        conn.execute(text(f"CREATE DATABASE {name}"))
+    engine.dispose()
+    return url.rsplit("/", 1)[0] + f"/{name}"
+
+
+def test_postgres_records_a_run_once_replaces_a_partial_one_and_refuses_an_empty_database(pg_url, cli, tmp_path):
+    url = new_database(pg_url, "once")
+    r = cli("history", "list", "--history", url)  # a reading command never creates the schema
+    assert r.returncode == 2 and "no history database at" in r.stderr and "holds no llmbench history" in r.stderr
+    partial = _run_file(tmp_path / "p.json", n=4, complete=False)
+    assert "partial" in cli("history", "add", partial, "--history", url).stdout
+    done = _run_file(tmp_path / "p.json", n=10)
+    again = _run_file(tmp_path / "p2.json", n=10, indent=2)
+    r = cli("history", "add", done, again, "--history", url)
+    assert r.returncode == 0 and "1 new, 1 already recorded" in r.stdout, r.stdout + r.stderr
+    h = History(url)
+    (row,) = h.list()
+    assert row["extra"]["complete"] is True and _tpot_n(h, row["id"]) == 10 and h.version() == HISTORY_VERSION
+    h.close()
+
+
 @pytest.mark.subprocess
 def test_ab_records_the_head_against_a_pinned_anchor(cli, tmp_path, prompt_file, tiny_model_dir):
     from tests.test_ab import _worker
@@ -252,3 +281,310 @@ def test_ab_records_the_head_against_a_pinned_anchor(cli, tmp_path, prompt_file,
     assert points[1]["ci_low"] > 0 and points[1]["mdc_pct"] is not None
     again = cli("history", "add", tmp_path / "ab1", "--history", url)
     assert "0 new, 1 already recorded" in again.stdout  # the ab folder is the same record
+
+
+# -------------------------------------------------------------------------------- a run once, partial runs, v2 -> v3
+
+
+def _run_file(path: Path, *, run_id: str = "run-1", n: int = 10, complete: bool = True, tpot: float = 20.0,
+              created_at: str = "2026-11-01T00:00:00Z", indent: int | None = None) -> Path:  # fmt: skip
+    """A run file (synthetic, no model) with the first ``n`` of 10 requests; ``indent``: the same run, other bytes."""
+    from tests.helpers import synthetic_run
+
+    run = synthetic_run(n=10, tpot_ms=tpot)
+    run = run.model_copy(update={"run_id": run_id, "complete": complete, "created_at": created_at,
+                                 "requests": run.requests[:n]})  # fmt: skip
+    data = run.model_dump(mode="json")
+    path.write_text(json.dumps(data, indent=indent), encoding="utf-8")
+    return path
+
+
+def _tpot_n(h: History, rid: int) -> int:
+    return next(m["n"] for m in h.get(rid)["metrics"] if m["metric"] == "tpot_ms" and m["stat"] == "p50")
+
+
+def test_a_run_is_recorded_once_by_its_run_id_whatever_its_bytes(cli, tmp_path):
+    url = sqlite_url(tmp_path)
+    first = _run_file(tmp_path / "a.json")
+    again = _run_file(tmp_path / "a-reserialized.json", indent=2)  # the same run, re-serialized: other bytes
+    assert records.file_sha256(first) != records.file_sha256(again)
+    assert "1 new, 0 already recorded" in cli("history", "add", first, "--history", url).stdout
+    r = cli("history", "add", again, "--history", url)
+    assert r.returncode == 0 and "0 new, 1 already recorded" in r.stdout, r.stdout + r.stderr
+    rows = History(url).list()
+    assert len(rows) == 1 and rows[0]["run_id"] == "run-1" and rows[0]["path"] == str(first.resolve())
+
+
+def test_a_partial_run_is_marked_and_replaced_by_its_complete_file(cli, tmp_path):
+    url = sqlite_url(tmp_path)
+    partial = _run_file(tmp_path / "p.json", n=4, complete=False, tpot=30.0)
+    r = cli("history", "add", partial, "--history", url)
+    assert r.returncode == 0 and "1 new" in r.stdout and "partial" in r.stdout, r.stdout
+    h = History(url)
+    (row,) = h.list()
+    assert row["extra"]["complete"] is False and _tpot_n(h, row["id"]) == 4
+    more = _run_file(tmp_path / "p.json", n=7, complete=False, tpot=30.0)  # a resume under way: more requests
+    assert "1 new" in cli("history", "add", more, "--history", url).stdout
+    done = _run_file(tmp_path / "p.json", n=10, complete=True, tpot=20.0)  # it completes, in the same file
+    assert "1 new" in cli("history", "add", done, "--history", url).stdout
+    (row2,) = h.list()  # replaced in place: one row, the same id, the complete run's metrics only
+    assert row2["id"] == row["id"] and row2["extra"]["complete"] is True
+    assert row2["sha256"] == records.file_sha256(done)
+    tpot = [m for m in h.get(row["id"])["metrics"] if m["metric"] == "tpot_ms"]
+    assert len(tpot) == 4 and {m["n"] for m in tpot} == {10}
+    assert tpot[0]["value"] == pytest.approx(20.0, rel=0.01)
+    old = _run_file(tmp_path / "old.json", n=4, complete=False, tpot=30.0)  # a stale partial copy: no downgrade
+    assert "0 new, 1 already recorded" in cli("history", "add", old, "--history", url).stdout
+    assert _tpot_n(h, row["id"]) == 10
+    # the trend leaves partial runs out, and says so
+    _run_file(tmp_path / "q.json", run_id="run-2", n=3, complete=False, created_at="2026-11-02T00:00:00Z")
+    _run_file(tmp_path / "r.json", run_id="run-3", created_at="2026-11-03T00:00:00Z")
+    assert cli("history", "add", tmp_path / "q.json", tmp_path / "r.json", "--history", url).returncode == 0
+    t = tr.series(h, "tpot_ms", "p50")
+    assert len(t.points) == 2 and any("1 partial result(s) left out" in n for n in t.notes)
+    h.close()
+
+
+def test_a_v2_database_is_upgraded_to_run_ids(tmp_path):
+    from sqlalchemy import create_engine, inspect
+
+    from llmbench.history import create_v2
+
+    url = sqlite_url(tmp_path)
+    create_v2(url)
+    engine = create_engine(url)
+    with engine.begin() as conn:  # a v2 result, as llmbench wrote it before run ids
+        conn.exec_driver_sql("INSERT INTO llmbench_results (sha256, kind, recorded_at, machine_id, config_hash) "
+                             "VALUES ('old', 'run', '2026-10-01T00:00:00Z', 'm', 'c')")  # fmt: skip
+    engine.dispose()
+    h = History(url)
+    assert h.version() == HISTORY_VERSION == 3
+    (old,) = h.list()
+    assert old["sha256"] == "old" and old["run_id"] is None
+    assert any(ix["unique"] and ix["column_names"] == ["run_id"] for ix in inspect(h.engine).get_indexes(
+        "llmbench_results"))  # fmt: skip
+    a = _ab_result(0, 1.0, "v1")
+    a.run_id = "ab:x+y"
+    assert h.add(a)[1] and h.add(_ab_result(1, 1.0, "v1"))[1]  # NULL run ids don't collide
+    b = _ab_result(2, 2.0, "v1")
+    b.run_id = "ab:x+y"
+    assert h.add(b) == (h.list(kind="ab")[0]["id"], False)  # the same pair, other bytes: recorded once
+    h.close()
+    assert History(url).version() == 3  # opening it again changes nothing
+
+
+# -------------------------------------------------------------------------------- reading commands, filters, numbers
+
+
+def test_reading_commands_refuse_a_missing_database_and_writing_ones_create_it(cli, tmp_path):
+    missing = tmp_path / "typo" / "hsitory.db"
+    for args in (("history", "list"), ("history", "show", "1"), ("history", "prune", "--keep", "1"),
+                 ("history", "export", "-o", tmp_path / "x.csv"), ("trend", "tpot_ms")):  # fmt: skip
+        r = cli(*args, "--history", missing)
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode == 2 and lines == [f"llmbench: error: no history database at {missing}"], r.stderr
+    assert not missing.exists() and not missing.parent.exists()
+    r = cli("history", "add", _run_file(tmp_path / "a.json"), "--history", missing)
+    assert r.returncode == 0 and missing.is_file(), r.stderr
+    assert len(json.loads(cli("history", "list", "--format", "json", "--history", missing).stdout)) == 1
+
+
+def test_an_in_memory_database_is_refused(cli, tmp_path):
+    for url in ("sqlite://", "sqlite:///:memory:"):
+        r = cli("history", "add", _run_file(tmp_path / "a.json"), "--history", url)
+        assert r.returncode == 2 and "in-memory database keeps nothing" in r.stderr and "new" not in r.stdout
+
+
+@pytest.mark.parametrize("budget", ["nan", "inf", "-1"])
+def test_a_budget_that_is_not_a_finite_percentage_is_refused_before_any_work(cli, tmp_path, budget):
+    url = sqlite_url(tmp_path)
+    _series(History(url), [0.0, 1.0])
+    r = cli("trend", "tpot_ms", "--anchor", "v1", "--check", "--budget", budget, "--history", url)
+    assert r.returncode == 2 and "within" not in r.stderr and r.stdout == ""
+    assert r.stderr.strip().splitlines() == [f"llmbench: error: --budget {float(budget):g}: expected a finite "
+                                             "percentage of at least 0 (the allowed slowdown)"]  # fmt: skip
+    r = cli("trend", "tpot_ms", "--check", "--anchor", "v1", "--budget", budget, "--history", tmp_path / "none.db")
+    assert r.returncode == 2 and "--budget" in r.stderr  # before the database is opened
+    r = cli("trend", "tpot_ms", "--budget", "3", "--history", url)  # a budget with nothing to apply it to
+    assert r.returncode == 2 and "--budget goes with --anchor" in r.stderr
+
+
+def test_list_filters_and_numbers_filter_or_are_refused(cli, tmp_path):
+    url = sqlite_url(tmp_path)
+    h = History(url)
+    _series(h, [0.0, 1.0, 2.0, 3.0])
+    for i in range(4):
+        h.add(_plain(i))  # runs measured at 00:00 .. 03:00 UTC
+    h.close()
+    ids = [x["id"] for x in json.loads(cli("history", "list", "--format", "json", "--history", url).stdout)]
+    assert len(ids) == 8
+    newest = json.loads(cli("history", "list", "--limit", "1", "--format", "json", "--history", url).stdout)
+    assert [x["id"] for x in newest] == ids[-1:]
+    at_least = "--limit must be at least 1"
+    for args, why in ((("--limit", "0"), at_least), (("--limit", "-2"), at_least),
+                      (("--kind", "runs"), "--kind runs: expected one of"), (("--since", "2026-13-45"), "--since"),
+                      (("--since", "0d"), "--since 0d"), (("--since", "99999999999d"), "--since")):  # fmt: skip
+        r = cli("history", "list", *args, "--history", url)
+        assert r.returncode == 2 and why in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
+        assert len(r.stderr.strip().splitlines()) == 1
+    # prefixes are prefixes: '_' and '%' are characters, not LIKE's wildcards
+    for args in (("--commit", "_"), ("--commit", "%"), ("--machine", "_"), ("--config", "%")):
+        assert json.loads(cli("history", "list", *args, "--format", "json", "--history", url).stdout) == []
+    # a zone is converted: 03:00+02:00 is 01:00 UTC, so the runs of 01:00, 02:00 and 03:00 UTC are in
+    since = json.loads(cli("history", "list", "--kind", "run", "--since", "2026-11-01T03:00:00+02:00", "--format",
+                           "json", "--history", url).stdout)  # fmt: skip
+    assert [x["sha256"] for x in since] == ["plain-1", "plain-2", "plain-3"]
+
+
+def _plain(i: int, *, machine: str = "aaaa0000aaaa0000", config: str = "c", created: str | None = None,
+           kind: str = "run", label: str | None = None, value: float = 50.0) -> Result:  # fmt: skip
+    metrics = [{"metric": "tpot_ms", "stat": "p50", "value": value, "ci_low": value - 1, "ci_high": value + 1,
+                "n": 10}]  # fmt: skip
+    return Result(sha256=f"plain-{i}", kind=kind, created_at=created or f"2026-11-01T{i:02d}:00:00Z",
+                  llmbench_version="0", machine_id=machine, machine={}, config_hash=config, config={},
+                  prompt_sha256=None, model="m", engine="e", path=None, metrics=metrics, label=label,
+                  run_id=f"plain-{i}", extra={"complete": True})  # fmt: skip
+
+
+def test_prune_keeps_the_newest_measured_of_each_series(cli, tmp_path):
+    url = sqlite_url(tmp_path)
+    h = History(url)
+    new_id = h.add(_plain(0, created="2026-11-30T00:00:00Z"))[0]  # recorded first, measured last
+    h.add(_plain(1, created="2026-11-01T00:00:00Z"))  # a backlog added later: measured earlier
+    rate = h.add(_plain(2, kind="load", label="rate-1"))[0]  # one load test: a rate's run and its summary values,
+    summary = h.add(_plain(3, kind="load", label="load.json"))[0]  # the same machine, setup and kind
+    other = h.add(_plain(4, machine="bbbb0000bbbb0000"))[0]
+    h.add(_plain(5, machine="bbbb0000bbbb0000", created="2026-10-01T00:00:00Z"))
+    _series(h, [0.0, 1.0])  # v1's series: ab rows 0 and 1 (machines m0, m1)
+    move = h.add(_ab_result(2, 3.0, "v1", moves="v2"))[0]  # on m2, the only one there: keep it whatever its age
+    later = _ab_result(5, 3.5, "v1")  # a later result of the move's series (m2, against v1)
+    later.machine_id = "m2"
+    h.add(later)
+    before = {x["id"] for x in h.list()}
+    r = cli("history", "prune", "--keep", "1", "--machine", "aaaa", "--history", url)  # a prefix, as list shows
+    assert r.returncode == 0 and r.stdout.strip() == "deleted 1 results", r.stdout + r.stderr
+    left = {x["id"] for x in h.list()}
+    assert before - left == {new_id + 1}  # the older-measured run; the newest measured, the rate and summary stay
+    assert {new_id, rate, summary, other} <= left
+    r = cli("history", "prune", "--keep", "1", "--history", url)
+    assert r.returncode == 0 and r.stdout.strip() == "deleted 1 results"  # machine b's older run only
+    assert move in {x["id"] for x in h.list()}  # the move record links v2 to v1: never pruned
+    for machine, why in (("zzzz", "no such machine"), ("", "empty")):
+        r = cli("history", "prune", "--keep", "1", "--machine", machine, "--history", url)
+        assert r.returncode == 2 and why in r.stderr
+    h.add(_plain(6, machine="aaaa1111aaaa1111"))
+    r = cli("history", "prune", "--keep", "1", "--machine", "aaaa", "--history", url)
+    assert r.returncode == 2 and "matches 2 machines" in r.stderr  # an ambiguous prefix prunes nothing
+    h.close()
+
+
+def test_a_trend_never_mixes_machines_or_setups(cli, tmp_path):
+    url = sqlite_url(tmp_path)
+    h = History(url)
+    for i in range(6):  # two machines whose ids share a start, alternating: 50 ms and 80 ms
+        h.add(_plain(i, machine="abcd0000abcd0000" if i % 2 else "abcd1111abcd1111", value=50.0 + 30 * (i % 2)))
+    r = cli("trend", "tpot_ms", "--machine", "abcd", "--history", url)
+    assert r.returncode == 2 and "matches 2 machines" in r.stderr
+    t = tr.series(h, "tpot_ms", "p50", machine="abcd0")
+    assert [p.value for p in t.points] == [80.0, 80.0, 80.0] and t.machine_id == "abcd0000abcd0000"
+    # against an anchor: one setup (the newest's, or --config), every runner unless --machine
+    for i, (cfg, change) in enumerate([("c", 0.0), ("d", 9.0), ("c", 0.5), ("d", 9.5), ("c", 1.0)]):
+        a = _ab_result(i, change, "v1")
+        a.config_hash, a.sha256 = cfg, f"cfg-{i}"
+        h.add(a)
+    t = tr.anchored(h, "tpot_ms", "p50", "v1")
+    assert [p.value for p in t.points] == pytest.approx([0.0, 0.5, 1.0]) and t.config_hash == "c"
+    assert any("1 other setup series left out" in n for n in t.notes)
+    t = tr.anchored(h, "tpot_ms", "p50", "v1", config="d")
+    assert [p.value for p in t.points] == pytest.approx([9.0, 9.5])
+    t = tr.anchored(h, "tpot_ms", "p50", "v1", machine="m1")  # rows 1 and 4 ran on m1; 1 is of setup d
+    assert [p.result_id for p in t.points] == [x["id"] for x in h.list(kind="ab", machine="m1", config="c")]
+    out = json.loads(cli("trend", "tpot_ms", "--anchor", "v1", "--machine", "m0", "--format", "json",
+                         "--history", url).stdout)  # fmt: skip
+    assert [p["id"] for p in out["points"]] == [x["id"] for x in h.list(kind="ab", machine="m0", config="d")]
+    h.close()
+
+
+def test_since_limits_the_points_of_a_chained_anchor_not_the_chain(tmp_path):
+    h = History(sqlite_url(tmp_path))
+    _series(h, [0.0, 1.0, 2.0])  # Nov 1, 00:00-02:00
+    h.add(_ab_result(3, 3.0, "v1", moves="v2"))  # 03:00: v2 is +3% on v1
+    for i, v in enumerate([0.0, 1.0], start=4):  # 04:00, 05:00 against v2
+        h.add(_ab_result(i, v, "v2"))
+    t = tr.anchored(h, "tpot_ms", "p50", "v1", since="2026-11-01T03:30:00Z")
+    assert t.chained == ["v2"] and [round(p.value, 4) for p in t.points] == [3.0, round((1.03 * 1.01 - 1) * 100, 4)]
+    h.close()
+
+
+def test_history_add_refuses_what_would_record_nothing_or_part(cli, tmp_path):
+    url = sqlite_url(tmp_path)
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    _run_file(sweep / "s1.json", run_id="s1")
+    rows = [{"label": "s1", "run_file": "s1.json"}, {"label": "s2", "run_file": "s2.json"}]
+    (sweep / "sweep.json").write_text(json.dumps({"sweep_version": 1, "results": rows}), encoding="utf-8")
+    r = cli("history", "add", sweep, "--history", url)
+    assert r.returncode == 2 and "names s2.json, which is not in" in r.stderr
+    ab = tmp_path / "notab"  # two runs named like an ab folder's, not written by llmbench ab
+    ab.mkdir()
+    _run_file(ab / "base.json", run_id="b")
+    _run_file(ab / "head.json", run_id="h")
+    r = cli("history", "add", _run_file(tmp_path / "ok.json", run_id="ok"), ab, "--history", url)
+    assert r.returncode == 2 and "nothing in it to record" in r.stderr
+    empty = _run_file(tmp_path / "empty.json", run_id="e", n=0, complete=False)  # interrupted before a request
+    r = cli("history", "add", empty, "--history", url)
+    assert r.returncode == 2 and "no measured request" in r.stderr
+    assert History(url).list() == []  # every path is read before anything is added
+
+
+def test_a_database_password_is_never_printed(cli, tmp_path):
+    run = _run_file(tmp_path / "a.json")
+    for url in ("postgresql://u:s3cretpw@127.0.0.1:1/none", "postgresql://u:s3cret@pw@127.0.0.1:1/none",
+                "postgresql://u@127.0.0.1:1/none?password=s3cretpw", "postgresql://u:s3cretpw@127.0.0.1:x/none",
+                "u:s3cretpw@127.0.0.1/none"):  # fmt: skip
+        for args in (("history", "add", run), ("history", "list"), ("trend", "tpot_ms")):
+            r = cli(*args, f"--history={url}")
+            assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, (url, r.stderr)
+            assert "s3cret" not in r.stderr + r.stdout and "pw@" not in r.stderr, (url, r.stderr)
+    from llmbench.history import scrub, shown
+
+    for url, password in (("postgresql+psycopg://u:s3cretpw@h/db", "s3cretpw"),
+                          ("postgresql+psycopg://u@h/db?sslmode=require&password=s3cretpw", "s3cretpw"),
+                          ("postgresql+psycopg://u:s3cret%40pw@h/db", "s3cret@pw")):  # fmt: skip
+        assert "s3cret" not in shown(url)
+        assert "s3cret" not in scrub(f"connection to {url} failed for password {password}", url)
+
+
+def test_a_writer_waits_for_the_lock_as_long_as_told_then_fails_in_one_line(tmp_path, monkeypatch, pg_url):
+    import sqlite3
+    import time
+
+    from sqlalchemy import create_engine, text
+
+    from llmbench.history import HISTORY_LOCK
+
+    url = sqlite_url(tmp_path)
+    History(url).close()
+    monkeypatch.setenv("LLMBENCH_HISTORY_TIMEOUT_S", "0.5")
+    holder = sqlite3.connect(tmp_path / "history.db", isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")  # another writer, in the middle of its transaction
+    pg = new_database(pg_url, "locked")
+    History(pg).close()
+    engine = create_engine(pg)
+    try:
+        with engine.connect() as conn:
+            conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": HISTORY_LOCK})
+            for where in (url, pg):
+                h = History(where)
+                started = time.monotonic()
+                with pytest.raises(UserError, match="locked|lock timeout") as e:
+                    h.add(_plain(0))
+                assert time.monotonic() - started < 10 and "\n" not in str(e.value)
+                h.close()
+    finally:
+        holder.close()
+        engine.dispose()
+    for bad in ("0", "-1", "nan", "soon"):
+        monkeypatch.setenv("LLMBENCH_HISTORY_TIMEOUT_S", bad)
+        with pytest.raises(UserError, match="LLMBENCH_HISTORY_TIMEOUT_S"):
+            History(url)

@@ -171,7 +171,11 @@ def test_a_stop_between_due_times_ends_an_open_loop_at_once(server, tmp_path):
 def test_slo_and_rate_parsing():
     assert ld.Slo.parse("ttft_ms:p90=1000") == ld.Slo("ttft_ms", 90.0, 1000.0)
     assert ld.Slo.parse(" tpot_ms : p99.9 = 50 ").text == "tpot_ms:p99.9=50"
-    for bad in ("ttft:p90=1", "ttft_ms:90=1", "ttft_ms:p90=x", "ttft_ms:p0=5", "itl_ms:p90=5", "ttft_ms:p90=-1"):
+    assert ld.Slo.parse("e2e_ms:p90=500") == ld.Slo("e2e_ms", 90.0, 500.0)  # a metric name with a digit
+    assert ld.Slo.parse("e2e_from_schedule_ms:p50=900").metric == "e2e_from_schedule_ms"
+    bad_slos = ("ttft:p90=1", "ttft_ms:90=1", "ttft_ms:p90=x", "ttft_ms:p0=5", "itl_ms:p90=5", "ttft_ms:p90=-1",
+                "ttft_ms:p90=nan", "ttft_ms:p90=inf")  # fmt: skip
+    for bad in bad_slos:
         with pytest.raises(UserError, match="--slo"):
             ld.Slo.parse(bad)
     assert ld.parse_rates("4, 0.5,1") == [0.5, 1.0, 4.0] and ld.parse_rates("AUTO") is None

@@ -67,6 +67,7 @@ def test_bad_txt_files(tmp_path, content, match):
         ('{"prompt": 3}', "must be a string"),
         ('["x"]', '"prompt" field'),
         ('{"prompt": "  "}', "empty prompt"),
+        ('{"prompt": "x", "n": ' + "9" * 5000 + "}", r"bad.jsonl:2: not valid JSON \(Exceeds"),  # was: ValueError
     ],
 )
 def test_bad_jsonl_lines_name_the_line(tmp_path, line, match):
@@ -81,3 +82,23 @@ def test_missing_and_folder(tmp_path):
         load_prompts(tmp_path / "nope.txt")
     with pytest.raises(UserError, match="folder"):
         load_prompts(tmp_path)
+
+
+@pytest.mark.parametrize("name", ["data.json", "data.csv", "data.parquet", "data.arrow"])
+def test_a_dataset_is_not_read_a_line_a_prompt(tmp_path, name):
+    f = tmp_path / name
+    f.write_text('[{"conversations": [{"from": "human", "value": "hello"}]}]\n', encoding="utf-8")
+    # was: its lines as prompts (a JSON file's brackets, a CSV's header)
+    with pytest.raises(UserError, match=r"is a dataset \(\.\w+\), not a prompt list"):
+        load_prompts(f)
+    assert load_prompts(f, as_lines=True).prompts == (f.read_text(encoding="utf-8").strip(),)  # --prompt-format txt
+
+
+def test_check_whole_names_the_option_and_the_bound():
+    from llmbench.prompts import check_whole
+
+    assert check_whole("--n", 5) == 5
+    with pytest.raises(UserError, match="--n must be at least 1, not 0"):
+        check_whole("--n", 0)
+    with pytest.raises(UserError, match=r"--n 11: more than llmbench can make or run \(at most 10 turns\)"):
+        check_whole("--n", 11, high=10, what=" turns")

@@ -92,6 +92,54 @@ def test_a_cached_reference_gives_the_bucketed_lower_bound(tiny, text_file, tmp_
         q.load_reference(path.with_suffix(".txt"))
 
 
+def test_a_reference_cache_is_kept_at_exactly_the_path_given(tiny, text_file, tmp_path):
+    ref = q.build_reference(tiny.model, tiny.tokenizer, text_file.read_text(encoding="utf-8"), "cpu", {}, 128)
+    path = tmp_path / "reference.cache"
+    q.save_reference(ref, path)
+    # was: numpy wrote reference.cache.npz, so every later run, looking at reference.cache, computed it again
+    assert path.is_file() and not (tmp_path / "reference.cache.npz").exists()
+    assert q.load_reference(path).chunks == ref.chunks
+    assert [f.name for f in tmp_path.iterdir() if f.name != "eval.txt"] == ["reference.cache"]  # no temporary left
+    # a damaged file: one line, never numpy's or zipfile's own error
+    damaged = tmp_path / "damaged.npz"
+    damaged.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    (tmp_path / "not-a-zip.npz").write_bytes(b"PK\x03\x04 no zip after all")
+    for bad in (damaged, tmp_path / "not-a-zip.npz"):
+        with pytest.raises(UserError, match="not a reference file"):
+            q.load_reference(bad)
+
+
+def test_quality_input_that_would_fail_after_loading_is_refused_before(cli, tiny_model_dir, tmp_path, monkeypatch):
+    from llmbench import models
+
+    def no_loading(*a, **kw):
+        raise AssertionError("a model was loaded before the input was checked")
+
+    monkeypatch.setattr(models, "load_model", no_loading)
+    (tmp_path / "empty.txt").write_text("  \n", encoding="utf-8")
+    (tmp_path / "bad.npz").write_bytes(b"PK\x03\x04 no zip after all")
+    (tmp_path / "a-file").write_text("x", encoding="utf-8")
+    (tmp_path / "data.csv").write_text("prompt\nhello\n", encoding="utf-8")
+    base = ("quality", "-m", tiny_model_dir, "--device", "cpu", "--dtype", "float32", "--threads", "1")
+    for args, said in (
+        # each was an internal error once both models had loaded (range() of step 0, torch.cat of nothing)
+        (("--chunk-tokens", "0"), "--chunk-tokens must be at least 2"),
+        (("--chunk-tokens", "1"), "--chunk-tokens must be at least 2"),
+        # was: greedy continuations generated far past the model's context of 512, for hours
+        (("--max-new-tokens", "600"), "leaves no room in the model's context of 512"),
+        # was: refused only after loading both models
+        (("--text", tmp_path / "empty.txt"), "the evaluation text is empty"),
+        (("--reference-cache", tmp_path / "bad.npz"), "not a reference file"),  # was: internal error (BadZipFile)
+        # was: an internal error (FileNotFoundError) writing it, after every figure was computed
+        (("--reference-cache", tmp_path / "a-file" / "ref.npz"), "a-file is a file"),
+        # was: each line of the CSV a prompt, the header included
+        (("--prompts", tmp_path / "data.csv"), "is a dataset (.csv), not a prompt list"),
+    ):
+        r = cli(*base, *args, "-o", tmp_path / "q.json")
+        _one_line_error(r)
+        assert said in r.stderr and not (tmp_path / "q.json").exists(), (args, r.stderr)
+
+
 def test_first_divergence_and_its_summary():
     assert q.first_divergence([1, 2, 3], [1, 2, 3]) is None
     assert q.first_divergence([1, 2, 3], [1, 5, 3]) == 1

@@ -163,6 +163,15 @@ def test_scan_measures_curves_and_writes_runs(cli, tiny_model_dir, tmp_path):
         (("--batch", "0"), "--batch 0: must be at least 1"),
         (("--prompt-tokens", ""), "nothing to measure"),
         (("--prompt-tokens", "a,b"), "not a whole number"),
+        # was: 10**20 prompts made one by one before the first batch could run
+        (("--batch", str(10**20)), "--batch 100000000000000000000: more than any model batches"),
+        # was: refused after the model loaded, as "--synthetic -5x2"
+        (("--batch", "2", "--batch-prompt-tokens", "-5"), "--batch-prompt-tokens must be at least 1"),
+        # each was accepted and silently ignored: no point used it
+        (("--batch-prompt-tokens", "64"), "--batch-prompt-tokens is the length of a batch point's prompts"),
+        (("--max-new-tokens", "9"), "--max-new-tokens: length points generate 2 tokens"),
+        # was: a plan of a million requests built, then measured for days
+        (("--rounds", "1000001", "--prompts-per-point", "1"), "at most 1,000,000 requests"),
     ],
 )
 def test_bad_scans_are_one_line(cli, tiny_model_dir, tmp_path, args, message):

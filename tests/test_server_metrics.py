@@ -153,3 +153,28 @@ def test_server_metrics_are_endpoint_only_and_a_bad_url_is_one_line(cli, metered
             "-o", tmp_path / "y.json")  # fmt: skip
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "can't read" in r.stderr
     assert not (tmp_path / "y.json").exists()
+
+
+def test_the_record_and_a_missed_scrape_carry_no_credentials():
+    """The page is read with the URL's credentials; the record and its errors (httpx's status error names the
+    whole URL) carry it redacted."""
+    app, count = rising_metrics_app()
+
+    async def flaky(_request: Request) -> PlainTextResponse:
+        count[0] += 1
+        return PlainTextResponse(vllm_page(count[0]), status_code=503 if count[0] == 3 else 200)
+
+    app.add_route("/flaky", flaky)
+    with BackgroundServer(app) as url:
+        secret = url.replace("http://", "http://scraper:S3CRETpw@") + "/flaky?token=T0KENxyz"
+        scraper = servermetrics.Scraper(secret, interval=0.05)
+        scraper.check()
+        scraper.start()
+        import time
+
+        time.sleep(0.3)
+        scraper.stop()
+    rec = servermetrics.summarize(scraper.url, scraper.scrapes, scraper.errors, scraper.interval)
+    assert rec["url"] == f"{url}/flaky" and rec["errors"] and "503" in rec["errors"][0]
+    assert f"'{url}/flaky'" in rec["errors"][0]  # httpx's message, its URL redacted
+    assert not any(s in repr(rec) for s in ("scraper", "S3CRETpw", "T0KENxyz"))

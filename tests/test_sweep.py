@@ -106,6 +106,12 @@ def test_sweep_writes_a_run_per_setup_and_ranks_them(cli, tiny_model_dir, prompt
         (("--dtype", "bfloat16", "--quantize", "int8-dynamic"), "no setup to sweep"),
         (("--rounds", "0"), "--rounds"),
         (("--rank-by", "p99"), "--rank-by"),
+        # was: accepted and silently ignored (a bare list is for the engines other than transformers: none here)
+        (("--precision", "q8_0"), "--precision q8_0: a weight format of --engine"),
+        # was: refused only after the sweep's status line (two lines)
+        (("--max-kld", "nan"), "--max-kld must be a KL divergence"),
+        # was: a plan of a million requests built, then measured for days
+        (("--rounds", "333334"), "--rounds x setups x prompts 2000004: more than"),
     ],
 )
 def test_bad_sweep_options_are_one_line(cli, tiny_model_dir, prompt_file, tmp_path, args, message):
@@ -115,6 +121,15 @@ def test_bad_sweep_options_are_one_line(cli, tiny_model_dir, prompt_file, tmp_pa
 
 
 @pytest.mark.slow
+def test_a_dataset_is_not_read_as_a_prompt_list(cli, tiny_model_dir, tmp_path):
+    data = tmp_path / "sg.json"
+    data.write_text('[{"conversations": [{"from": "human", "value": "hello"}]}]', encoding="utf-8")
+    # was: each line of the JSON file a prompt ('[{"conversations": ...')
+    r = cli("sweep", data, "-m", tiny_model_dir, "--dtype", "float32", "-o", tmp_path / "s", "-q")
+    assert r.returncode == 2 and "is a dataset (.json), not a prompt list" in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "s").exists()
+
+
 def test_static_cache_and_eager_attention_give_the_same_tokens(tiny_model_dir, prompt_file, tmp_path):
     runs = {}
     for attn, cache in ((None, "dynamic"), ("eager", "static"), ("sdpa", "dynamic")):

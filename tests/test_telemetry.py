@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from llmbench import telemetry
+from llmbench import display, telemetry
 from llmbench.compare import compare_runs
 from llmbench.loop import execute, new_track, round_robin
 from llmbench.schema import MachineState
@@ -131,6 +131,27 @@ def test_the_loop_records_the_card_on_a_gpu_run(monkeypatch):
     gpu = run.machine.gpu
     assert gpu["energy_j"] == 12.0 and gpu["j_per_output_token"] == 12.0 / (4 * 4)  # 4 requests of 4 tokens
     assert run.machine.gpu_samples and run.machine.gpu_samples[0]["sm_clock_mhz"] == 1980
+
+
+def test_runs_sharing_one_window_are_not_charged_the_windows_joules(monkeypatch):
+    # a sweep's setups (a scan's points) measured interleaved on one card: 12 J over both runs' 32 tokens
+    monkeypatch.setitem(sys.modules, "pynvml", stand_in_nvml(energy_mj=[100_000, 112_000]))
+    tracks = []
+    for label in ("a: ", "b: "):
+        backend = FakeBackend(label=label, tokens=4, delay_s=0.05)
+        backend.gpu_device = "cuda:0"
+        tracks.append(new_track(backend, PROMPTS, None))
+    runs = asyncio.run(execute(tracks, round_robin(tracks, PROMPTS, 1), PROMPTS))
+    for run in runs:
+        gpu = run.machine.gpu
+        # was 12 J / this run's 16 tokens = 0.75 J per token: both runs charged every joule, twice the card's
+        assert gpu["j_per_output_token"] is None and gpu["output_tokens_per_j"] is None and gpu["energy_j"] is None
+        assert gpu["window_energy_j"] == 12.0 and gpu["shared_by_runs"] == 2
+        assert "shared by 2 runs" in gpu["energy_missing"]
+        (line,) = [x for x in display.cost_lines(run) if x.startswith("GPU")]
+        assert "shared by 2 runs" in line and "J per output token" not in line
+    alone = telemetry.gpu_summary(telemetry.GpuReader.open("cuda:0"), [], 10, {}, runs_in_window=1)
+    assert "window_energy_j" not in alone and "shared_by_runs" not in alone
 
 
 def test_an_in_process_run_records_what_its_tokens_cost_the_cpu(tiny_model_dir, prompt_file):

@@ -132,6 +132,17 @@ def test_burstgpt_and_azure_times_are_read_in_their_own_units(tmp_path):
         ("not json\n", "mooncake", "t.txt:1: not valid JSON"),
         ("Timestamp,Request tokens\n1,2\n", "burstgpt", "no column 'Response tokens'"),
         ("TIMESTAMP,ContextTokens,GeneratedTokens\nyesterday,3,4\n", "azure", "t.txt:2: 'TIMESTAMP'"),
+        # a bad number: each was an internal error (int() of NaN or infinity) or a row never sent (an infinite time)
+        ('{"timestamp": 0, "input_length": NaN, "output_length": 2}\n', "mooncake", "'input_length' must be a whole"),
+        ('{"timestamp": 0, "input_length": 1e400, "output_length": 2}\n', "mooncake", "'input_length' must be a"),
+        ('{"timestamp": 0, "input_length": 10, "output_length": 2}\n{"timestamp": Infinity, "input_length": 10, '
+         '"output_length": 2}\n', "mooncake", "t.txt:2: 'timestamp' must be a time"),
+        ('{"timestamp": 0, "input_length": 1000000000000000, "output_length": 2}\n', "mooncake",
+         "more tokens than any model reads"),  # was: a prompt of 10**15 tokens, made for hours
+        ('{"timestamp": 0, "input_length": ' + "9" * 5000 + ', "output_length": 2}\n', "mooncake", "not valid JSON"),
+        ("Timestamp,Request tokens,Response tokens\n0,inf,3\n", "burstgpt", "t.txt:2: 'Request tokens' must be"),
+        ("Timestamp,Request tokens,Response tokens\n0,10,nan\n", "burstgpt", "t.txt:2: 'Response tokens' must be"),
+        ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,3,-4\n", "azure", "'GeneratedTokens'"),
     ],
 )
 def test_a_malformed_trace_row_is_one_line(cli, tmp_path, content, fmt, said):
@@ -159,6 +170,24 @@ def test_trace_options_are_checked_before_anything_runs(cli, tmp_path, prompt_fi
         ),
     ):
         r = cli("run", *args, "-q")
+        assert r.returncode == 2 and said in r.stderr and len(r.stderr.strip().splitlines()) == 1, (args, r.stderr)
+    replay = ("--endpoint", "http://127.0.0.1:9/v1", "--tokenizer", "unused", "--trace", path, "--trace-format",
+              "mooncake")  # fmt: skip
+    for args, said in (
+        # each was accepted: inf scaled the first row's 0 s to NaN; a negative or NaN second named no window
+        (("--time-scale", "inf"), "--time-scale must be a number above 0"),
+        (("--time-scale", "nan"), "--time-scale must be a number above 0"),
+        (("--start", "nan"), "--start must be a second of the trace"),
+        (("--start", "-5"), "--start must be a second of the trace"),
+        (("--end", "inf"), "--end must be a second of the trace"),
+        # each was accepted and silently ignored: the trace's rows are the prompts, each sent once
+        (("--repeats", "3"), "--repeats: not with --trace"),
+        (("--num-prompts", "2"), "--num-prompts: not with --trace"),
+        (("--max-prompt-tokens", "600", "--prompt-column", "q"), "--prompt-column, --max-prompt-tokens: not with"),
+        (("--prefix-groups", "2"), "--prefix-groups: not with --trace"),
+        (("--group-dist", "zipf"), "--group-dist: not with --trace"),
+    ):
+        r = cli("run", *replay, *args, "-q")
         assert r.returncode == 2 and said in r.stderr and len(r.stderr.strip().splitlines()) == 1, (args, r.stderr)
 
 
@@ -188,3 +217,13 @@ def test_a_row_shorter_than_the_template_is_sent_at_the_template_plus_one(cli, q
     assert [q.prompt_tokens for q in reqs] == [src["template_tokens"] + 1, 700]
     assert src["lengthened_rows"] == [f"{path}:2"] and "1 rows shorter than the chat template" in r.stdout
     assert all(q.cold is None for q in reqs)  # no hash ids: no structure to call a request cold
+
+
+def test_a_replay_no_clock_can_keep_is_refused(tmp_path):
+    path = tmp_path / "far.jsonl"
+    path.write_text('{"timestamp": 0, "input_length": 10, "output_length": 2}\n'
+                    '{"timestamp": 1e300, "input_length": 10, "output_length": 2}\n', encoding="utf-8")  # fmt: skip
+    for scale in (1.0, 1e20):  # the last row 1e297 s later (never sent: the run would wait for it), or infinity
+        with pytest.raises(UserError, match="no schedule a replay can keep"):
+            trace.read(trace.TraceSpec(str(path), "mooncake", time_scale=scale))
+    assert trace.read(trace.TraceSpec(str(path), "mooncake", end_s=1.0)).offsets == [0.0]  # a window of it: fine

@@ -28,11 +28,12 @@ from llmbench.client import (
     request_extra,
     stream_one,
 )
-from llmbench.errors import BackendUnavailable, UserError
+from llmbench.errors import BackendUnavailable, RequestFailed, UserError
 from llmbench.metrics import request_result, text_sha256
 from llmbench.options import EndpointOptions, RunOptions
 from llmbench.process import Stop
 from llmbench.prompts import PromptSet
+from llmbench.redact import mask, url_secrets
 from llmbench.schema import (
     ENDPOINT_METRIC_FORMULAS,
     Arrival,
@@ -63,6 +64,9 @@ class EndpointBackend:
         self.label = label
         self.url = chat_url(endpoint.url)
         self.headers = api_headers(endpoint.api_key_env)
+        # what a server's error body may quote back (the key, the URL's password or token): masked in failures
+        self.secrets = [*url_secrets(endpoint.url), *url_secrets(endpoint.metrics_url or ""),
+                        self.headers.get("Authorization", "").removeprefix("Bearer ")]  # fmt: skip
         self.health: dict | None = None
         self.model: str | None = endpoint.model
         self.counter: TokenCounter | None = None
@@ -164,7 +168,10 @@ class EndpointBackend:
         body = request_body(self.model, request.prompt, self.options, seed, request.messages)
         if request.max_new_tokens is not None:  # a dataset's own output length (ignore_eos is sent then)
             body["max_tokens"] = request.max_new_tokens
-        s = await stream_one(self.client, self.url, body, self.headers)
+        try:
+            s = await stream_one(self.client, self.url, body, self.headers)
+        except RequestFailed as e:  # recorded in failed_requests: nothing it quotes may be a secret
+            raise RequestFailed(mask(str(e), self.secrets), e.status) from None
         if s.content_type:
             self.odd_content_types.add(s.content_type)
         c = self.counter.count(s, body["messages"])

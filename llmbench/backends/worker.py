@@ -9,7 +9,6 @@ import collections
 import contextlib
 import json
 import os
-import shlex
 import signal
 from collections.abc import Hashable
 from typing import Any
@@ -19,6 +18,7 @@ from llmbench.errors import BackendUnavailable, RequestFailed, UserError
 from llmbench.options import RunOptions
 from llmbench.process import Stop
 from llmbench.prompts import PromptSet
+from llmbench.redact import redact_command, scrub
 from llmbench.schema import Probe, RequestResult, Run
 from llmbench.worker import PROTOCOL
 
@@ -48,7 +48,8 @@ def exit_reason(code: int | None) -> str:
 
 class WorkerBackend:
     """Starts ``command`` (an ``llmbench worker ...`` command line, maybe through ``env`` or another venv's
-    ``llmbench``) and measures through it. Errors name the side, the command and the worker's last stderr line."""
+    ``llmbench``) and measures through it. Errors name the side, the command (redacted: ``env HF_TOKEN=...``
+    and the like) and the worker's last stderr line."""
 
     cancel_on_stop = False  # the worker stops after the token in flight (it gets the SIGINT), then says so
 
@@ -76,8 +77,8 @@ class WorkerBackend:
 
     def _where(self, last_line: bool = True) -> str:
         last = next((line for line in reversed(self.stderr_tail) if line.strip()), "") if last_line else ""
-        who = self.name or f"worker: {shlex.join(self.command)}"
-        return f"({who}" + (f"; its last line: {last.strip()[:200]})" if last else ")")
+        who = self.name or f"worker: {redact_command(self.command)}"
+        return f"({who}" + (f"; its last line: {scrub(last.strip())[:200]})" if last else ")")
 
     async def _read_stderr(self) -> None:
         assert self.proc is not None and self.proc.stderr is not None
@@ -133,7 +134,7 @@ class WorkerBackend:
             )  # fmt: skip
         except OSError as e:
             raise UserError(
-                f"{self.label}cannot start the worker {shlex.join(self.command)}: {e.strerror or e}"
+                f"{self.label}cannot start the worker {redact_command(self.command)}: {e.strerror or e}"
             ) from None
         self.pid = self.proc.pid
         self._stderr_task = asyncio.ensure_future(self._read_stderr())

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import re
 import shlex
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Literal
 
@@ -23,7 +22,7 @@ from llmbench.options import EndpointOptions, RunOptions
 from llmbench.process import Stop
 from llmbench.prompts import PromptSet
 from llmbench.schema import ABConfig, Run
-from llmbench.storage import load_run, prepare_dir
+from llmbench.storage import claim, default_dir, load_run, prepare_dir
 
 Role = Literal["base", "head"]
 ROLES: tuple[Role, ...] = ("base", "head")
@@ -62,12 +61,13 @@ def side_backend(side: str, options: RunOptions, role: str, processes: int = 1) 
 
 def recorded_side(side: str) -> str:
     """What ``config.ab.side`` holds: a URL without credentials or query; a command with ``VAR=value``
-    assignments (``env TOKEN=...``) reduced to ``VAR=redacted``, so no secret reaches the JSON."""
-    if is_url(side):
-        from llmbench.client import redact
+    assignments (``env TOKEN=...``), secret options' values (``--api-key X``) and URLs in it redacted
+    (:func:`llmbench.redact.redact_command`), so no secret reaches the JSON."""
+    from llmbench.redact import redact_command, redact_url
 
-        return redact(side.strip())
-    return shlex.join(t.split("=", 1)[0] + "=redacted" if _ASSIGNMENT.match(t) else t for t in shlex.split(side))
+    if is_url(side):
+        return redact_url(side.strip())
+    return redact_command(shlex.split(side))
 
 
 def abba(base: Track, head: Track, prompts: PromptSet, repeats: int, processes: int = 1) -> list[tuple[Track, Request]]:
@@ -88,7 +88,9 @@ def abba(base: Track, head: Track, prompts: PromptSet, repeats: int, processes: 
 def prepare_ab_dir(out: Path | None, resume: bool) -> Path:
     """``results/ab-<UTC time>`` by default; an existing pair of runs is never overwritten (resume it)."""
     if out is None:
-        out = Path("results") / f"ab-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}"
+        folder = default_dir("ab", "base.json")
+        claim(folder / "head.json")
+        return folder
     out = out.expanduser()
     if out.exists() and not out.is_dir():
         raise UserError(f"{out} is a file; give a folder for the two runs")
@@ -98,7 +100,10 @@ def prepare_ab_dir(out: Path | None, resume: bool) -> Path:
     if not resume and present:
         raise UserError(f"{out} already holds an ab run ({', '.join(present)}.json); resume it with --resume or "
                         "choose another -o folder")  # fmt: skip
-    return prepare_dir(out)
+    prepare_dir(out)
+    for role in ROLES:  # held until this process ends: a second ab into the same folder is refused now
+        claim(out / f"{role}.json", replace=resume)
+    return out
 
 
 async def _start_all(backends: list[Backend], prompts: PromptSet) -> None:

@@ -42,7 +42,7 @@ from llmbench.storage import prepare_driver_dir, prepare_output, write_record
 
 SLO_METRICS = ("ttft_ms", "tpot_ms", "e2e_ms", "ttft_from_schedule_ms", "e2e_from_schedule_ms")
 MAX_AUTO_TRIALS = 12  # ramp + bisection, at most
-_SLO = re.compile(r"^\s*([a-z_]+)\s*:\s*p(\d+(?:\.\d+)?)\s*=\s*([0-9.eE+-]+)\s*$")
+_SLO = re.compile(r"^\s*([a-z0-9_]+)\s*:\s*p(\d+(?:\.\d+)?)\s*=\s*([0-9.eE+-]+)\s*$")
 
 DEFINITIONS = {
     "slo": "METRIC:pNN=LIMIT holds when at least NN% of the requests sent had METRIC <= LIMIT; failed requests "

@@ -15,7 +15,7 @@ from typing import Any
 from llmbench import quality as q
 from llmbench.errors import UserError
 from llmbench.options import ModelOptions, RunOptions
-from llmbench.prompts import PromptSet
+from llmbench.prompts import MAX_PROMPT_TOKENS, PromptSet
 from llmbench.schema import utc_now
 from llmbench.storage import write_record
 
@@ -146,9 +146,10 @@ async def quality(
     from llmbench.process import freeze_now
 
     text_value, text_source = q.read_text(text)
+    cached = check_inputs(candidate, options, reference_model, text_value, chunk_tokens, reference_cache)
     if not candidate.is_transformers:
         return await _engine_quality(candidate, options, reference_dtype, reference_model, text_value, text_source,
-                                     prompts, chunk_tokens, reference_cache, output)  # fmt: skip
+                                     prompts, chunk_tokens, reference_cache, output, cached)  # fmt: skip
     reference = dataclasses.replace(candidate, model=reference_model or candidate.model, dtype=reference_dtype,
                                     quantize=None, attn=None)  # fmt: skip
     try:
@@ -167,10 +168,11 @@ async def quality(
     if not same_tokenizer(ref_lm.tokenizer, cand_lm.tokenizer):
         raise UserError("the reference and the candidate have different tokenizers: their distributions are over "
                         "different tokens and can't be compared")  # fmt: skip
+    prompts = prompts or default_prompts()
+    check_fits(ref_lm, prompts, options, cand_lm.max_positions)  # before the teacher-forced pass
     size = min(chunk_tokens, cand_lm.max_positions or chunk_tokens)
     ref = await asyncio.wrap_future(thread.submit(_reference, ref_lm, text_value, setup_of(reference), size,
-                                                  reference_cache))  # fmt: skip
-    prompts = prompts or default_prompts()
+                                                  reference_cache, cached))  # fmt: skip
     result = await asyncio.wrap_future(thread.submit(evaluate, ref, ref_lm, cand_lm, prompts, options))
     record = {
         "quality_version": q.QUALITY_VERSION,
@@ -199,7 +201,7 @@ async def quality(
 async def _engine_quality(
     candidate: ModelOptions, options: RunOptions, reference_dtype: str, reference_model: str | None, text: str,
     text_source: str, prompts: PromptSet | None, chunk_tokens: int, reference_cache: Path | None,
-    output: Path | None,
+    output: Path | None, cached: q.Reference | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """``quality --engine E``: the engine's model (in this process) against transformers' reference setup of the
     same source (a .gguf dequantized by transformers, a folder, random weights)."""
@@ -226,10 +228,11 @@ async def _engine_quality(
         if not same_tokenizer(ref_lm.tokenizer, em.tokenizer):
             raise UserError("the reference and the candidate have different tokenizers: their distributions are "
                             "over different tokens and can't be compared")  # fmt: skip
+        prompts = prompts or default_prompts()
+        check_fits(ref_lm, prompts, options, getattr(em, "max_positions", None))
         size = min(chunk_tokens, ref_lm.max_positions or chunk_tokens)
         ref = await asyncio.wrap_future(thread.submit(_reference, ref_lm, text, setup_of(reference), size,
-                                                      reference_cache))  # fmt: skip
-        prompts = prompts or default_prompts()
+                                                      reference_cache, cached))  # fmt: skip
         result = await asyncio.wrap_future(thread.submit(evaluate_engine, ref, ref_lm, em, prompts, options))
     finally:
         await asyncio.wrap_future(thread.submit(em.runner.close))
@@ -248,15 +251,53 @@ async def _engine_quality(
     return record
 
 
-def _reference(lm: Any, text: str, setup: dict, size: int, cache: Path | None) -> q.Reference:
-    """From the cache file when it holds this very reference, else computed (and saved there)."""
+def check_inputs(candidate: ModelOptions, options: RunOptions, reference_model: str | None, text: str,
+                 chunk_tokens: int, cache: Path | None) -> q.Reference | None:  # fmt: skip
+    """What ``quality`` can refuse before either model loads (UserError); the reference cache's contents when
+    the file exists (read now: a damaged file is one line before minutes of loading, not after)."""
+    from llmbench import models
+    from llmbench.storage import prepare_dir
+
+    if not 2 <= chunk_tokens <= MAX_PROMPT_TOKENS:
+        raise UserError(f"--chunk-tokens must be at least 2 (a chunk predicts its own next tokens), not {chunk_tokens}")
+    if not text.strip():
+        raise UserError("the evaluation text is empty: nothing to predict")
+    contexts = [c for m in {candidate.model, reference_model or candidate.model}
+                if (c := models.context_length(dataclasses.replace(candidate, model=m)))]  # fmt: skip
+    if contexts and options.max_new_tokens >= min(contexts):
+        raise UserError(f"--max-new-tokens {options.max_new_tokens} leaves no room in the model's context of "
+                        f"{min(contexts)} tokens")  # fmt: skip
+    if cache is None:
+        return None
+    if cache.exists():
+        return q.load_reference(cache)
+    prepare_dir(cache.parent)  # it is written once the reference is computed: a place that can't be, fails now
+    return None
+
+
+def check_fits(lm: Any, prompts: PromptSet, options: RunOptions, other_positions: int | None) -> None:
+    """UserError when a greedy continuation (the longest prompt, templated, + max_new_tokens) exceeds either
+    model's context (known once loaded), before the teacher-forced pass."""
+    limits = [n for n in (lm.max_positions, other_positions) if n]
+    if not limits:
+        return
+    longest = max(int(_encoded(lm, p, options)["input_ids"].shape[-1]) for p in prompts.prompts)
+    if longest + options.max_new_tokens > min(limits):
+        raise UserError(f"the greedy continuations need {longest} prompt tokens + --max-new-tokens "
+                        f"{options.max_new_tokens}: more than the model's context of {min(limits)} tokens")  # fmt: skip
+
+
+def _reference(lm: Any, text: str, setup: dict, size: int, cache: Path | None,
+               cached: q.Reference | None = None) -> q.Reference:  # fmt: skip
+    """From the cache file (``cached``: its contents, read before loading) when it holds this very reference,
+    else computed (and saved there)."""
     import hashlib
 
     sha = hashlib.sha256(text.encode("utf-8")).hexdigest()
-    if cache is not None and cache.exists():
-        ref = q.load_reference(cache)
-        if ref.setup == setup and ref.text_sha256 == sha and ref.chunk_tokens == size:
-            return ref
+    if cache is not None and cached is None and cache.exists():
+        cached = q.load_reference(cache)
+    if cached is not None and cached.setup == setup and cached.text_sha256 == sha and cached.chunk_tokens == size:
+        return cached
     ref = q.build_reference(lm.model, lm.tokenizer, text, lm.device, setup, size)
     if cache is not None:
         q.save_reference(ref, cache)

@@ -16,7 +16,7 @@ from llmbench.prefixes import PrefixSpec
 from llmbench.process import Stop
 from llmbench.prompts import PromptSet
 from llmbench.schema import Run
-from llmbench.storage import default_output_path, load_run, prepare_dir, prepare_output, save_run
+from llmbench.storage import claim, default_output_path, load_run, prepare_dir, prepare_output, save_run
 from llmbench.synthetic import SyntheticSpec, synthetic_record
 from llmbench.trace import Trace
 
@@ -110,7 +110,7 @@ async def run(
     if resume is not None:
         if output is not None and Path(output).resolve() != Path(resume).resolve():
             raise UserError("--resume writes into the run it continues: drop -o/--output")
-        path = Path(resume)
+        path = claim(Path(resume), replace=True)  # two resumes of one run would each append the other's requests
         previous = load_run(path)
         if isinstance(prompts, PromptSet):  # synthetic prompts are known once the tokenizer is: checked then
             check_resumable(previous, path, backend.early_config(prompts))
@@ -217,8 +217,11 @@ async def _shared(
         prepare_dir(default_dir)
     ol = target.open_loop
     if reporter is not None:
-        where = f"Ray tasks on {ol.ray}" if ol.ray else "local processes"
-        reporter.status(f"streaming to {target.url}, open loop at {ol.rate_rps:g}/s over {ol.workers} {where}")
+        from llmbench.redact import redact_url
+
+        where = f"Ray tasks on {redact_url(ol.ray)}" if ol.ray else "local processes"
+        reporter.status(f"streaming to {redact_url(target.url)}, open loop at {ol.rate_rps:g}/s over {ol.workers} "
+                        f"{where}")  # fmt: skip
     spread = loadgen.run_ray if ol.ray else loadgen.run_local
     run, stopped = await spread(prompts, target, options, stop)
     if path is None and default_dir is not None:

@@ -31,11 +31,13 @@ from llmbench.errors import RunInterrupted, UserError
 from llmbench.loop import NullReporter, Reporter, Track, execute, new_track
 from llmbench.options import ModelOptions, RunOptions
 from llmbench.process import Stop
+from llmbench.prompts import MAX_PROMPT_TOKENS, check_whole
 from llmbench.schema import SCAN_VERSION, utc_now
 from llmbench.storage import prepare_output, write_record
 from llmbench.synthetic import SyntheticSpec, make, synthetic_record
 
 LENGTH_NEW_TOKENS = 2  # a length point measures TTFT: two tokens (the second gives a TPOT sample) are enough
+MAX_BATCH = 65_536  # sequences in one generate() call: far beyond any that fits in memory
 GROWTH = 1.10  # throughput "stops growing" at the batch size after which the next one adds less than 10%
 BOOTSTRAP = 1000
 
@@ -66,11 +68,35 @@ def grid(prompt_tokens: list[int], depth: list[int], batch: list[int]) -> list[P
     if not points:
         raise UserError("scan has nothing to measure: give --prompt-tokens, --depth and/or --batch")
     for p in points:
+        option = f"--{'prompt-tokens' if p.kind == 'length' else p.kind}"
         if p.value < (1 if p.kind != "depth" else 0):
-            raise UserError(f"--{'prompt-tokens' if p.kind == 'length' else p.kind} {p.value}: must be at least 1")
+            raise UserError(f"{option} {p.value}: must be at least 1")
+        high = MAX_BATCH if p.kind == "batch" else MAX_PROMPT_TOKENS  # its prompts are made before any check
+        if p.value > high:
+            raise UserError(f"{option} {p.value}: more than any model {'batches' if p.kind == 'batch' else 'reads'} "
+                            f"(at most {high:,})")  # fmt: skip
     if len(set(points)) != len(points):
         raise UserError("scan lists a point twice")
     return points
+
+
+def check_plan(points: list[Point], rounds: int, prompts_per_point: int, batch_prompt_tokens: int,
+               given: set[str]) -> None:  # fmt: skip
+    """UserError, before the model loads, for counts that can't run and for options no point uses (``given``:
+    the options the user gave): ``--batch-prompt-tokens`` without a batch point, ``--max-new-tokens`` with
+    length points alone (they generate :data:`LENGTH_NEW_TOKENS`)."""
+    if rounds < 1 or prompts_per_point < 1:
+        raise UserError("--rounds and --prompts-per-point must be at least 1")
+    kinds = {p.kind for p in points}
+    if "batch" in kinds:
+        check_whole("--batch-prompt-tokens", batch_prompt_tokens, high=MAX_PROMPT_TOKENS, what=" tokens")
+    elif "batch_prompt_tokens" in given:
+        raise UserError("--batch-prompt-tokens is the length of a batch point's prompts: give --batch")
+    if "max_new_tokens" in given and kinds == {"length"}:
+        raise UserError(f"--max-new-tokens: length points generate {LENGTH_NEW_TOKENS} tokens (they measure TTFT); "
+                        "it is for --depth and --batch points")  # fmt: skip
+    per_round = sum(1 if p.kind == "batch" else prompts_per_point for p in points)
+    check_whole("--rounds x points x --prompts-per-point", rounds * per_round, what=" requests")
 
 
 def check_context(points: list[Point], max_positions: int | None, new_tokens: int, batch_tokens: int) -> None:

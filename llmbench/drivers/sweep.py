@@ -28,7 +28,7 @@ from llmbench.loop import NullReporter, Reporter, Track, execute, new_track
 from llmbench.models import LoadedModel
 from llmbench.options import ModelOptions, RunOptions
 from llmbench.process import Stop, freeze_now
-from llmbench.prompts import PromptSet
+from llmbench.prompts import PromptSet, check_whole
 from llmbench.quantize import forced_dtype
 from llmbench.schema import COMPARE, Run, differences, must_match, utc_now
 from llmbench.storage import prepare_output, save_run, write_record
@@ -157,6 +157,16 @@ def plan(
     return setups, skipped
 
 
+def check_gates(setups: list[Setup], options: RunOptions, prompts: PromptSet | None, max_kld: float | None) -> None:
+    """UserError for what would refuse (or exhaust memory) only after the models load or the rounds run: a
+    --max-kld that is no KL divergence (NaN, negative), a plan of more requests than a run can hold."""
+    if max_kld is not None and not max_kld >= 0:  # NaN fails this too; inf: no limit, as asked
+        raise UserError(f"--max-kld must be a KL divergence (0 or more), not {max_kld}")
+    if prompts is not None:
+        check_whole("--rounds x setups x prompts", options.repeats * len(setups) * len(prompts.prompts),
+                    what=" requests")  # fmt: skip
+
+
 def engine_precisions(items: list[str], engines: list[str]) -> dict[str, list[str]]:
     """``["llama.cpp=q8_0,q4_k_m", "int8"]`` -> per engine its precisions (a bare list: every engine listed)."""
     from llmbench import engines as eng
@@ -164,6 +174,9 @@ def engine_precisions(items: list[str], engines: list[str]) -> dict[str, list[st
     out: dict[str, list[str]] = {}
     for item in items:
         name, sep, values = item.partition("=")
+        if not sep and not engines:  # a bare list is every other engine's: with none, it would change nothing
+            raise UserError(f"--precision {item}: a weight format of --engine llama.cpp, openvino or onnxruntime; "
+                            "transformers sweeps --dtype and --quantize")  # fmt: skip
         targets = [eng.engine_info(name).name] if sep else engines
         if sep and targets[0] not in engines:
             raise UserError(f"--precision {item}: {targets[0]} is not among --engine {','.join(engines)}")
@@ -244,8 +257,7 @@ class Sweep:
             raise UserError(f"unknown --rank-by '{rank_by}'; expected mean or p50")
         if not setups:
             raise UserError("no setup to sweep: every combination was left out")
-        if max_kld is not None and not max_kld >= 0:
-            raise UserError(f"--max-kld must be a KL divergence (0 or more), not {max_kld}")
+        check_gates(setups, options, None, max_kld)
         self.setups = setups
         self.spec = spec
         self.options = options
@@ -272,6 +284,7 @@ class Sweep:
     async def load(self, prompts: PromptSet) -> None:
         """Load every model the setups need (one per dtype/quantization, one per compiled setup) on the
         generation thread, check every prompt fits, compile, and reserve every output file before any request."""
+        check_gates(self.setups, self.options, prompts, self.max_kld)  # the API's path: before the models load
         loaded: dict[tuple, LoadedModel] = {}
         thread = generation_thread()
         for s in self.setups:
