@@ -286,6 +286,15 @@ def remount(folder: Path, options: str) -> None:
     subprocess.run(["mount", "-o", f"remount,{options}", str(folder)], check=True, capture_output=True)
 
 
+def read_only_bind(folder: Path) -> None:
+    """``folder`` read-only from now on, for every new open, while the files a process already holds open stay
+    as they are (a remount of the filesystem itself is refused while files are open for writing)."""
+    subprocess.run(["mount", "--bind", str(folder), str(folder)], check=True, capture_output=True)
+    r = subprocess.run(["mount", "-o", "remount,bind,ro", str(folder)], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"mount -o remount,bind,ro {folder}: {r.stderr.strip()}")
+
+
 def can_mount() -> str | None:
     """None when tmpfs can be mounted here, else why not."""
     probe = Path(tempfile.mkdtemp(prefix="llmbench-faults-probe-"))
@@ -462,7 +471,7 @@ class Injector:
         if self.fault in SIGNALS:
             os.kill(proc.pid, SIGNALS[self.fault][0])
         elif self.fault == "read-only-mid":
-            remount(self.out, "ro")
+            read_only_bind(self.out)
         elif self.fault == "pg-stopped":
             assert self.ctx.pg is not None
             self.ctx.pg.stop()
@@ -557,7 +566,7 @@ def _prepare(ctx: Ctx, command: Command, fault: str, out: Path, stack: contextli
     if fault in SSE_FAULTS or command.endpoint:
         ctx.server_app.state.fault = fault.removeprefix("sse-") if fault in SSE_FAULTS else "none"
         ctx.server_app.state.fault_at = ctx.server_app.state.calls + ctx.rng.randint(3, 8)
-    if fault in ("disk-full", "read-only", "read-only-mid"):
+    if fault in ("disk-full", "read-only"):
         target = out / "db" if command.name == "history-add" else out
         size = {"run": 48, "run-endpoint": 48, "ab": 96, "sweep": 64, "scan": 64, "load": 48, "quality": 4,
                 "history-add": 160}[command.name] if fault == "disk-full" else 4096  # fmt: skip
@@ -567,9 +576,11 @@ def _prepare(ctx: Ctx, command: Command, fault: str, out: Path, stack: contextli
 
 def _restore(ctx: Ctx, fault: str, out: Path) -> None:
     """Take the fault away, as a user would before resuming: room on the disk, the server back."""
-    if fault in ("disk-full", "read-only", "read-only-mid"):
+    if fault in ("disk-full", "read-only"):
         assert ctx.mount is not None
         remount(ctx.mount, "rw,size=65536k")
+    elif fault == "read-only-mid":
+        subprocess.run(["umount", str(out)], capture_output=True)  # the read-only bind goes: writable again
     elif fault == "pg-stopped":
         assert ctx.pg is not None
         ctx.pg.start()
@@ -718,7 +729,12 @@ def run_matrix(todo: list[tuple[str, str]], seed: int = 0, work: Path | None = N
             if any(c == "history-add" for c, _ in todo):
                 ctx.history_files = history_inputs(ctx)
             for command, fault in todo:
-                o = run_case(ctx, command, fault, mountable)
+                try:
+                    o = run_case(ctx, command, fault, mountable)
+                except Exception as e:  # the harness's own failure (a mount refused): said, and the matrix goes on
+                    o = Outcome(command, fault, expected_exit=expected_exit(command, fault))
+                    o.skipped = f"harness error: {type(e).__name__}: {e}"[:200]
+                    subprocess.run(["umount", "-R", "-l", str(ctx.work / f"{command}-{fault}")], capture_output=True)
                 rows.append(o)
                 if progress is not None:
                     progress(o)

@@ -6,6 +6,9 @@ bootstrap confidence interval (scipy.stats.bootstrap, percentile method). Reques
 resamples pairs, which cancels the prompt-to-prompt spread; otherwise each run is resampled on its own.
 A change is *significant* when its interval excludes 0; a *regression* is a significant change in the bad
 direction larger than the threshold. No torch here: compare starts fast.
+
+Why one module of 600-odd lines: the rows, their pairing, the gaps statistic, the gate's verdict and the
+checks that refuse impossible figures all read the same paired populations; the file is the comparison.
 """
 
 from __future__ import annotations

@@ -22,6 +22,9 @@ all llmbench processes take: SQLite's write lock from the start (``BEGIN IMMEDIA
 transaction handling turned off so that DDL is part of the transaction), PostgreSQL's transaction-scoped advisory
 lock ``HISTORY_LOCK`` (DDL is transactional there). Any number of processes may first-use or upgrade one database
 at once: one creates it, the others wait and then find it done.
+
+Why one module of 600-odd lines: the schema, its upgrades and every operation on it share one connection and
+one lock discipline; each operation is a short method of :class:`History`.
 """
 
 from __future__ import annotations

@@ -16,6 +16,9 @@ Closed loop (the default): ``concurrency`` workers take the plan in order, each 
 its last one finished. Open loop (requests that carry ``scheduled_s``): each request is sent at its due time
 (``t0 + scheduled_s``), however many are in flight; the backend stamps how late it actually went out.
 ``start_at`` aligns ``t0`` with other processes sharing one schedule (``--workers``).
+
+Why one module of 600-odd lines: every piece above reads and writes the same per-run state (the tracks, the
+stop, the writer thread), and splitting it would pass that state between files; it has one job, the loop.
 """
 
 from __future__ import annotations

@@ -51,8 +51,8 @@ def validate(spec: ModelOptions) -> str:
         raise UserError(f"unknown --weights '{spec.weights}'; expected pretrained or random")
     if spec.attn is not None and spec.attn not in ATTN_IMPLEMENTATIONS:
         raise UserError(f"unknown --attn '{spec.attn}'; expected {', '.join(ATTN_IMPLEMENTATIONS)}")
-    if spec.threads is not None and spec.threads < 1:
-        raise UserError(f"--threads must be at least 1, not {spec.threads}")
+    if spec.threads is not None and not 1 <= spec.threads <= 4096:  # torch's int can't take a typo's 10**20
+        raise UserError(f"--threads must be 1 to 4096, not {spec.threads}")
     device = resolve_device(spec.device)
     resolve_dtype(spec.dtype, device, probe=False)
     classify_source(spec.model, spec.weights)
@@ -190,8 +190,8 @@ def dtype_warnings(dtype: str, device: str) -> list[str]:
 def configure_threads(threads: int | None) -> int:
     """Set torch's intra-op threads when asked; return the count in force."""
     if threads is not None:
-        if threads < 1:
-            raise UserError(f"--threads must be at least 1, not {threads}")
+        if not 1 <= threads <= 4096:
+            raise UserError(f"--threads must be 1 to 4096, not {threads}")
         torch.set_num_threads(threads)
     return torch.get_num_threads()
 

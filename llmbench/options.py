@@ -11,6 +11,10 @@ from typing import Any
 
 from llmbench.errors import UserError
 
+# bounds past which a run could never be made (a typo, not a wish): refused in one line instead of a hang
+_MAX_TOKENS = 10_000_000
+_MAX_COUNT = 1_000_000
+
 DEFAULT_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
 
 
@@ -42,15 +46,18 @@ class RunOptions:
             raise UserError("--compile needs --cache static: torch.compile can't trace a growing cache")
         if self.max_new_tokens < 1:
             raise UserError(f"--max-new-tokens must be at least 1, not {self.max_new_tokens}")
-        if self.warmup < 0:
-            raise UserError(f"--warmup must be 0 or more, not {self.warmup}")
-        if self.repeats < 1:
-            raise UserError(f"--repeats must be at least 1, not {self.repeats}")
+        if self.max_new_tokens > _MAX_TOKENS:
+            raise UserError(f"--max-new-tokens {self.max_new_tokens}: more than any model writes (at most "
+                            f"{_MAX_TOKENS:,})")  # fmt: skip
+        if not 0 <= self.warmup <= _MAX_COUNT:
+            raise UserError(f"--warmup must be 0 to {_MAX_COUNT:,}, not {self.warmup}")
+        if not 1 <= self.repeats <= _MAX_COUNT:
+            raise UserError(f"--repeats must be 1 to {_MAX_COUNT:,}, not {self.repeats}")
         if self.turns < 1:
             raise UserError(f"--turns must be at least 1, not {self.turns}")
-        if not self.think_time_s >= 0:
+        if not 0 <= self.think_time_s < float("inf"):  # NaN fails too
             raise UserError(f"--think-time must be 0 or more seconds, not {self.think_time_s}")
-        if self.sample and not (self.temperature > 0):
+        if self.sample and not (0 < self.temperature < float("inf")):
             raise UserError(f"--temperature must be above 0 when sampling, not {self.temperature}")
         if self.sample and not (0 < self.top_p <= 1):
             raise UserError(f"--top-p must be in (0, 1], not {self.top_p}")

@@ -16,6 +16,7 @@ get two files.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import sys
@@ -176,7 +177,8 @@ def release(path: str | Path) -> None:
     process can lock the old inode and think it holds the path)."""
     held = _claims.pop(_key(Path(path)), None)
     if held is not None and held.pid == os.getpid():
-        held.lock.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # a folder made read-only meanwhile: a stale lock file is harmless
+            held.lock.unlink(missing_ok=True)
         os.close(held.fd)
 
 

@@ -40,7 +40,10 @@ def test_default_output_goes_to_results(cli, tiny_model_dir, prompt_file, tmp_pa
         (["--device", "tpu"], "unknown --device"),
         (["--max-new-tokens", "0"], "--max-new-tokens must be at least 1"),
         (["--max-new-tokens", "-5"], "--max-new-tokens must be at least 1"),
-        (["--threads", "0"], "--threads must be at least 1"),
+        (["--threads", "0"], "--threads must be 1 to 4096"),
+        (["--threads", "99999999999999999999"], "--threads must be 1 to 4096"),  # torch overflowed: internal error
+        (["--warmup", "100000000000"], "--warmup must be 0 to 1,000,000"),
+        (["--max-new-tokens", "100000000000"], "more than any model writes"),
         (["--weights", "fake"], "Invalid value for '--weights'"),
         (["--model", "/no/such/folder"], "model folder not found"),
         (["--model", "someone/uncached-model"], "not in the Hugging Face cache"),

@@ -99,7 +99,7 @@ def test_sweep_writes_a_run_per_setup_and_ranks_them(cli, tiny_model_dir, prompt
         (("--dtype", "float32,auto"), "--dtype auto"),
         (("--dtype", "float32,float32"), "twice"),
         (("--threads", "1,x"), "not a whole number"),
-        (("--threads", "0"), "--threads must be at least 1"),
+        (("--threads", "0"), "--threads must be 1 to 4096"),
         (("--attn", "magic"), "unknown --attn"),
         (("--cache", "paged"), "unknown --cache"),
         (("--quantize", "int4"), "unknown --quantize"),
@@ -108,7 +108,6 @@ def test_sweep_writes_a_run_per_setup_and_ranks_them(cli, tiny_model_dir, prompt
         (("--rank-by", "p99"), "--rank-by"),
         # was: accepted and silently ignored (a bare list is for the engines other than transformers: none here)
         (("--precision", "q8_0"), "--precision q8_0: a weight format of --engine"),
-        # was: refused only after the sweep's status line (two lines)
         (("--max-kld", "nan"), "--max-kld must be a KL divergence"),
         # was: a plan of a million requests built, then measured for days
         (("--rounds", "333334"), "--rounds x setups x prompts 2000004: more than"),
@@ -120,7 +119,13 @@ def test_bad_sweep_options_are_one_line(cli, tiny_model_dir, prompt_file, tmp_pa
     assert not (tmp_path / "s" / "sweep.json").exists()
 
 
-@pytest.mark.slow
+def test_a_bad_gate_is_refused_before_the_sweep_starts(cli, tiny_model_dir, prompt_file, tmp_path):
+    # was: the output folder made and the sweep's status line printed, then the refusal (two lines)
+    r = cli("sweep", prompt_file, "-m", tiny_model_dir, "--dtype", "float32", "--max-kld", "nan", "-o", tmp_path / "s")
+    assert r.returncode == 2 and "--max-kld must be a KL divergence" in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "s").exists()
+
+
 def test_a_dataset_is_not_read_as_a_prompt_list(cli, tiny_model_dir, tmp_path):
     data = tmp_path / "sg.json"
     data.write_text('[{"conversations": [{"from": "human", "value": "hello"}]}]', encoding="utf-8")
@@ -130,6 +135,7 @@ def test_a_dataset_is_not_read_as_a_prompt_list(cli, tiny_model_dir, tmp_path):
     assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "s").exists()
 
 
+@pytest.mark.slow
 def test_static_cache_and_eager_attention_give_the_same_tokens(tiny_model_dir, prompt_file, tmp_path):
     runs = {}
     for attn, cache in ((None, "dynamic"), ("eager", "static"), ("sdpa", "dynamic")):

@@ -135,10 +135,17 @@ def test_burstgpt_and_azure_times_are_read_in_their_own_units(tmp_path):
         # a bad number: each was an internal error (int() of NaN or infinity) or a row never sent (an infinite time)
         ('{"timestamp": 0, "input_length": NaN, "output_length": 2}\n', "mooncake", "'input_length' must be a whole"),
         ('{"timestamp": 0, "input_length": 1e400, "output_length": 2}\n', "mooncake", "'input_length' must be a"),
-        ('{"timestamp": 0, "input_length": 10, "output_length": 2}\n{"timestamp": Infinity, "input_length": 10, '
-         '"output_length": 2}\n', "mooncake", "t.txt:2: 'timestamp' must be a time"),
-        ('{"timestamp": 0, "input_length": 1000000000000000, "output_length": 2}\n', "mooncake",
-         "more tokens than any model reads"),  # was: a prompt of 10**15 tokens, made for hours
+        (
+            '{"timestamp": 0, "input_length": 10, "output_length": 2}\n{"timestamp": Infinity, "input_length": 10, '
+            '"output_length": 2}\n',
+            "mooncake",
+            "t.txt:2: 'timestamp' must be a time",
+        ),
+        (
+            '{"timestamp": 0, "input_length": 1000000000000000, "output_length": 2}\n',
+            "mooncake",
+            "more tokens than any model reads",
+        ),  # was: a prompt of 10**15 tokens, made for hours
         ('{"timestamp": 0, "input_length": ' + "9" * 5000 + ', "output_length": 2}\n', "mooncake", "not valid JSON"),
         ("Timestamp,Request tokens,Response tokens\n0,inf,3\n", "burstgpt", "t.txt:2: 'Request tokens' must be"),
         ("Timestamp,Request tokens,Response tokens\n0,10,nan\n", "burstgpt", "t.txt:2: 'Response tokens' must be"),

@@ -262,8 +262,13 @@ def check_inputs(candidate: ModelOptions, options: RunOptions, reference_model: 
         raise UserError(f"--chunk-tokens must be at least 2 (a chunk predicts its own next tokens), not {chunk_tokens}")
     if not text.strip():
         raise UserError("the evaluation text is empty: nothing to predict")
-    contexts = [c for m in {candidate.model, reference_model or candidate.model}
-                if (c := models.context_length(dataclasses.replace(candidate, model=m)))]  # fmt: skip
+    contexts: list[int] = []
+    for m in {candidate.model, reference_model or candidate.model}:
+        try:
+            context = models.context_length(dataclasses.replace(candidate, model=m))
+        except UserError:  # a reference that can't be found: refused next, in the reference's own words
+            context = None
+        contexts += [context] if context else []
     if contexts and options.max_new_tokens >= min(contexts):
         raise UserError(f"--max-new-tokens {options.max_new_tokens} leaves no room in the model's context of "
                         f"{min(contexts)} tokens")  # fmt: skip
