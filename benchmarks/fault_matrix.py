@@ -219,7 +219,7 @@ COMMANDS: dict[str, Command] = {
                                            str(TOKENS), "-o", str(out / "sweep")],
                 lambda out: _runs_in(out / "sweep"), 2 * 3 * PROMPTS),  # 2 setups, 3 rounds
         Command("scan", lambda ctx, out: ["scan", *_model(ctx), "--prompt-tokens", "32,64", "--depth", "",
-                                          "--batch", "", "--rounds", "3", "--max-new-tokens", "6",
+                                          "--batch", "", "--rounds", "3",
                                           "--prompts-per-point", "4", "-o", str(out / "scan")],
                 lambda out: _runs_in(out / "scan"), 2 * 3 * 4),
         Command("load", lambda ctx, out: ["load", str(ctx.prompts), "--endpoint", ctx.server_url, "--rates", "20,40",
@@ -462,8 +462,10 @@ class Injector:
         self.done = False
 
     def due(self, seen: int) -> bool:
-        if self.command.name in ("quality", "history-add"):
-            return time.monotonic() >= self.at_time or (self.command.name == "history-add" and seen >= 2)
+        if self.command.name == "history-add":
+            return seen >= 2  # mid-add: rows are going in (a moment before main() has nothing to lose or say)
+        if self.command.name == "quality":
+            return time.monotonic() >= self.at_time
         return seen >= self.trigger
 
     def fire(self, proc: subprocess.Popen) -> None:
@@ -556,7 +558,7 @@ def _history_for(ctx: Ctx, command: Command, fault: str, out: Path, stack: conte
     db_dir.mkdir()
     url = f"sqlite:///{db_dir / 'history.db'}"
     if fault == "db-locked":
-        locker = lock_sqlite(db_dir / "history.db", 30.0)
+        locker = lock_sqlite(db_dir / "history.db", 900.0)  # held until the command ends (_restore kills it)
         stack.callback(lambda: (locker.kill(), locker.wait()))
         ctx.locker = locker
     return url
