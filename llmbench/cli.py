@@ -1691,6 +1691,10 @@ def main() -> None:
             err=True,
         )
         sys.exit(1)
+    # the work is done and written: a signal while the interpreter shuts down (handlers back to default) must not
+    # turn a finished command into a kill (-15, -2)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     if code == 130 and not _said.get("interrupted"):
         # Typer turns a Ctrl-C in a command without a stop flag (quality, history) into a silent exit 130
         typer.echo("llmbench: interrupted (nothing unfinished was written)", err=True)
