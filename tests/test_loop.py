@@ -233,8 +233,10 @@ def test_a_failing_save_ends_the_run_and_the_error_is_raised(tmp_path, monkeypat
         return real_add(self, run, item, summarize)
 
     monkeypatch.setattr(storage.RunWriter, "add", add)
-    with pytest.raises(OSError, match="No space left"):
+    with pytest.raises(UserError, match="cannot save to .*r.json: No space left on device") as e:
         _run([t], round_robin([t], PROMPTS, 2), concurrency=2)
     assert len(b.calls) < 8  # the workers stopped
     kept = load_run(tmp_path / "r.json")
     assert not kept.complete and len(kept.requests) >= 2
+    # the count it states is what the file holds: the request whose save failed is not claimed as kept
+    assert f"; {len(kept.requests)} finished requests are in" in str(e.value)
