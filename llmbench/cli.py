@@ -339,6 +339,14 @@ def _die(message: str, code: int) -> None:
     raise typer.Exit(code)
 
 
+def _option(ctx: typer.Context, name: str) -> str:
+    """The option as the user spells it (``timeout_s`` is ``--timeout``), from the command's own declaration."""
+    for param in ctx.command.params:
+        if param.name == name and param.opts:
+            return max(param.opts, key=len)
+    return _flag(name)
+
+
 def _flag(name: str) -> str:
     return "--" + name.rstrip("_").replace("_", "-")
 
@@ -346,7 +354,9 @@ def _flag(name: str) -> str:
 def _refuse_given(ctx: typer.Context, names: tuple[str, ...], why: str) -> None:
     """UserError naming every flag of ``names`` the user gave (on the command line or in the environment)."""
     given = [
-        _flag(n) for n in names if getattr(ctx.get_parameter_source(n), "name", None) in ("COMMANDLINE", "ENVIRONMENT")
+        _option(ctx, n)
+        for n in names
+        if getattr(ctx.get_parameter_source(n), "name", None) in ("COMMANDLINE", "ENVIRONMENT")
     ]
     if given:
         raise UserError(f"{', '.join(given)}: {why}")

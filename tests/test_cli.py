@@ -44,6 +44,7 @@ def test_default_output_goes_to_results(cli, tiny_model_dir, prompt_file, tmp_pa
         (["--threads", "99999999999999999999"], "--threads must be 1 to 4096"),  # torch overflowed: internal error
         (["--warmup", "100000000000"], "--warmup must be 0 to 1,000,000"),
         (["--max-new-tokens", "100000000000"], "more than any model writes"),
+        (["--timeout", "5"], "--timeout: options of --endpoint runs only"),  # named as typed, not --timeout-s
         (["--weights", "fake"], "Invalid value for '--weights'"),
         (["--model", "/no/such/folder"], "model folder not found"),
         (["--model", "someone/uncached-model"], "not in the Hugging Face cache"),
