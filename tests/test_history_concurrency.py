@@ -82,13 +82,17 @@ def _check(url: str) -> None:
 @pytest.mark.parametrize("start", ["new", "v1", "v2"])
 def test_eight_first_uses_of_one_sqlite_file_at_once_all_succeed(tmp_path, start):
     for attempt in range(3 if start == "new" else 2):  # before the lock most tries of 8 processes lost the race
-        url = f"sqlite:///{tmp_path / f'h{attempt}.db'}"
-        if start == "v1":
-            create_v1(url)
-        elif start == "v2":
-            create_v2(url)
-        _race(url, tmp_path / f"go{attempt}")
-        _check(url)
+        _first_uses(f"sqlite:///{tmp_path / f'h{attempt}.db'}", start, tmp_path / f"go{attempt}")
+
+
+def _first_uses(url: str, start: str, go: Path) -> None:
+    """Eight processes first-use ``url`` (new, or left at schema v1/v2) at once; every row is there once."""
+    if start == "v1":
+        create_v1(url)
+    elif start == "v2":
+        create_v2(url)
+    _race(url, go)
+    _check(url)
 
 
 @pytest.fixture(scope="module")
@@ -103,10 +107,4 @@ def pg_server():
 @pytest.mark.subprocess
 def test_eight_first_uses_of_one_postgres_database_at_once_all_succeed(pg_server, tmp_path):
     for attempt, start in enumerate(("new", "new", "v1")):
-        url = new_database(pg_server, f"race{attempt}_{int(time.time())}")
-        if start == "v1":
-            create_v1(url)
-        elif start == "v2":
-            create_v2(url)
-        _race(url, tmp_path / f"go{attempt}")
-        _check(url)
+        _first_uses(new_database(pg_server, f"race{attempt}_{int(time.time())}"), start, tmp_path / f"go{attempt}")
