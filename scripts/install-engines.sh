@@ -2,9 +2,9 @@
 # Install the engines llmbench measures beside transformers, into the active Python environment, offline-safe
 # (package registries only):
 #   - OpenVINO GenAI and ONNX Runtime GenAI (+ its model builder's needs): llmbench[openvino,onnxruntime];
-#   - llama-cpp-python, compiled from source (PyPI has only an sdist) for every CPU of this machine's kind:
-#     -march=native would bake in what this CPU reports (AMX on some Xeons, which the guest can't run: SIGILL at
-#     the first eval), so native detection is off and the instruction sets are named;
+#   - llama-cpp-python, compiled from source (PyPI has only an sdist) for the instruction sets this CPU reports:
+#     -march=native would also bake in AMX on some Xeons, which the guest can't run (SIGILL at the first eval), so
+#     native detection is off and the sets are named from /proc/cpuinfo;
 #   - llama.cpp's convert_hf_to_gguf.py (+ conversion/, gguf-py/), which llama-cpp-python's wheel does not ship,
 #     taken from the same source archive;
 #   - optimum-intel's OpenVINO exporter in a venv of its own: it pins transformers<5.6, older than llmbench's.
@@ -32,13 +32,20 @@ fi
 if has llamacpp; then
   src=$(mktemp -d)
   trap 'rm -rf "$src"' EXIT
-  echo "== llama-cpp-python $LLAMA_CPP_PYTHON from source (portable x86-64 build; minutes)"
+  echo "== llama-cpp-python $LLAMA_CPP_PYTHON from source (for this CPU's instruction sets; minutes)"
   pip download -q --no-deps --no-binary :all: "llama-cpp-python==$LLAMA_CPP_PYTHON" -d "$src"
   archive=$(ls "$src"/llama_cpp_python-*.tar.gz)
   if [ "$(uname -m)" = x86_64 ]; then
-    # AVX-512 (with VNNI and BF16) is on every CPU of this project's machine kinds (AMD EPYC, Intel Xeon); AMX is
-    # not run by their guests. Elsewhere set CMAKE_ARGS yourself.
-    export CMAKE_ARGS=${CMAKE_ARGS:-"-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF"}
+    # The instruction sets this CPU reports, named one by one: the kind's CPU varies (AVX-512 BF16 on one day,
+    # AVX2 only on another), and -march=native would also take AMX, which the guests can't run. CI builds on the
+    # machine that runs it; elsewhere set CMAKE_ARGS yourself.
+    cpu=" $(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2) "
+    on() { local f; for f in "$@"; do [[ "$cpu" == *" $f "* ]] || { echo OFF; return; }; done; echo ON; }
+    export CMAKE_ARGS=${CMAKE_ARGS:-"-DGGML_NATIVE=OFF -DGGML_AVX=$(on avx) -DGGML_AVX2=$(on avx2) -DGGML_FMA=$(on fma) \
+-DGGML_F16C=$(on f16c) -DGGML_AVX512=$(on avx512f avx512cd avx512vl avx512dq avx512bw) \
+-DGGML_AVX512_VNNI=$(on avx512_vnni) -DGGML_AVX512_BF16=$(on avx512_bf16) -DGGML_AVX_VNNI=$(on avx_vnni) \
+-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF"}
+    echo "   CMAKE_ARGS=$CMAKE_ARGS"
   fi
   CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) pip install -q --no-cache-dir "$archive"
   pip install -q -e ".[llamacpp]"  # gguf, sentencepiece (llama-cpp-python is satisfied by the build above)

@@ -172,12 +172,27 @@ def _found(fn: object) -> str:
 
 
 def llama_cpp_build_check() -> str:
-    """'' when llama.cpp's build uses only instructions this CPU has, else what it would die of (SIGILL)."""
-    import llama_cpp
+    """'' when llama.cpp's build uses only instructions this CPU has, else what it would die of (SIGILL).
+
+    The library is asked in a child process: a build for a wider CPU can die of SIGILL on its first call, and
+    that must not take ``llmbench engines`` down with it.
+    """
+    import signal
+    import subprocess
+    import sys
 
     from llmbench.envinfo import cpu_flags
 
-    built = llama_cpp.llama_print_system_info().decode(errors="replace")
+    probe = "import llama_cpp; print(llama_cpp.llama_print_system_info().decode(errors='replace'))"
+    try:
+        done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"its build could not be asked what it uses ({type(e).__name__})"
+    if done.returncode == -signal.SIGILL:
+        return "its build uses instructions this CPU lacks: it dies of SIGILL (rebuild: install-engines.sh llamacpp)"
+    if done.returncode != 0:
+        return f"its build could not be asked what it uses (exit {done.returncode})"
+    built = done.stdout
     flags = cpu_flags()
     if not flags:
         return ""
