@@ -24,7 +24,7 @@ import llmbench
 from llmbench.backends.inprocess import InProcessBackend
 from llmbench.backends.worker import WorkerBackend
 from llmbench.drivers.ab import abba
-from llmbench.loop import execute, new_track
+from llmbench.runner.loop import execute, new_track
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMPTS = ROOT / "prompts" / "env_violations.txt"

@@ -64,7 +64,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from llmbench import save_run
-    from llmbench.storage import RunWriter
+    from llmbench.results.storage import RunWriter
     from tests.helpers import synthetic_run
 
     with tempfile.TemporaryDirectory() as d:

@@ -19,7 +19,7 @@ import argparse
 
 import numpy as np
 
-from llmbench.changepoints import BETA, detect, simulate
+from llmbench.analysis.changepoints import BETA, detect, simulate
 
 
 def trailing_z(x: np.ndarray, window: int = 10, z: float = 3.0) -> list[int]:

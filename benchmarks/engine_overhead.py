@@ -23,7 +23,7 @@ from pathlib import Path
 import llmbench
 from llmbench.backends import Request
 from llmbench.backends.engine import EngineBackend
-from llmbench.chat import encode_ids, messages_for
+from llmbench.engines.chat import encode_ids, messages_for
 from llmbench.options import ModelOptions
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -114,7 +114,7 @@ def build_model(folder: Path) -> Path:
     import torch
     from transformers import AutoModelForCausalLM, Qwen2Config
 
-    from llmbench.builtin import qwen_tokenizer
+    from llmbench.engines.hf.builtin import qwen_tokenizer
     from tests.conftest import TINY
 
     torch.manual_seed(1)
@@ -320,7 +320,7 @@ time.sleep(float(sys.argv[2]))
 
 def lock_sqlite(path: Path, seconds: float) -> subprocess.Popen:
     """Another writer that holds ``path``'s write lock for ``seconds`` (the database is created first)."""
-    from llmbench.history import History
+    from llmbench.history.db import History
 
     History(f"sqlite:///{path}").close()
     proc = subprocess.Popen([sys.executable, "-c", LOCKER, str(path), str(seconds)], stdout=subprocess.PIPE, text=True)
@@ -341,7 +341,7 @@ def on_disk(path: Path) -> set[tuple]:
     """The (prompt, repeat, session) of every request a run file and its journal hold now, each once: a poll
     between a snapshot's rename and the journal's truncation sees some twice. A journal line without its
     newline is being written (or was torn by the fault): not durable yet."""
-    from llmbench.storage import journal_path
+    from llmbench.results.storage import journal_path
 
     keys: set[tuple] = set()
     with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
@@ -367,8 +367,8 @@ def kept(command: Command, out: Path, ctx: Ctx, history_url: str | None) -> int:
     """What the command's files hold afterwards, read as any reader reads them (a journal merged)."""
     if command.name in ("history-add", "quality"):
         return durable(command, out, ctx, history_url)
-    from llmbench.errors import UserError
-    from llmbench.storage import load_run
+    from llmbench.core.errors import UserError
+    from llmbench.results.storage import load_run
 
     n = 0
     for p in command.files(out):
@@ -379,7 +379,7 @@ def kept(command: Command, out: Path, ctx: Ctx, history_url: str | None) -> int:
 
 
 def history_rows(url: str) -> int:
-    from llmbench.history import History
+    from llmbench.history.db import History
 
     try:
         h = History(_resolved(url))
@@ -392,7 +392,7 @@ def history_rows(url: str) -> int:
 
 
 def _resolved(url: str) -> str:
-    from llmbench.history import resolve_url
+    from llmbench.history.db import resolve_url
 
     return resolve_url(url) or url
 
@@ -602,8 +602,8 @@ def _resume(ctx: Ctx, command: Command, out: Path, history_url: str | None, o: O
     """``--resume`` after the fault is gone: "ok" when the run ends complete with every planned request."""
     if command.resume is None or command.name in ("history-add",):
         return "n/a"
-    from llmbench.errors import UserError
-    from llmbench.storage import load_run
+    from llmbench.core.errors import UserError
+    from llmbench.results.storage import load_run
 
     files = command.files(out)
     try:

@@ -27,8 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-from llmbench.compare import CONFIDENCE
-from llmbench.storage import load_run
+from llmbench.analysis.compare import CONFIDENCE
+from llmbench.results.storage import load_run
 
 GATE_PCT = 5.0
 

@@ -117,7 +117,7 @@ def gate_options(ab_args: list[str]) -> argparse.Namespace:
 def regate(folder: Path, ab_args: list[str]) -> bool:
     """Would the job's gate now (or the arm's own, see :func:`job_gate`) fail this kept run?
     Re-decided from its base.json/head.json with compare's own code, so runs made under an older threshold pool."""
-    from llmbench.compare import compare_runs, parse_fail_on
+    from llmbench.analysis.compare import compare_runs, parse_fail_on
 
     opts = gate_options(ab_args)
     comp = compare_runs(llmbench.load_run(folder / "base.json"), llmbench.load_run(folder / "head.json"))

@@ -64,7 +64,7 @@ def tiny_model(folder: Path) -> None:
     import torch
     from transformers import AutoModelForCausalLM, Qwen2Config
 
-    from llmbench.builtin import qwen_tokenizer
+    from llmbench.engines.hf.builtin import qwen_tokenizer
 
     torch.manual_seed(1)
     config = Qwen2Config(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
@@ -82,7 +82,7 @@ def offload_map(device: str) -> str:
 
 
 def _load(path: Path) -> Any:
-    from llmbench.storage import load_run
+    from llmbench.results.storage import load_run
 
     return load_run(path)
 
@@ -167,7 +167,7 @@ def endpoint_figures(path: Path) -> list[str]:
 
 
 def ab_figures(folder: Path) -> list[str]:
-    from llmbench.compare import compare_runs
+    from llmbench.analysis.compare import compare_runs
 
     comp = compare_runs(_load(folder / "base.json"), _load(folder / "head.json"))
     need(comp.paired and comp.n_pairs > 0, f"{folder}: the ab runs are not paired")

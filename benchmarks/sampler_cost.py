@@ -1,6 +1,6 @@
 """What the machine sampler costs the tokens it watches: TPOT with the sampler and without it, interleaved.
 
-The sampler (llmbench.machine.Sampler) wakes every 0.5 s on a daemon thread and reads the machine (psutil; on a
+The sampler (llmbench.machine.probe.Sampler) wakes every 0.5 s on a daemon thread and reads the machine (psutil; on a
 CUDA run also the card through NVML). It competes with generation for the GIL and a core, so its cost shows in
 TPOT if anywhere. Arms, in one process on one loaded model, alternating ABBA round by round so drift lands on
 both alike:
@@ -24,8 +24,8 @@ import statistics
 from pathlib import Path
 
 import llmbench
-from llmbench import machine
-from llmbench.compare import compare_runs
+from llmbench.analysis.compare import compare_runs
+from llmbench.machine import probe as machine
 
 ROOT = Path(__file__).resolve().parents[1]
 Shipped = machine.Sampler

@@ -41,7 +41,7 @@ def progress(lm, prompts, args) -> None:
     from rich.console import Console
     from rich.progress import Progress
 
-    from llmbench.display import ProgressReporter
+    from llmbench.present.terminal import ProgressReporter
 
     def run(with_bar: bool) -> float:
         if not with_bar:
@@ -66,7 +66,7 @@ def progress(lm, prompts, args) -> None:
 def eos(lm, prompts, args) -> None:
     import torch
 
-    from llmbench.generation import TokenStamper
+    from llmbench.engines.hf.generation import TokenStamper
 
     n = args.tokens
     greedy = {"do_sample": False, "temperature": None, "top_p": None, "top_k": None}

@@ -35,8 +35,8 @@ def main() -> int:
     from transformers import LogitsProcessorList
 
     from llmbench.backends import Request
-    from llmbench.builtin import qwen_tokenizer
-    from llmbench.process import Stop
+    from llmbench.core.process import Stop
+    from llmbench.engines.hf.builtin import qwen_tokenizer
     from tests.delayed_model import delayed_backend
     from tests.test_stopwatch import ChosenStamp
 

@@ -28,7 +28,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from llmbench import load_run, save_run
-    from llmbench.storage import RunWriter
+    from llmbench.results.storage import RunWriter
     from tests.helpers import synthetic_run
 
     full = synthetic_run(n=args.requests, tokens=args.tokens)

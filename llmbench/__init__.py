@@ -15,7 +15,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from llmbench.version import __version__
+from llmbench.core.version import __version__
 
 # name -> module that defines it
 _EXPORTS = {
@@ -27,26 +27,26 @@ _EXPORTS = {
     "ameasure_load": "llmbench.api",
     "OpenLoop": "llmbench.options",
     "load_model": "llmbench.api",
-    "LoadedModel": "llmbench.models",
-    "load_run": "llmbench.storage",
-    "save_run": "llmbench.storage",
-    "compare_runs": "llmbench.compare",
-    "Comparison": "llmbench.compare",
-    "GateCheck": "llmbench.compare",
-    "Run": "llmbench.schema",
-    "RequestResult": "llmbench.schema",
-    "Summary": "llmbench.schema",
+    "LoadedModel": "llmbench.engines.hf.models",
+    "load_run": "llmbench.results.storage",
+    "save_run": "llmbench.results.storage",
+    "compare_runs": "llmbench.analysis.compare",
+    "Comparison": "llmbench.analysis.compare",
+    "GateCheck": "llmbench.analysis.compare",
+    "Run": "llmbench.results.schema",
+    "RequestResult": "llmbench.results.schema",
+    "Summary": "llmbench.results.schema",
     "RunOptions": "llmbench.options",
     "ModelOptions": "llmbench.options",
     "EndpointOptions": "llmbench.options",
-    "PromptSet": "llmbench.prompts",
-    "DatasetSpec": "llmbench.dataset",
-    "load_prompts": "llmbench.prompts",
-    "Stop": "llmbench.process",
-    "stop_on_signals": "llmbench.process",
-    "frozen_gc": "llmbench.process",
-    "UserError": "llmbench.errors",
-    "RunInterrupted": "llmbench.errors",
+    "PromptSet": "llmbench.workloads.prompts",
+    "DatasetSpec": "llmbench.workloads.dataset",
+    "load_prompts": "llmbench.workloads.prompts",
+    "Stop": "llmbench.core.process",
+    "stop_on_signals": "llmbench.core.process",
+    "frozen_gc": "llmbench.core.process",
+    "UserError": "llmbench.core.errors",
+    "RunInterrupted": "llmbench.core.errors",
 }
 
 __all__ = [
@@ -83,6 +83,7 @@ __all__ = [
 assert set(__all__) == {"__version__", *_EXPORTS}
 
 if TYPE_CHECKING:
+    from llmbench.analysis.compare import Comparison, GateCheck, compare_runs
     from llmbench.api import (
         ameasure,
         ameasure_load,
@@ -92,14 +93,13 @@ if TYPE_CHECKING:
         measure_load,
         measure_quality,
     )
-    from llmbench.compare import Comparison, GateCheck, compare_runs
-    from llmbench.errors import RunInterrupted, UserError
-    from llmbench.models import LoadedModel
+    from llmbench.core.errors import RunInterrupted, UserError
+    from llmbench.core.process import Stop, frozen_gc, stop_on_signals
+    from llmbench.engines.hf.models import LoadedModel
     from llmbench.options import EndpointOptions, ModelOptions, OpenLoop, RunOptions
-    from llmbench.process import Stop, frozen_gc, stop_on_signals
-    from llmbench.prompts import PromptSet, load_prompts
-    from llmbench.schema import RequestResult, Run, Summary
-    from llmbench.storage import load_run, save_run
+    from llmbench.results.schema import RequestResult, Run, Summary
+    from llmbench.results.storage import load_run, save_run
+    from llmbench.workloads.prompts import PromptSet, load_prompts
 
 
 def __getattr__(name: str) -> Any:

@@ -17,17 +17,17 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
-from llmbench.dataset import DatasetSpec
-from llmbench.errors import UserError
-from llmbench.loop import Reporter
+from llmbench.core.errors import UserError
+from llmbench.core.process import Stop
 from llmbench.options import DEFAULT_MODEL, EndpointOptions, ModelOptions, RunOptions, default_metrics_url
-from llmbench.process import Stop
-from llmbench.prompts import PromptSet, as_prompt_set
-from llmbench.schema import Run
+from llmbench.results.schema import Run
+from llmbench.runner.loop import Reporter
+from llmbench.workloads.dataset import DatasetSpec
+from llmbench.workloads.prompts import PromptSet, as_prompt_set
 
 if TYPE_CHECKING:
     from llmbench.engines.base import EngineModel
-    from llmbench.models import LoadedModel
+    from llmbench.engines.hf.models import LoadedModel
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -101,8 +101,8 @@ async def ameasure(
     in-process model generates on its own thread. ``engine``: transformers, llama.cpp, openvino or
     onnxruntime (``precision``: the latter's weight format); the latter run in a worker process unless
     ``isolate=False``. ``server_metrics`` (endpoint runs): True scrapes the server's ``/metrics`` during the run,
-    a URL scrapes that page (``run.server_metrics``). Raises :class:`~llmbench.errors.UserError` for bad input
-    and :class:`~llmbench.errors.RunInterrupted` when ``stop`` was requested.
+    a URL scrapes that page (``run.server_metrics``). Raises :class:`~llmbench.core.errors.UserError` for bad input
+    and :class:`~llmbench.core.errors.RunInterrupted` when ``stop`` was requested.
     """
     from llmbench.drivers.run import run as run_driver
 
@@ -170,9 +170,10 @@ def load_model(
     """Load a model as ``measure`` would (offload check included), on the generation thread it will run on;
     pass it to :func:`measure` as ``model`` to measure it several times without loading it again. With another
     ``engine`` it is that engine's model (converted first when needed), loaded in this process."""
-    from llmbench import engines, models
-    from llmbench.generation import generation_thread
-    from llmbench.process import freeze_now
+    from llmbench import engines
+    from llmbench.core.process import freeze_now
+    from llmbench.engines.hf import models
+    from llmbench.engines.hf.generation import generation_thread
 
     spec = ModelOptions(model=model, weights=weights, device=device, dtype=dtype, reprobe=reprobe, threads=threads,
                         attn=attn, quantize=quantize, device_map=device_map, allow_offload=allow_offload,

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from llmbench.errors import UserError
+from llmbench.core.errors import UserError
 
 # bounds past which a run could never be made (a typo, not a wish): refused in one line instead of a hang
 _MAX_TOKENS = 10_000_000
@@ -35,7 +35,7 @@ class RunOptions:
     truncate: bool = False  # cut prompts longer than the context (keeping their end) instead of refusing
     cache: str = "dynamic"  # KV cache: dynamic (grows per token) or static (preallocated, compilable)
     compile: bool = False  # decode steps through torch.compile; needs the static cache
-    turns: int = 1  # --turns: each prompt opens a conversation of this many turns (llmbench.sessions)
+    turns: int = 1  # --turns: each prompt opens a conversation of this many turns (llmbench.workloads.sessions)
     think_time_s: float = 0.0  # --think-time: a session's pause after a reply before its next turn
 
     def validate(self) -> None:
@@ -69,7 +69,7 @@ class RunOptions:
 
     def config_fields(self, prompts: Any) -> dict[str, Any]:
         """The run config's fields that come from these options and the prompt set (every mode)."""
-        from llmbench.schema import Sampling
+        from llmbench.results.schema import Sampling
 
         return {
             "max_new_tokens": self.max_new_tokens,
@@ -104,7 +104,7 @@ class ModelOptions:
     allow_pickle: bool = False
     trust_remote_code: bool = False
     attn: str | None = None  # attention kernel: eager, sdpa, ... (None: transformers' default)
-    quantize: str | None = None  # "int8" (weight-only) or "int8-dynamic": see llmbench.quantize
+    quantize: str | None = None  # "int8" (weight-only) or "int8-dynamic": see llmbench.engines.hf.quantize
     reprobe: bool = False  # --dtype auto: measure again instead of reusing this machine's cached choice
     # the engine that generates: transformers (this process, torch), or llama.cpp, openvino, onnxruntime
     # (llmbench.engines), each fed the same token ids
@@ -113,12 +113,12 @@ class ModelOptions:
     # an engine other than transformers runs in a worker process of its own (None: so it does), so a crash of
     # the engine (SIGILL, SIGSEGV) ends as a recorded failure with a clear line; False: in this process
     isolate: bool | None = None
-    # checked by llmbench.models.validate (it needs torch to know the devices)
+    # checked by llmbench.engines.hf.models.validate (it needs torch to know the devices)
 
     @property
     def is_transformers(self) -> bool:
         """True when transformers generates (the default engine)."""
-        from llmbench.engines import engine_info
+        from llmbench.core.engine_registry import engine_info
 
         return engine_info(self.engine).name == "transformers"
 
@@ -126,7 +126,7 @@ class ModelOptions:
 @dataclass
 class OpenLoop:
     """Open-loop arrivals (``--rate``): requests sent on a schedule drawn in advance, whatever the server does.
-    See :mod:`llmbench.arrivals`."""
+    See :mod:`llmbench.workloads.arrivals`."""
 
     rate_rps: float
     arrival: str = "poisson"  # poisson | constant | gamma:CV
@@ -135,11 +135,13 @@ class OpenLoop:
     seed: int = 0
     workers: int = 1  # client processes sharing the schedule (local), or Ray tasks with ``ray``
     ray: str | None = None  # a Ray cluster's address ("auto", "ray://host:port"): workers run there
-    trace: Any = None  # --trace: a llmbench.trace.Trace whose rows' times are the schedule (rate_rps: their mean)
+    trace: Any = (
+        None  # --trace: a llmbench.workloads.trace.Trace whose rows' times are the schedule (rate_rps: their mean)
+    )
 
     def validate(self) -> None:
         """UserError for a schedule that can't be drawn (checked again, with the rest, when it is)."""
-        from llmbench.arrivals import plan_arrivals
+        from llmbench.workloads.arrivals import plan_arrivals
 
         if self.trace is not None:
             if self.workers > 1 or self.ray:
@@ -173,7 +175,7 @@ class EndpointOptions:
         if not 0 < self.timeout_s < float("inf"):  # NaN fails this too
             raise UserError(f"--timeout must be a number of seconds above 0, not {self.timeout_s}")
         if self.metrics_url is not None and not self.metrics_url.lower().startswith(("http://", "https://")):
-            from llmbench.redact import redact_url
+            from llmbench.core.redact import redact_url
 
             raise UserError(f"--metrics-url must be an http(s) URL, not '{redact_url(self.metrics_url)}'")
         if not self.metrics_interval_s > 0:
@@ -187,7 +189,7 @@ class EndpointOptions:
 def default_metrics_url(endpoint_url: str) -> str:
     """The Prometheus page of the server at ``endpoint_url``: its root's ``/metrics`` (vLLM, SGLang, llama.cpp's
     server, llmbench serve; TGI serves it on another port: give --metrics-url). It keeps the endpoint's
-    credentials, to be *used*: what is recorded or shown goes through :func:`llmbench.redact.redact_url`."""
+    credentials, to be *used*: what is recorded or shown goes through :func:`llmbench.core.redact.redact_url`."""
     from urllib.parse import urlsplit, urlunsplit
 
     u = urlsplit(endpoint_url)

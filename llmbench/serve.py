@@ -29,8 +29,14 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from llmbench.generation import StopCriterion, TokenStamper, encode_messages, generate_kwargs, generation_thread
-from llmbench.models import LoadedModel
+from llmbench.engines.hf.generation import (
+    StopCriterion,
+    TokenStamper,
+    encode_messages,
+    generate_kwargs,
+    generation_thread,
+)
+from llmbench.engines.hf.models import LoadedModel
 
 SSE_HEADERS = {
     "Cache-Control": "no-cache",
@@ -436,8 +442,8 @@ def create_app(
     """The FastAPI app around ``loaded``: ``POST /v1/chat/completions``, ``GET /v1/models``, ``GET /health``,
     ``GET /metrics`` (Prometheus: queue depth, requests, tokens), ``GET /`` (the page). ``executor``: the thread
     that loaded the model (default: the process's generation thread,
-    :func:`llmbench.generation.generation_thread`). ``reasoning_tokens``: for tests, send the first N tokens of
-    every answer as reasoning (``delta.reasoning_content``, counted in usage's details)."""
+    :func:`~llmbench.engines.hf.generation.generation_thread`). ``reasoning_tokens``: for tests, send the first N
+    tokens of every answer as reasoning (``delta.reasoning_content``, counted in usage's details)."""
     server = ModelServer(loaded, max_queue=max_queue, max_tokens=max_tokens, executor=executor,
                          reasoning_tokens=reasoning_tokens)  # fmt: skip
     app = FastAPI(title="llmbench serve", docs_url=None, redoc_url=None)
@@ -500,7 +506,7 @@ def check_port(host: str, port: int) -> None:
     """UserError when ``host:port`` can't be bound (in use, or not an address of this machine)."""
     import socket
 
-    from llmbench.errors import UserError
+    from llmbench.core.errors import UserError
 
     if not 0 <= port <= 65535:
         raise UserError(f"--port must be 0-65535, not {port}")

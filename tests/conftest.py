@@ -43,7 +43,7 @@ def private_cache_folder(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def qwen_tokenizer():
-    from llmbench.builtin import qwen_tokenizer
+    from llmbench.engines.hf.builtin import qwen_tokenizer
 
     return qwen_tokenizer()
 

@@ -88,8 +88,8 @@ class DelayedLM(PreTrainedModel, GenerationMixin):
 def delayed_loaded(tokenizer, prefill_ms: float, decode_ms: float, eos_after: int | None = None):
     """A DelayedLM behind the real tokenizer, as llmbench's loader would hand it over. With ``eos_after`` it
     ends every answer with the tokenizer's end-of-sequence token (which decodes to no text) at that token."""
-    from llmbench.models import LoadedModel, _prepare_generation
-    from llmbench.schema import LoadInfo
+    from llmbench.engines.hf.models import LoadedModel, _prepare_generation
+    from llmbench.results.schema import LoadInfo
 
     vocab = 4096 if eos_after is None else 151936  # the real EOS id needs the real vocabulary's size
     config = DelayedConfig(vocab_size=vocab, prefill_ms=prefill_ms, decode_ms=decode_ms, eos_after=eos_after,

@@ -13,9 +13,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from llmbench.metrics import ids_sha256, request_result, summarize
-from llmbench.schema import SCHEMA_VERSION, Environment, RequestResult, Run, RunConfig
-from llmbench.storage import journal_path
+from llmbench.results.metrics import ids_sha256, request_result, summarize
+from llmbench.results.schema import SCHEMA_VERSION, Environment, RequestResult, Run, RunConfig
+from llmbench.results.storage import journal_path
 
 
 @dataclass

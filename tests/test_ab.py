@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from llmbench.storage import load_run
-from llmbench.worker import PROTOCOL
+from llmbench.backends.worker_main import PROTOCOL
+from llmbench.results.storage import load_run
 from tests.helpers import cli_process, wait_for_requests
 
 INJECT = Path(__file__).resolve().parents[1] / "benchmarks" / "inject"
@@ -199,8 +199,8 @@ def test_what_config_ab_records_of_a_side_holds_no_secret():
 
 def test_the_plan_alternates_who_goes_first():
     from llmbench.drivers.ab import abba
-    from llmbench.loop import Track
-    from llmbench.prompts import PromptSet
+    from llmbench.runner.loop import Track
+    from llmbench.workloads.prompts import PromptSet
 
     prompts = PromptSet.from_list(["a", "b", "c"])
     base, head = Track(None, None, None), Track(None, None, None)  # type: ignore[arg-type]
@@ -219,8 +219,8 @@ def test_with_processes_each_process_alternates_who_goes_first():
     order all its life (an order effect taken for a process effect)."""
     from llmbench.backends.pool import PoolBackend
     from llmbench.drivers.ab import abba
-    from llmbench.loop import Track
-    from llmbench.prompts import PromptSet
+    from llmbench.runner.loop import Track
+    from llmbench.workloads.prompts import PromptSet
 
     prompts = PromptSet.from_list([f"p{i}" for i in range(5)])
     base, head = Track(None, None, None), Track(None, None, None)  # type: ignore[arg-type]
@@ -253,7 +253,7 @@ def test_a_worker_that_dies_in_its_warm_up_is_recorded(cli, tiny_model_dir, prom
 def test_the_interval_resamples_processes_so_one_odd_process_is_noise():
     import numpy as np
 
-    from llmbench.compare import change_interval
+    from llmbench.analysis.compare import change_interval
 
     rng = np.random.default_rng(0)
     base = 50 + rng.normal(0, 0.2, 40)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from llmbench.arrivals import plan_arrivals
-from llmbench.errors import UserError
+from llmbench.core.errors import UserError
+from llmbench.workloads.arrivals import plan_arrivals
 
 
 @pytest.mark.parametrize(

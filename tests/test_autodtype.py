@@ -8,8 +8,8 @@ import random
 
 import pytest
 
-from llmbench import autodtype
-from llmbench.storage import load_run
+from llmbench.engines.hf import autodtype
+from llmbench.results.storage import load_run
 from tests.helpers import synthetic_run
 
 CANDIDATES = ("float32", "bfloat16", "float16")
@@ -139,14 +139,14 @@ def test_runs_of_the_same_command_record_the_same_setup(cli, tiny_model_dir, pro
 
 
 def test_compare_says_when_only_an_automatic_choice_differs():
-    from llmbench.compare import compare_runs
+    from llmbench.analysis.compare import compare_runs
 
     a, b = synthetic_run(n=5, seed=1), synthetic_run(n=5, seed=2)
     a.config.auto = b.config.auto = ["dtype", "threads"]
     a.config.dtype, b.config.dtype = "float16", "bfloat16"
     comp = compare_runs(a, b)
     assert comp.auto_diffs == ["dtype"]
-    from llmbench.display import compare_lines
+    from llmbench.present.terminal import compare_lines
 
     head, _ = compare_lines(comp, [])
     assert (

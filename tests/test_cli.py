@@ -102,7 +102,7 @@ def test_help_and_version_do_not_import_torch(cli):
 
 def test_a_warning_every_run_of_a_driver_repeats_is_shown_once(capsys):
     """A scan's or sweep's runs each carry the same warnings (random weights...): the terminal says it once."""
-    from llmbench import display
+    from llmbench.present import terminal as display
 
     with display.reporter(quiet=True) as reporter:
         for _ in range(3):

@@ -4,10 +4,10 @@ import sys
 
 import pytest
 
-from llmbench.compare import compare_runs, parse_fail_on, thresholds_of
-from llmbench.errors import UserError
-from llmbench.schema import MachineState, MachineSummary, Probe
-from llmbench.storage import save_run
+from llmbench.analysis.compare import compare_runs, parse_fail_on, thresholds_of
+from llmbench.core.errors import UserError
+from llmbench.results.schema import MachineState, MachineSummary, Probe
+from llmbench.results.storage import save_run
 from tests.helpers import synthetic_run
 
 GATES = {"ttft_ms": 10.0, "tpot_ms": 10.0, "e2e_ms": 10.0}
@@ -21,7 +21,7 @@ def _spread_run(tpots: list[float], seed: int, noise: float = 0.005):
     """A run whose prompt i decodes at tpots[i] ms (times a little noise): prompts differ a lot."""
     import random
 
-    from llmbench.metrics import ids_sha256, request_result, summarize
+    from llmbench.results.metrics import ids_sha256, request_result, summarize
 
     rng, ms = random.Random(seed), 1_000_000
     run = synthetic_run(n=len(tpots))

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from llmbench import dataset
-from llmbench.dataset import DatasetSpec
-from llmbench.errors import UserError
+from llmbench.core.errors import UserError
+from llmbench.results.storage import load_run
 from llmbench.serve import create_app
-from llmbench.storage import load_run
+from llmbench.workloads import dataset
+from llmbench.workloads.dataset import DatasetSpec
 from tests.delayed_model import delayed_loaded
 from tests.servers import BackgroundServer
 

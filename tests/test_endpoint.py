@@ -11,9 +11,9 @@ import httpx
 import pytest
 
 import llmbench
-from llmbench.client import probe_server
+from llmbench.backends.http.client import probe_server
+from llmbench.results.storage import load_run
 from llmbench.serve import create_app
-from llmbench.storage import load_run
 from tests.delayed_model import delayed_loaded
 from tests.servers import BackgroundServer, faulty_server, markup_server, slow_health_server
 

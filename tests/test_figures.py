@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from llmbench import report
-from llmbench.changepoints import detect
-from llmbench.storage import save_run
-from llmbench.trend import Point, Trend
+from llmbench.analysis.changepoints import detect
+from llmbench.history.trend import Point, Trend
+from llmbench.present import html as report
+from llmbench.results.storage import save_run
 from tests.helpers import synthetic_run
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
@@ -127,7 +127,7 @@ def test_each_report_kind_in_chromium_is_kept_as_a_screenshot(tmp_path):
     a, b = tmp_path / "base.json", tmp_path / "head.json"
     save_run(synthetic_run(n=30, tokens=24, noise=0.2, seed=1), a)
     save_run(synthetic_run(n=30, tokens=24, noise=0.2, seed=2, tpot_ms=26.0), b)
-    from llmbench.storage import load_run
+    from llmbench.results.storage import load_run
 
     pages = {
         "run": report.build_report([("base", load_run(a))]),

@@ -10,10 +10,10 @@ import sys
 
 import pytest
 
-from llmbench.compare import compare_runs
-from llmbench.errors import UserError
-from llmbench.metrics import ids_sha256, request_result, summarize
-from llmbench.storage import save_run
+from llmbench.analysis.compare import compare_runs
+from llmbench.core.errors import UserError
+from llmbench.results.metrics import ids_sha256, request_result, summarize
+from llmbench.results.storage import save_run
 from tests.helpers import synthetic_run
 
 MS = 1_000_000

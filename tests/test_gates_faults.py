@@ -12,9 +12,9 @@ import math
 
 import pytest
 
-from llmbench.compare import compare_runs, gate_options, thresholds_of
-from llmbench.errors import UserError
-from llmbench.storage import save_run
+from llmbench.analysis.compare import compare_runs, gate_options, thresholds_of
+from llmbench.core.errors import UserError
+from llmbench.results.storage import save_run
 from tests.helpers import synthetic_run
 
 BAD_GATES = [
@@ -57,7 +57,7 @@ def test_a_threshold_of_zero_fails_any_significant_slowdown_and_passes_an_a_a(cl
 
 
 def test_the_api_refuses_them_too(slow_pair):
-    from llmbench.storage import load_run
+    from llmbench.results.storage import load_run
 
     comp = compare_runs(*(load_run(p) for p in slow_pair))
     for bad in (math.nan, math.inf, -1.0):

@@ -11,11 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from llmbench import changepoints, records
-from llmbench import trend as tr
-from llmbench.errors import UserError
-from llmbench.history import HISTORY_VERSION, History, Result, create_v1, resolve_url
-from llmbench.storage import load_run
+from llmbench.analysis import changepoints
+from llmbench.core.errors import UserError
+from llmbench.history import records
+from llmbench.history import trend as tr
+from llmbench.history.db import HISTORY_VERSION, History, Result, create_v1, resolve_url
+from llmbench.results.storage import load_run
 from tests import postgres
 
 
@@ -209,7 +210,7 @@ def test_postgres_records_trends_upgrades_and_takes_concurrent_writers(pg_url, t
     h = History(resolve_url(pg_url))
     assert h.version() == HISTORY_VERSION and len(h.list(kind="run")) == 1
     # two processes adding the same files at once: one record each, no error
-    script = ("import sys; from llmbench.drivers.history import record_files; from pathlib import Path; "
+    script = ("import sys; from llmbench.history.recording import record_files; from pathlib import Path; "
               f"record_files({pg_url!r}, [Path(sys.argv[1])])")  # fmt: skip
     procs = [subprocess.Popen([sys.executable, "-c", script, str(out)], stderr=subprocess.PIPE, text=True)
              for _ in range(3)]  # fmt: skip
@@ -348,7 +349,7 @@ def test_a_partial_run_is_marked_and_replaced_by_its_complete_file(cli, tmp_path
 def test_a_v2_database_is_upgraded_to_run_ids(tmp_path):
     from sqlalchemy import create_engine, inspect
 
-    from llmbench.history import create_v2
+    from llmbench.history.db import create_v2
 
     url = sqlite_url(tmp_path)
     create_v2(url)
@@ -546,7 +547,7 @@ def test_a_database_password_is_never_printed(cli, tmp_path):
             r = cli(*args, f"--history={url}")
             assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, (url, r.stderr)
             assert "s3cret" not in r.stderr + r.stdout and "pw@" not in r.stderr, (url, r.stderr)
-    from llmbench.history import scrub, shown
+    from llmbench.history.db import scrub, shown
 
     for url, password in (("postgresql+psycopg://u:s3cretpw@h/db", "s3cretpw"),
                           ("postgresql+psycopg://u@h/db?sslmode=require&password=s3cretpw", "s3cretpw"),
@@ -561,7 +562,7 @@ def test_a_writer_waits_for_the_lock_as_long_as_told_then_fails_in_one_line(tmp_
 
     from sqlalchemy import create_engine, text
 
-    from llmbench.history import HISTORY_LOCK
+    from llmbench.history.db import HISTORY_LOCK
 
     url = sqlite_url(tmp_path)
     History(url).close()

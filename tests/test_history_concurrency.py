@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from llmbench.history import HISTORY_VERSION, History, create_v1, create_v2
+from llmbench.history.db import HISTORY_VERSION, History, create_v1, create_v2
 from tests import postgres
 from tests.test_history import new_database
 
@@ -23,7 +23,7 @@ PROCESSES = 8
 CHILD = """
 import sys, time
 from pathlib import Path
-from llmbench.history import History, Result
+from llmbench.history.db import History, Result
 url, go, i = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
 def result(sha, run_id=None):
     return Result(sha256=sha, kind="run", created_at=f"2026-11-01T00:00:{i:02d}Z", llmbench_version="0", machine_id="m",

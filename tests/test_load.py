@@ -15,16 +15,16 @@ import time
 import numpy as np
 import pytest
 
-from llmbench.arrivals import offsets_of, parse_arrival, plan_arrivals
 from llmbench.backends.endpoint import LATE_MS
+from llmbench.core.errors import UserError
 from llmbench.drivers import load as ld
 from llmbench.drivers.run import run as run_driver
-from llmbench.errors import UserError
-from llmbench.loop import NullReporter
 from llmbench.options import EndpointOptions, OpenLoop, RunOptions
-from llmbench.prompts import PromptSet
+from llmbench.results.storage import load_run, read_load
+from llmbench.runner.loop import NullReporter
 from llmbench.serve import create_app
-from llmbench.storage import load_run, read_load
+from llmbench.workloads.arrivals import offsets_of, parse_arrival, plan_arrivals
+from llmbench.workloads.prompts import PromptSet
 from tests.delayed_model import delayed_loaded
 from tests.servers import BackgroundServer, faulty_server
 
@@ -151,8 +151,8 @@ class _StopAfterFirst(NullReporter):
 def test_a_stop_between_due_times_ends_an_open_loop_at_once(server, tmp_path):
     """At 0.1 requests/s the next request is due 10 s after the first: a stop right after the first answer
     ends the run then, keeping it, instead of waiting for the next due time."""
-    from llmbench.errors import RunInterrupted
-    from llmbench.process import Stop
+    from llmbench.core.errors import RunInterrupted
+    from llmbench.core.process import Stop
 
     stop = Stop()
     out = tmp_path / "r.json"

@@ -9,13 +9,13 @@ import time
 import pytest
 
 from llmbench.backends import Request
-from llmbench.errors import BackendUnavailable, RequestFailed, RunInterrupted, UserError
-from llmbench.loop import RunLoop, Track, check_resumable, execute, new_track, round_robin
-from llmbench.metrics import request_result, text_sha256
-from llmbench.process import Stop
-from llmbench.prompts import PromptSet
-from llmbench.schema import Environment, Run, RunConfig, new_run_record
-from llmbench.storage import journal_path, load_run
+from llmbench.core.errors import BackendUnavailable, RequestFailed, RunInterrupted, UserError
+from llmbench.core.process import Stop
+from llmbench.results.metrics import request_result, text_sha256
+from llmbench.results.schema import Environment, Run, RunConfig, new_run_record
+from llmbench.results.storage import journal_path, load_run
+from llmbench.runner.loop import RunLoop, Track, check_resumable, execute, new_track, round_robin
+from llmbench.workloads.prompts import PromptSet
 from tests.helpers import Recorder
 
 PROMPTS = PromptSet.from_list([f"prompt {i}" for i in range(4)])
@@ -120,7 +120,7 @@ def test_resume_refuses_a_changed_setup_or_environment(tmp_path):
     with pytest.raises(UserError, match=r"torch None -> '9.9'"):
         check_resumable(run, "r.json", run.config.model_dump(), {**env, "torch": "9.9"})
     check_resumable(run, "r.json", run.config.model_dump(), {**env, "platform": "after a reboot"})  # allowed
-    from llmbench.schema import LoadInfo, Offload
+    from llmbench.results.schema import LoadInfo, Offload
 
     run.load = LoadInfo(seconds=1.0)
     offloaded = LoadInfo(seconds=1.0, offload=Offload(disk=["model.layers.3"], missing_bytes=10))
@@ -219,7 +219,7 @@ def test_a_run_loop_is_reusable_only_per_plan():
 
 
 def test_a_failing_save_ends_the_run_and_the_error_is_raised(tmp_path, monkeypatch):
-    from llmbench import storage
+    from llmbench.results import storage
 
     b = FakeBackend(delay_s=0.05)
     t = new_track(b, PROMPTS, tmp_path / "r.json")

@@ -1,9 +1,9 @@
 import pytest
 import torch
 
-from llmbench import models
-from llmbench.errors import UserError
-from llmbench.models import load_model
+from llmbench.core.errors import UserError
+from llmbench.engines.hf import models
+from llmbench.engines.hf.models import load_model
 from llmbench.options import ModelOptions as ModelSpec
 
 DISK_MAP = {
@@ -42,7 +42,7 @@ def test_dtypes():
 
 
 def test_auto_dtype_on_cpu_goes_through_the_stable_choice(monkeypatch, tmp_path):
-    from llmbench import autodtype
+    from llmbench.engines.hf import autodtype
 
     monkeypatch.setattr(autodtype, "cache_path", lambda: tmp_path / "dtype-auto.json")
     monkeypatch.setattr(models, "cpu_native_dtypes", lambda: {"bfloat16"})
@@ -69,7 +69,7 @@ def test_auto_dtype_on_cpu_goes_through_the_stable_choice(monkeypatch, tmp_path)
 
 @pytest.mark.slow
 def test_the_probe_measures_every_candidate_in_interleaved_rounds():
-    from llmbench import autodtype
+    from llmbench.engines.hf import autodtype
 
     decode, prefill = autodtype.measure(("float32", "bfloat16"), rounds=3)
     assert set(decode) == set(prefill) == {"float32", "bfloat16"}
@@ -244,7 +244,7 @@ def test_missing_dashscope_is_one_clear_error(monkeypatch):
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "dashscope" else real(name, *a))
-    from llmbench import builtin
+    from llmbench.engines.hf import builtin
 
     with pytest.raises(UserError, match="pip install dashscope"):
         builtin.qwen_vocab_file()

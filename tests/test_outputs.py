@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from llmbench.errors import UserError
-from llmbench.storage import claim, default_dir, default_output_path, load_run, lock_path, release, write_atomic
+from llmbench.core.errors import UserError
+from llmbench.results.storage import claim, default_dir, default_output_path, load_run, lock_path, release, write_atomic
 from tests.helpers import cli_process
 
 
@@ -27,7 +27,7 @@ def _python(code: str, *args: str) -> subprocess.Popen:
 
 HOLD = """
 import sys, time
-from llmbench.storage import claim
+from llmbench.results.storage import claim
 claim(sys.argv[1])
 print("held", flush=True)
 time.sleep(float(sys.argv[2]))
@@ -95,7 +95,7 @@ def test_after_the_first_write_a_claimed_file_is_replaced_atomically(tmp_path):
 
 RACE_DEFAULT = """
 import sys, time
-from llmbench.storage import default_output_path, write_atomic
+from llmbench.results.storage import default_output_path, write_atomic
 time.sleep(max(0.0, float(sys.argv[2]) - time.time()))  # all start at the same instant (same second, same name)
 p = default_output_path("Qwen/Qwen2.5-0.5B-Instruct", "cpu", sys.argv[1])
 write_atomic(p, str(p).encode())
@@ -117,7 +117,7 @@ def test_default_names_chosen_by_eight_processes_at_once_never_collide(tmp_path)
 
 RACE_DIR = """
 import sys, time
-from llmbench.storage import default_dir
+from llmbench.results.storage import default_dir
 time.sleep(max(0.0, float(sys.argv[2]) - time.time()))
 print(default_dir("sweep", "sweep.json", sys.argv[1]), flush=True)
 """

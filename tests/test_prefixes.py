@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from llmbench.errors import UserError
-from llmbench.prefixes import PrefixSpec
-from llmbench.storage import load_run
+from llmbench.core.errors import UserError
+from llmbench.results.storage import load_run
+from llmbench.workloads.prefixes import PrefixSpec
 from tests.helpers import common_prefix
 from tests.servers import BackgroundServer, caching_server
 
@@ -194,8 +194,8 @@ def test_a_real_third_party_server_gets_the_workload(cli, tmp_path):
         ]
         # what the server tokenizes of each prompt (its /extras/tokenize: the GGUF's own vocabulary) starts with
         # the group's prefix tokens, the same for every prompt of a group
-        from llmbench import prefixes
-        from llmbench.client import TokenCounter
+        from llmbench.backends.http.client import TokenCounter
+        from llmbench.workloads import prefixes
 
         counter = TokenCounter(str(gguf))
         remade = prefixes.make(prefixes.PrefixSpec(2, 96, 12, 5, "uniform", 0), counter.tok,

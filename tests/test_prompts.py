@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from llmbench.errors import UserError
-from llmbench.prompts import load_prompts
+from llmbench.core.errors import UserError
+from llmbench.workloads.prompts import load_prompts
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -95,7 +95,7 @@ def test_a_dataset_is_not_read_a_line_a_prompt(tmp_path, name):
 
 
 def test_check_whole_names_the_option_and_the_bound():
-    from llmbench.prompts import check_whole
+    from llmbench.workloads.prompts import check_whole
 
     assert check_whole("--n", 5) == 5
     with pytest.raises(UserError, match="--n must be at least 1, not 0"):

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 import llmbench
-from llmbench import quality as q
-from llmbench.errors import UserError
+from llmbench.core.errors import UserError
+from llmbench.engines import quality as q
 from tests.test_real_models import _smollm2_gguf
 
 
@@ -110,7 +110,7 @@ def test_a_reference_cache_is_kept_at_exactly_the_path_given(tiny, text_file, tm
 
 
 def test_quality_input_that_would_fail_after_loading_is_refused_before(cli, tiny_model_dir, tmp_path, monkeypatch):
-    from llmbench import models
+    from llmbench.engines.hf import models
 
     def no_loading(*a, **kw):
         raise AssertionError("a model was loaded before the input was checked")
@@ -242,7 +242,7 @@ def test_sweep_quality_columns_and_max_kld(cli, tiny_model_dir, prompt_file, tmp
 
 
 def test_compare_says_when_quality_can_not_be_compared(tiny_model_dir, prompt_file):
-    from llmbench.compare import compare_runs as compare
+    from llmbench.analysis.compare import compare_runs as compare
 
     run = llmbench.measure(str(prompt_file), model=str(tiny_model_dir), device="cpu", dtype="float32",
                            max_new_tokens=2, warmup=0)  # fmt: skip

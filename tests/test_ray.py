@@ -46,9 +46,9 @@ def test_open_loop_over_ray_tasks(qwen_tokenizer, tmp_path):
 
     from llmbench.drivers.run import run as run_driver
     from llmbench.options import EndpointOptions, OpenLoop, RunOptions
-    from llmbench.prompts import PromptSet
+    from llmbench.results.storage import load_run
     from llmbench.serve import create_app
-    from llmbench.storage import load_run
+    from llmbench.workloads.prompts import PromptSet
     from tests.delayed_model import delayed_loaded
     from tests.servers import BackgroundServer
 

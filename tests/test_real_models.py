@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from llmbench.cli import main
-from llmbench.models import load_model
+from llmbench.engines.hf.models import load_model
 from llmbench.options import ModelOptions as ModelSpec
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -8,8 +8,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from llmbench.export import REQUEST_COLUMNS, TOKEN_COLUMNS
-from llmbench.storage import save_run
+from llmbench.present.export import REQUEST_COLUMNS, TOKEN_COLUMNS
+from llmbench.results.storage import save_run
 from tests.helpers import synthetic_run
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
@@ -103,7 +103,7 @@ def test_report_renders_in_headless_chromium_without_errors_or_network(cli, runs
 def test_correlation_caveat_is_honest_about_small_samples():
     import numpy as np
 
-    from llmbench.report import correlation_caveat
+    from llmbench.present.html import correlation_caveat
 
     rng = np.random.default_rng(0)
     x = rng.integers(35, 45, 20).astype(float)

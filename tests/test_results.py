@@ -3,9 +3,9 @@ import os
 
 import pytest
 
-from llmbench.errors import UserError
-from llmbench.schema import SCHEMA_VERSION
-from llmbench.storage import load_run, prepare_output, save_run
+from llmbench.core.errors import UserError
+from llmbench.results.schema import SCHEMA_VERSION
+from llmbench.results.storage import load_run, prepare_output, save_run
 from tests.helpers import synthetic_run
 
 
@@ -74,8 +74,8 @@ def test_prepare_output(tmp_path):
 
 
 def test_a_killed_runs_journal_is_merged_and_a_torn_line_dropped(tmp_path):
-    from llmbench.schema import FailedRequest
-    from llmbench.storage import journal_line, journal_path
+    from llmbench.results.schema import FailedRequest
+    from llmbench.results.storage import journal_line, journal_path
 
     run = synthetic_run(n=5)
     last = run.requests.pop()
@@ -97,7 +97,7 @@ def test_a_killed_runs_journal_is_merged_and_a_torn_line_dropped(tmp_path):
 
 
 def test_a_journal_of_another_run_or_a_damaged_one_is_refused(tmp_path):
-    from llmbench.storage import journal_line, journal_path
+    from llmbench.results.storage import journal_line, journal_path
 
     run = synthetic_run(n=3)
     p = tmp_path / "r.json"

@@ -7,9 +7,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from llmbench.errors import UserError
-from llmbench.prompts import load_prompts
-from llmbench.storage import RunWriter, journal_path, load_run
+from llmbench.core.errors import UserError
+from llmbench.results.storage import RunWriter, journal_path, load_run
+from llmbench.workloads.prompts import load_prompts
 from tests.conftest import N_PROMPTS
 from tests.helpers import cli, cli_process, requests_on_disk, synthetic_run, wait_for_requests
 

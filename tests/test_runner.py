@@ -5,10 +5,10 @@ import json
 import pytest
 
 import llmbench
-from llmbench.errors import RunInterrupted, UserError
-from llmbench.prompts import load_prompts
-from llmbench.schema import METRIC_FORMULAS
-from llmbench.storage import load_run
+from llmbench.core.errors import RunInterrupted, UserError
+from llmbench.results.schema import METRIC_FORMULAS
+from llmbench.results.storage import load_run
+from llmbench.workloads.prompts import load_prompts
 from tests.helpers import Recorder
 
 

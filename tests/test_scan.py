@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 import llmbench
+from llmbench.core.errors import UserError
 from llmbench.drivers.scan import fit_batch, fit_depth, fit_length, kv_bytes_per_token
-from llmbench.errors import UserError
-from llmbench.storage import load_run
-from llmbench.synthetic import SyntheticSpec, corpus_text, make
+from llmbench.results.storage import load_run
+from llmbench.workloads.synthetic import SyntheticSpec, corpus_text, make
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ import pytest
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse
 
-from llmbench.storage import load_run
+from llmbench.results.storage import load_run
 from tests.helpers import cli_process, wait_for_requests
 from tests.servers import BackgroundServer, faulty_server, free_port
 
@@ -197,7 +197,7 @@ def test_a_killed_run_leaves_a_journal_without_the_secrets(server, many_prompts,
 
 
 def test_redact_url_keeps_where_and_drops_every_secret():
-    from llmbench import redact
+    from llmbench.core import redact
 
     assert redact.redact_url(f"http://{USER}:{PW}@127.0.0.1:8000/v1?api_key={TOKEN}#frag") == "http://127.0.0.1:8000/v1"
     assert redact.redact_url(f"https://{TOKEN}@[::1]:9/x") == "https://[::1]:9/x"  # a user name alone can be a key
@@ -211,7 +211,7 @@ def test_redact_url_keeps_where_and_drops_every_secret():
 
 
 def test_scrub_redacts_every_url_in_a_line():
-    from llmbench import redact
+    from llmbench.core import redact
 
     line = f"Client error '404 Not Found' for url 'http://{USER}:{PW}@h:1/m?token={TOKEN}'. See http://x/a, then"
     assert redact.scrub(line) == "Client error '404 Not Found' for url 'http://h:1/m'. See http://x/a, then"
@@ -219,7 +219,7 @@ def test_scrub_redacts_every_url_in_a_line():
 
 
 def test_a_command_line_keeps_its_shape_and_loses_its_secrets():
-    from llmbench import redact
+    from llmbench.core import redact
 
     argv = ["env", f"HF_TOKEN={TOKEN}", "llmbench", "worker", "--model", "m", "--api-key", KEY, f"--token={TOKEN}",
             "--endpoint", f"http://{USER}:{PW}@127.0.0.1:1/v1?k={TOKEN}"]  # fmt: skip
@@ -234,9 +234,9 @@ def test_a_worker_that_cannot_start_is_named_without_its_secrets():
     import asyncio
 
     from llmbench.backends.worker import WorkerBackend
-    from llmbench.errors import UserError
+    from llmbench.core.errors import UserError
     from llmbench.options import RunOptions
-    from llmbench.prompts import PromptSet
+    from llmbench.workloads.prompts import PromptSet
 
     exits = "the worker exited (code 127) (worker: env HF_TOKEN=redacted no-such-program-xyz --api-key redacted"
     commands = {
@@ -253,10 +253,10 @@ def test_a_ray_address_that_cannot_be_joined_is_said_without_its_secrets(monkeyp
     """Ray itself is not started (it leaves loopback, see test_ray): its init fails as it does for a cluster that
     is not there, with the address in its message."""
     ray = pytest.importorskip("ray")
-    from llmbench import loadgen
-    from llmbench.errors import UserError
+    from llmbench.core.errors import UserError
     from llmbench.options import EndpointOptions, OpenLoop, RunOptions
-    from llmbench.prompts import PromptSet
+    from llmbench.runner import loadgen
+    from llmbench.workloads.prompts import PromptSet
 
     address = f"ray://{USER}:{PW}@127.0.0.1:1?token={TOKEN}"
 

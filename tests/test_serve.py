@@ -15,10 +15,10 @@ import time
 import httpx
 import pytest
 
-from llmbench.models import load_model
+from llmbench.engines.hf.models import load_model
 from llmbench.options import ModelOptions as ModelSpec
+from llmbench.results.storage import load_run
 from llmbench.serve import create_app
-from llmbench.storage import load_run
 from tests.delayed_model import delayed_loaded
 from tests.helpers import cli_process, wait_for_requests
 from tests.servers import BackgroundServer, buffering_relay, faulty_server, free_port

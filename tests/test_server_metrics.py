@@ -10,12 +10,12 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
-from llmbench import servermetrics
-from llmbench.errors import UserError
-from llmbench.models import load_model
+from llmbench.backends.http import servermetrics
+from llmbench.core.errors import UserError
+from llmbench.engines.hf.models import load_model
 from llmbench.options import ModelOptions, default_metrics_url
+from llmbench.results.storage import load_run
 from llmbench.serve import create_app
-from llmbench.storage import load_run
 from tests.servers import BackgroundServer
 
 VLLM_PAGE = """# HELP vllm:num_requests_running Number of requests in model execution batches.

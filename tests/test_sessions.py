@@ -7,8 +7,8 @@ import hashlib
 import itertools
 import json
 
-from llmbench.sessions import FOLLOW_UPS
-from llmbench.storage import load_run
+from llmbench.results.storage import load_run
+from llmbench.workloads.sessions import FOLLOW_UPS
 from tests.servers import BackgroundServer, caching_server
 
 
@@ -93,8 +93,8 @@ def test_turn_options_no_run_can_honour_are_one_line_before_anything_loads(cli, 
 
 
 def test_a_turn_keeps_its_prompts_prefix_group_and_asks_for_the_runs_own_length():
-    from llmbench import dataset, sessions
-    from llmbench.prompts import PromptSet
+    from llmbench.workloads import dataset, sessions
+    from llmbench.workloads.prompts import PromptSet
 
     # two prompts of one prefix group: the second's prefix was sent by the first, so it is warm from turn 0
     base = PromptSet("groups", "abc", ("first", "second"), (1, 2), (5, 9), {"kind": "x"}, cold=(True, False))
@@ -107,8 +107,8 @@ def test_a_turn_keeps_its_prompts_prefix_group_and_asks_for_the_runs_own_length(
 
 
 def test_the_datas_later_turns_are_part_of_the_prompt_sets_identity():
-    from llmbench import sessions
-    from llmbench.prompts import PromptSet
+    from llmbench.workloads import sessions
+    from llmbench.workloads.prompts import PromptSet
 
     def conversations(later: str) -> PromptSet:
         return PromptSet("sg.json", "same-first-turns", ("q",), (1,), followups=((later,),))

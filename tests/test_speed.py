@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from llmbench import compare
-from llmbench.storage import load_run, save_run
+from llmbench.analysis import compare
+from llmbench.results.storage import load_run, save_run
 from tests.helpers import synthetic_run
 
 HEAVY = ("torch", "transformers", "scipy", "pandas", "matplotlib", "sqlalchemy")

@@ -18,7 +18,7 @@ import pytest
 from transformers import LogitsProcessor, LogitsProcessorList
 
 from llmbench.backends import Request
-from llmbench.process import Stop
+from llmbench.core.process import Stop
 from tests.delayed_model import delayed_backend
 
 P_MS, D_MS, TOKENS = 40.0, 15.0, 12

@@ -6,11 +6,11 @@ import pytest
 import torch
 
 import llmbench
-from llmbench import models
+from llmbench.core.errors import UserError
 from llmbench.drivers.sweep import Setup, best_of, expand, pareto, split_list
-from llmbench.errors import UserError
+from llmbench.engines.hf import models
 from llmbench.options import ModelOptions
-from llmbench.storage import load_run
+from llmbench.results.storage import load_run
 from tests.helpers import cli_process, wait_for_requests
 
 
@@ -172,7 +172,7 @@ def test_int8_dynamic_needs_float32_and_every_int8_the_cpu(tiny_model_dir):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_int8_weight_only_linear_is_the_dequantized_matmul(dtype):
     """The kernel against the formula it stands for: y = x @ (q * s).T + b, q = round(w / s), s = absmax / 127."""
-    from llmbench.quantize import Int8WeightLinear
+    from llmbench.engines.hf.quantize import Int8WeightLinear
 
     torch.manual_seed(0)
     linear = torch.nn.Linear(96, 40, bias=True)
@@ -235,8 +235,8 @@ def test_graphs_compiled_by_another_setup_are_not_blamed_on_this_one(tiny_model_
     other code) compiles between this backend's requests must not appear in this run's recompile warning."""
     from llmbench.backends import Request
     from llmbench.backends.inprocess import InProcessBackend
-    from llmbench.generation import compiled_graphs
-    from llmbench.prompts import PromptSet
+    from llmbench.engines.hf.generation import compiled_graphs
+    from llmbench.workloads.prompts import PromptSet
 
     lm = llmbench.load_model(str(tiny_model_dir), device="cpu", dtype="float32", threads=1)
     backend = InProcessBackend(None, llmbench.RunOptions(max_new_tokens=2, ignore_eos=True), loaded=lm)

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from llmbench import display, telemetry
-from llmbench.compare import compare_runs
-from llmbench.loop import execute, new_track, round_robin
-from llmbench.schema import MachineState
+from llmbench.analysis.compare import compare_runs
+from llmbench.machine import telemetry
+from llmbench.present import terminal as display
+from llmbench.results.schema import MachineState
+from llmbench.runner.loop import execute, new_track, round_robin
 from tests.helpers import synthetic_run
 from tests.test_loop import PROMPTS, FakeBackend
 
@@ -182,8 +183,8 @@ def test_gpu_check_stops_at_once_without_cuda(tmp_path):
 
 
 def test_show_draws_power_and_clocks_and_lists_energy_per_token(monkeypatch, tmp_path):
-    from llmbench import display
-    from llmbench.storage import load_run, save_run
+    from llmbench.present import terminal as display
+    from llmbench.results.storage import load_run, save_run
 
     # power ramps 100 -> 300 W, a thermal slowdown in the last two of eight samples
     monkeypatch.setitem(sys.modules, "pynvml", stand_in_nvml(energy_mj=[0, 64_000], events=[0] * 6 + [0x20, 0x20]))
@@ -217,7 +218,7 @@ def test_report_draws_power_and_clocks_beside_the_timeline(monkeypatch):
     import matplotlib
 
     matplotlib.use("Agg")
-    from llmbench.report import build_report, machine_svg
+    from llmbench.present.html import build_report, machine_svg
 
     monkeypatch.setitem(sys.modules, "pynvml", stand_in_nvml(energy_mj=[0, 32_000], events=[0, 0, 0x4, 0]))
     reader = telemetry.GpuReader.open("cuda:0")

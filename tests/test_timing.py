@@ -1,8 +1,8 @@
 import pytest
 import torch
 
-from llmbench.generation import TokenStamper
-from llmbench.metrics import ids_sha256, request_result
+from llmbench.engines.hf.generation import TokenStamper
+from llmbench.results.metrics import ids_sha256, request_result
 
 
 class FakeClock:

@@ -2,43 +2,21 @@
 
 - :mod:`llmbench.backends.inprocess`: a transformers model in this process (torch).
 - :mod:`llmbench.backends.endpoint`: an OpenAI-compatible server over SSE (httpx, no torch).
+
+:class:`Request` lives with the prompt sets that build it (:mod:`llmbench.workloads.request`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from llmbench.workloads.request import Request  # re-exported: backends take Requests
+
 if TYPE_CHECKING:
-    from llmbench.process import Stop
-    from llmbench.prompts import PromptSet
-    from llmbench.schema import Probe, RequestResult, Run
-
-
-@dataclass(frozen=True)
-class Request:
-    """One measurement to take: a prompt of the run's prompt set, and which repeat of it (< 0: a warm-up).
-
-    ``batch``: several prompts generated together in one call (a backend that batches returns one result per
-    sequence, ``prompt_index`` = the sequence's place in the batch). ``scheduled_s``: an open-loop run's due
-    time (seconds after the run's start); the loop sets ``due_ns`` (``perf_counter_ns``) when it sends it.
-    Build one with :meth:`PromptSet.request`, which attaches a dataset's output length."""
-
-    prompt: str
-    prompt_index: int
-    repeat: int
-    batch: tuple[str, ...] = ()
-    scheduled_s: float | None = None
-    due_ns: int | None = None
-    max_new_tokens: int | None = None  # this request's own output length (a dataset's); None: the run's
-    cold: bool | None = None  # a workload with shared prefixes: the first to send its prefix (None: no structure)
-    # a session's turn (--turns): which conversation, which turn, the conversation so far (sent before the prompt),
-    # and how long the user thinks after the previous reply before sending it
-    conversation: int | None = None
-    turn: int | None = None
-    messages: tuple[dict[str, str], ...] = ()
-    think_s: float = 0.0
+    from llmbench.core.process import Stop
+    from llmbench.results.schema import Probe, RequestResult, Run
+    from llmbench.workloads.prompts import PromptSet
 
 
 @runtime_checkable

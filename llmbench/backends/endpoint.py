@@ -14,10 +14,8 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from llmbench import envinfo, machine
-from llmbench.arrivals import plan_arrivals, trace_arrivals
 from llmbench.backends import Request
-from llmbench.client import (
+from llmbench.backends.http.client import (
     TokenCounter,
     api_headers,
     cached_tokens,
@@ -28,13 +26,14 @@ from llmbench.client import (
     request_extra,
     stream_one,
 )
-from llmbench.errors import BackendUnavailable, RequestFailed, UserError
-from llmbench.metrics import request_result, text_sha256
+from llmbench.core.errors import BackendUnavailable, RequestFailed, UserError
+from llmbench.core.process import Stop
+from llmbench.core.redact import mask, url_secrets
+from llmbench.machine import envinfo
+from llmbench.machine import probe as machine
 from llmbench.options import EndpointOptions, RunOptions
-from llmbench.process import Stop
-from llmbench.prompts import PromptSet
-from llmbench.redact import mask, url_secrets
-from llmbench.schema import (
+from llmbench.results.metrics import request_result, text_sha256
+from llmbench.results.schema import (
     ENDPOINT_METRIC_FORMULAS,
     Arrival,
     ClientStats,
@@ -45,8 +44,10 @@ from llmbench.schema import (
     RunConfig,
     new_run_record,
 )
-from llmbench.synthetic import SyntheticSpec
-from llmbench.synthetic import make as make_synthetic
+from llmbench.workloads.arrivals import plan_arrivals, trace_arrivals
+from llmbench.workloads.prompts import PromptSet
+from llmbench.workloads.synthetic import SyntheticSpec
+from llmbench.workloads.synthetic import make as make_synthetic
 
 _NS_PER_MS = 1_000_000
 
@@ -120,7 +121,7 @@ class EndpointBackend:
             raise UserError(f"{self.label}{e}") from None
         self.model = self.endpoint.model or listed or (self.health or {}).get("model")
         if self.endpoint.metrics_url is not None and self.scraper is None:
-            from llmbench.servermetrics import Scraper
+            from llmbench.backends.http.servermetrics import Scraper
 
             self.scraper = Scraper(self.endpoint.metrics_url, self.endpoint.metrics_interval_s)
             await asyncio.to_thread(self.scraper.check)  # a wrong URL stops the run here, in one line
@@ -232,7 +233,7 @@ class EndpointBackend:
     def finish(self, run: Run) -> list[str]:
         """The client's own cost, what the stream's shape says, the server's own metrics."""
         if self.scraper is not None and self.scraper.scrapes:
-            from llmbench.servermetrics import summarize
+            from llmbench.backends.http.servermetrics import summarize
 
             run.server_metrics = summarize(self.scraper.url, self.scraper.scrapes, self.scraper.errors,
                                            self.scraper.interval)  # fmt: skip

@@ -14,20 +14,21 @@ import time
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
-from llmbench import envinfo, machine
 from llmbench.backends import Request
-from llmbench.chat import encode_ids, fit_context, messages_for
+from llmbench.core.errors import UserError
+from llmbench.core.process import Stop, freeze_now
 from llmbench.engines.base import EngineModel
-from llmbench.errors import UserError
-from llmbench.generation import generation_thread
-from llmbench.metrics import ids_sha256, request_result
+from llmbench.engines.chat import encode_ids, fit_context, messages_for
+from llmbench.engines.hf.generation import generation_thread
+from llmbench.machine import envinfo
+from llmbench.machine import probe as machine
+from llmbench.machine.telemetry import process_cpu_ms
 from llmbench.options import ModelOptions, RunOptions
-from llmbench.process import Stop, freeze_now
-from llmbench.prompts import PromptSet
-from llmbench.schema import Probe, RequestResult, Run, RunConfig, new_run_record
-from llmbench.synthetic import SyntheticSpec
-from llmbench.synthetic import make as make_synthetic
-from llmbench.telemetry import process_cpu_ms
+from llmbench.results.metrics import ids_sha256, request_result
+from llmbench.results.schema import Probe, RequestResult, Run, RunConfig, new_run_record
+from llmbench.workloads.prompts import PromptSet
+from llmbench.workloads.synthetic import SyntheticSpec
+from llmbench.workloads.synthetic import make as make_synthetic
 
 # The engine's own TPOT and llmbench's are two stopwatches of the same steps; beyond this they disagree and the
 # run says so. llama.cpp's own excludes sampling and its Python loop, OpenVINO's includes its streamer call.
@@ -163,7 +164,7 @@ class EngineBackend:
         env = envinfo.collect("cpu")
         env.engine = em.version
         run = new_run_record(config, env, load=em.load.model_copy(deep=True), warnings=list(em.warnings))
-        from llmbench.schema import ENGINE_METRIC_FORMULAS
+        from llmbench.results.schema import ENGINE_METRIC_FORMULAS
 
         run.metrics = dict(ENGINE_METRIC_FORMULAS)
         return run

@@ -1,6 +1,7 @@
 """A transformers model in this process: every token stamped the moment generate() hands it over.
 
-Everything torch does here runs on the process's generation thread (:func:`llmbench.generation.generation_thread`):
+Everything torch does here runs on the process's generation thread
+(:func:`llmbench.engines.hf.generation.generation_thread`):
 loading, thread-count switches, the calibration probe and generate() itself, so there is one OpenMP team
 and the event loop stays free.
 """
@@ -17,11 +18,12 @@ from typing import Any
 
 import torch
 
-from llmbench import envinfo, machine, models
 from llmbench.backends import Request
-from llmbench.chat import fit_context, messages_for
-from llmbench.errors import UserError
-from llmbench.generation import (
+from llmbench.core.errors import UserError
+from llmbench.core.process import Stop, freeze_now
+from llmbench.engines.chat import fit_context, messages_for
+from llmbench.engines.hf import models
+from llmbench.engines.hf.generation import (
     StopCriterion,
     TokenStamper,
     compiled_graphs,
@@ -30,15 +32,16 @@ from llmbench.generation import (
     generation_thread,
     recompile_warning,
 )
-from llmbench.metrics import ids_sha256, request_result
-from llmbench.models import LoadedModel
+from llmbench.engines.hf.models import LoadedModel
+from llmbench.machine import envinfo
+from llmbench.machine import probe as machine
+from llmbench.machine.telemetry import process_cpu_ms
 from llmbench.options import ModelOptions, RunOptions
-from llmbench.process import Stop, freeze_now
-from llmbench.prompts import PromptSet
-from llmbench.schema import Probe, RequestResult, Run, RunConfig, new_run_record
-from llmbench.synthetic import SyntheticSpec
-from llmbench.synthetic import make as make_synthetic
-from llmbench.telemetry import process_cpu_ms
+from llmbench.results.metrics import ids_sha256, request_result
+from llmbench.results.schema import Probe, RequestResult, Run, RunConfig, new_run_record
+from llmbench.workloads.prompts import PromptSet
+from llmbench.workloads.synthetic import SyntheticSpec
+from llmbench.workloads.synthetic import make as make_synthetic
 
 
 @dataclasses.dataclass

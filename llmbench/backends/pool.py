@@ -16,11 +16,11 @@ from typing import Any
 
 from llmbench.backends import Request
 from llmbench.backends.worker import WorkerBackend
-from llmbench.errors import UserError
+from llmbench.core.errors import UserError
+from llmbench.core.process import Stop
 from llmbench.options import RunOptions
-from llmbench.process import Stop
-from llmbench.prompts import PromptSet
-from llmbench.schema import Probe, RequestResult, Run
+from llmbench.results.schema import Probe, RequestResult, Run
+from llmbench.workloads.prompts import PromptSet
 
 
 class PoolBackend:

@@ -14,13 +14,13 @@ from collections.abc import Hashable
 from typing import Any
 
 from llmbench.backends import Request
-from llmbench.errors import BackendUnavailable, RequestFailed, UserError
+from llmbench.backends.worker_main import PROTOCOL
+from llmbench.core.errors import BackendUnavailable, RequestFailed, UserError
+from llmbench.core.process import Stop
+from llmbench.core.redact import redact_command, scrub
 from llmbench.options import RunOptions
-from llmbench.process import Stop
-from llmbench.prompts import PromptSet
-from llmbench.redact import redact_command, scrub
-from llmbench.schema import Probe, RequestResult, Run
-from llmbench.worker import PROTOCOL
+from llmbench.results.schema import Probe, RequestResult, Run
+from llmbench.workloads.prompts import PromptSet
 
 # What a signal that killed a worker usually means, for the one line the user reads.
 _SIGNAL_HINTS = {

@@ -16,13 +16,13 @@ from pathlib import Path
 from typing import Literal
 
 from llmbench.backends import Backend, Request
-from llmbench.errors import UserError
-from llmbench.loop import Reporter, Track, check_resumable, execute, new_track
+from llmbench.core.errors import UserError
+from llmbench.core.process import Stop
 from llmbench.options import EndpointOptions, RunOptions
-from llmbench.process import Stop
-from llmbench.prompts import PromptSet
-from llmbench.schema import ABConfig, Run
-from llmbench.storage import claim, default_dir, load_run, prepare_dir
+from llmbench.results.schema import ABConfig, Run
+from llmbench.results.storage import claim, default_dir, load_run, prepare_dir
+from llmbench.runner.loop import Reporter, Track, check_resumable, execute, new_track
+from llmbench.workloads.prompts import PromptSet
 
 Role = Literal["base", "head"]
 ROLES: tuple[Role, ...] = ("base", "head")
@@ -62,8 +62,8 @@ def side_backend(side: str, options: RunOptions, role: str, processes: int = 1) 
 def recorded_side(side: str) -> str:
     """What ``config.ab.side`` holds: a URL without credentials or query; a command with ``VAR=value``
     assignments (``env TOKEN=...``), secret options' values (``--api-key X``) and URLs in it redacted
-    (:func:`llmbench.redact.redact_command`), so no secret reaches the JSON."""
-    from llmbench.redact import redact_command, redact_url
+    (:func:`llmbench.core.redact.redact_command`), so no secret reaches the JSON."""
+    from llmbench.core.redact import redact_command, redact_url
 
     if is_url(side):
         return redact_url(side.strip())

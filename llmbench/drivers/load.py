@@ -30,15 +30,15 @@ from typing import Any
 
 import numpy as np
 
-from llmbench.client import chat_url, redact
+from llmbench.backends.http.client import chat_url, redact
+from llmbench.core.errors import RunInterrupted, UserError
+from llmbench.core.process import Stop
 from llmbench.drivers.run import run as run_driver
-from llmbench.errors import RunInterrupted, UserError
-from llmbench.loop import NullReporter, Reporter
 from llmbench.options import EndpointOptions, OpenLoop, RunOptions
-from llmbench.process import Stop
-from llmbench.prompts import PromptSet
-from llmbench.schema import LOAD_VERSION, Run, llmbench_version, utc_now
-from llmbench.storage import prepare_driver_dir, prepare_output, write_record
+from llmbench.results.schema import LOAD_VERSION, Run, llmbench_version, utc_now
+from llmbench.results.storage import prepare_driver_dir, prepare_output, write_record
+from llmbench.runner.loop import NullReporter, Reporter
+from llmbench.workloads.prompts import PromptSet
 
 SLO_METRICS = ("ttft_ms", "tpot_ms", "e2e_ms", "ttft_from_schedule_ms", "e2e_from_schedule_ms")
 MAX_AUTO_TRIALS = 12  # ramp + bisection, at most

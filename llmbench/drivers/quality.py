@@ -1,6 +1,6 @@
 """``llmbench quality``: a candidate setup against a reference setup of the same model, on the same tokens.
 
-See :mod:`llmbench.quality` for what is measured. The reference is float32 without quantization by default;
+See :mod:`llmbench.engines.quality` for what is measured. The reference is float32 without quantization by default;
 when the candidate *is* that setup, the same loaded model serves both (KL 0, agreement 1, by construction).
 """
 
@@ -12,12 +12,12 @@ import re
 from pathlib import Path
 from typing import Any
 
-from llmbench import quality as q
-from llmbench.errors import UserError
+from llmbench.core.errors import UserError
+from llmbench.engines import quality as q
 from llmbench.options import ModelOptions, RunOptions
-from llmbench.prompts import MAX_PROMPT_TOKENS, PromptSet
-from llmbench.schema import utc_now
-from llmbench.storage import write_record
+from llmbench.results.schema import utc_now
+from llmbench.results.storage import write_record
+from llmbench.workloads.prompts import MAX_PROMPT_TOKENS, PromptSet
 
 DEFAULT_CHUNK = 512  # tokens per teacher-forced chunk (capped by the model's context)
 DEFAULT_GREEDY_PROMPTS = 8
@@ -39,8 +39,8 @@ def default_prompts() -> PromptSet:
 
 
 def _encoded(lm: Any, prompt: str, options: RunOptions) -> Any:
-    from llmbench.chat import messages_for
-    from llmbench.generation import encode_messages
+    from llmbench.engines.chat import messages_for
+    from llmbench.engines.hf.generation import encode_messages
 
     use_template = options.chat_template and bool(getattr(lm.tokenizer, "chat_template", None))
     return encode_messages(lm.tokenizer, messages_for(prompt, options.system_prompt), use_template)
@@ -52,7 +52,7 @@ def greedy_ids(lm: Any, prompt: str, options: RunOptions, max_cache_len: int | N
     every prompt (as a run sizes it), so a compiled graph is traced once, not per prompt length."""
     import torch
 
-    from llmbench.generation import TokenStamper, generate_kwargs
+    from llmbench.engines.hf.generation import TokenStamper, generate_kwargs
 
     enc = _encoded(lm, prompt, options)
     size = max_cache_len or int(enc["input_ids"].shape[-1]) + options.max_new_tokens
@@ -79,7 +79,7 @@ def evaluate(ref: q.Reference, ref_lm: Any, cand_lm: Any, prompts: PromptSet, op
 def engine_greedy_ids(em: Any, prompt: str, options: RunOptions) -> list[int]:
     """One greedy continuation of exactly ``options.max_new_tokens`` tokens on another engine, from the ids the
     model's tokenizer makes (as a run sends it)."""
-    from llmbench.chat import encode_ids, messages_for
+    from llmbench.engines.chat import encode_ids, messages_for
 
     use_template = options.chat_template and bool(getattr(em.tokenizer, "chat_template", None))
     ids = encode_ids(em.tokenizer, messages_for(prompt, options.system_prompt), use_template)
@@ -141,9 +141,9 @@ async def quality(
     output: Path | None = None,
 ) -> dict[str, Any]:
     """Measure ``candidate`` against the reference setup; the record (written to ``output`` when given)."""
-    from llmbench import models
-    from llmbench.generation import generation_thread
-    from llmbench.process import freeze_now
+    from llmbench.core.process import freeze_now
+    from llmbench.engines.hf import models
+    from llmbench.engines.hf.generation import generation_thread
 
     text_value, text_source = q.read_text(text)
     cached = check_inputs(candidate, options, reference_model, text_value, chunk_tokens, reference_cache)
@@ -205,10 +205,11 @@ async def _engine_quality(
 ) -> dict[str, Any]:  # fmt: skip
     """``quality --engine E``: the engine's model (in this process) against transformers' reference setup of the
     same source (a .gguf dequantized by transformers, a folder, random weights)."""
-    from llmbench import engines, models
+    from llmbench import engines
+    from llmbench.core.process import freeze_now
     from llmbench.engines.base import load
-    from llmbench.generation import generation_thread
-    from llmbench.process import freeze_now
+    from llmbench.engines.hf import models
+    from llmbench.engines.hf.generation import generation_thread
 
     engines.validate(candidate)
     if options.compile or options.cache != "dynamic":
@@ -255,8 +256,8 @@ def check_inputs(candidate: ModelOptions, options: RunOptions, reference_model: 
                  chunk_tokens: int, cache: Path | None) -> q.Reference | None:  # fmt: skip
     """What ``quality`` can refuse before either model loads (UserError); the reference cache's contents when
     the file exists (read now: a damaged file is one line before minutes of loading, not after)."""
-    from llmbench import models
-    from llmbench.storage import prepare_dir
+    from llmbench.engines.hf import models
+    from llmbench.results.storage import prepare_dir
 
     if not 2 <= chunk_tokens <= MAX_PROMPT_TOKENS:
         raise UserError(f"--chunk-tokens must be at least 2 (a chunk predicts its own next tokens), not {chunk_tokens}")

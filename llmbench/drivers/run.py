@@ -6,23 +6,23 @@ import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
 
-from llmbench import sessions
 from llmbench.backends import Backend
-from llmbench.dataset import DatasetSpec, Rows
-from llmbench.errors import UserError
-from llmbench.loop import Reporter, check_resumable, execute, new_track, round_robin, scheduled
+from llmbench.core.errors import UserError
+from llmbench.core.process import Stop
 from llmbench.options import EndpointOptions, ModelOptions, RunOptions
-from llmbench.prefixes import PrefixSpec
-from llmbench.process import Stop
-from llmbench.prompts import PromptSet
-from llmbench.schema import Run
-from llmbench.storage import claim, default_output_path, load_run, prepare_dir, prepare_output, save_run
-from llmbench.synthetic import SyntheticSpec, synthetic_record
-from llmbench.trace import Trace
+from llmbench.results.schema import Run
+from llmbench.results.storage import claim, default_output_path, load_run, prepare_dir, prepare_output, save_run
+from llmbench.runner.loop import Reporter, check_resumable, execute, new_track, round_robin, scheduled
+from llmbench.workloads import sessions
+from llmbench.workloads.dataset import DatasetSpec, Rows
+from llmbench.workloads.prefixes import PrefixSpec
+from llmbench.workloads.prompts import PromptSet
+from llmbench.workloads.synthetic import SyntheticSpec, synthetic_record
+from llmbench.workloads.trace import Trace
 
 if TYPE_CHECKING:
     from llmbench.engines.base import EngineModel
-    from llmbench.models import LoadedModel
+    from llmbench.engines.hf.models import LoadedModel
 
 # what a run measures: a model to load, a model loaded already (transformers' or another engine's), or a server
 Target = Union[ModelOptions, EndpointOptions, "LoadedModel", "EngineModel"]
@@ -48,7 +48,7 @@ def make_backend(
             from llmbench.backends.engine import EngineBackend
 
             return EngineBackend(target, options, label=label, on_status=reporter.status if reporter else None)
-        from llmbench import worker
+        from llmbench.backends import worker_main as worker
         from llmbench.backends.worker import WorkerBackend
 
         return WorkerBackend(worker.command(target), options, label=label, name=f"the {target.engine} worker",
@@ -93,7 +93,7 @@ async def run(
         raise UserError("--turns runs conversations in a closed loop (--concurrency of them): drop --rate/--trace")
     rows = None
     if isinstance(prompts, DatasetSpec):  # read now: a bad file fails before anything loads
-        from llmbench import dataset
+        from llmbench.workloads import dataset
 
         rows = dataset.read(prompts)
         if not dataset.counts(prompts, rows):
@@ -125,18 +125,18 @@ async def run(
         prompts = await backend.synthesize(synthetic)
     if isinstance(prompts, DatasetSpec):
         assert rows is not None
-        from llmbench import dataset
+        from llmbench.workloads import dataset
 
         prompts = dataset.apply_lengths(await _choose(backend, prompts, rows), options)
     elif isinstance(prompts, PrefixSpec):
-        from llmbench import prefixes
+        from llmbench.workloads import prefixes
 
         if not hasattr(backend, "counting"):
             raise UserError("--prefix-groups needs a model in this process or --endpoint with --tokenizer")
         count, tokenizer = await backend.counting("--prefix-groups")
         prompts = prefixes.make(prompts, tokenizer, count, _text_counter(tokenizer))
     elif isinstance(prompts, Trace):
-        from llmbench import dataset, trace
+        from llmbench.workloads import dataset, trace
 
         count, tokenizer = await backend.counting("--trace")  # type: ignore[attr-defined]  # an EndpointBackend
         prompts = dataset.apply_lengths(trace.synthesize(prompts, tokenizer, count, _text_counter(tokenizer)), options)
@@ -174,7 +174,7 @@ def _text_counter(tokenizer: Any) -> Any:
 
 async def _choose(backend: Backend, spec: DatasetSpec, rows: Rows) -> PromptSet:
     """The dataset's entries the filters allow, counted by ``backend`` as its requests will be."""
-    from llmbench import dataset
+    from llmbench.workloads import dataset
 
     counting = getattr(backend, "counting", None)
     if counting is None:
@@ -201,9 +201,9 @@ async def _shared(
     stop: Stop | None,
     reporter: Reporter | None,
 ) -> tuple[Run, Path | None]:
-    """An open loop spread over ``workers`` processes (or Ray tasks): see :mod:`llmbench.loadgen`."""
-    from llmbench import loadgen
-    from llmbench.errors import RunInterrupted
+    """An open loop spread over ``workers`` processes (or Ray tasks): see :mod:`llmbench.runner.loadgen`."""
+    from llmbench.core.errors import RunInterrupted
+    from llmbench.runner import loadgen
 
     assert target.open_loop is not None
     target.validate()
@@ -217,7 +217,7 @@ async def _shared(
         prepare_dir(default_dir)
     ol = target.open_loop
     if reporter is not None:
-        from llmbench.redact import redact_url
+        from llmbench.core.redact import redact_url
 
         where = f"Ray tasks on {redact_url(ol.ray)}" if ol.ray else "local processes"
         reporter.status(f"streaming to {redact_url(target.url)}, open loop at {ol.rate_rps:g}/s over {ol.workers} "

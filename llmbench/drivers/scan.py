@@ -1,6 +1,6 @@
 """``llmbench scan``: TTFT against prompt length, TPOT against context depth, throughput against batch size.
 
-The inputs are controlled (synthetic prompts of exact token lengths, :mod:`llmbench.synthetic`), each point is
+The inputs are controlled (synthetic prompts of exact token lengths, :mod:`llmbench.workloads.synthetic`), each point is
 measured in interleaved rounds (every round visits every point, the order rotating, so drift lands on all),
 and the curves are fitted to the shape the arithmetic predicts:
 
@@ -27,14 +27,14 @@ from typing import Any, Literal
 import numpy as np
 
 from llmbench.backends import Request
-from llmbench.errors import RunInterrupted, UserError
-from llmbench.loop import NullReporter, Reporter, Track, execute, new_track
+from llmbench.core.errors import RunInterrupted, UserError
+from llmbench.core.process import Stop
 from llmbench.options import ModelOptions, RunOptions
-from llmbench.process import Stop
-from llmbench.prompts import MAX_PROMPT_TOKENS, check_whole
-from llmbench.schema import SCAN_VERSION, utc_now
-from llmbench.storage import prepare_output, write_record
-from llmbench.synthetic import SyntheticSpec, make, synthetic_record
+from llmbench.results.schema import SCAN_VERSION, utc_now
+from llmbench.results.storage import prepare_output, write_record
+from llmbench.runner.loop import NullReporter, Reporter, Track, execute, new_track
+from llmbench.workloads.prompts import MAX_PROMPT_TOKENS, check_whole
+from llmbench.workloads.synthetic import SyntheticSpec, make, synthetic_record
 
 LENGTH_NEW_TOKENS = 2  # a length point measures TTFT: two tokens (the second gives a TPOT sample) are enough
 MAX_BATCH = 65_536  # sequences in one generate() call: far beyond any that fits in memory
@@ -139,10 +139,10 @@ class Scan:
 
     async def load(self) -> None:
         """The model (once, on the generation thread), then each point's backend, prompts and output file."""
-        from llmbench import models
         from llmbench.backends.inprocess import InProcessBackend
-        from llmbench.generation import generation_thread
-        from llmbench.process import freeze_now
+        from llmbench.core.process import freeze_now
+        from llmbench.engines.hf import models
+        from llmbench.engines.hf.generation import generation_thread
 
         self.reporter.status(f"loading {self.spec.model} ...")
         engine = not self.spec.is_transformers  # another engine: in this process, one model for every point

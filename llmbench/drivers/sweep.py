@@ -19,19 +19,19 @@ from typing import Any
 import numpy as np
 import torch
 
-from llmbench import models
 from llmbench.backends import Request
 from llmbench.backends.inprocess import InProcessBackend
-from llmbench.errors import RunInterrupted, UserError
-from llmbench.generation import generation_thread
-from llmbench.loop import NullReporter, Reporter, Track, execute, new_track
-from llmbench.models import LoadedModel
+from llmbench.core.errors import RunInterrupted, UserError
+from llmbench.core.process import Stop, freeze_now
+from llmbench.engines.hf import models
+from llmbench.engines.hf.generation import generation_thread
+from llmbench.engines.hf.models import LoadedModel
+from llmbench.engines.hf.quantize import forced_dtype
 from llmbench.options import ModelOptions, RunOptions
-from llmbench.process import Stop, freeze_now
-from llmbench.prompts import PromptSet, check_whole
-from llmbench.quantize import forced_dtype
-from llmbench.schema import COMPARE, Run, differences, must_match, utc_now
-from llmbench.storage import prepare_output, save_run, write_record
+from llmbench.results.schema import COMPARE, Run, differences, must_match, utc_now
+from llmbench.results.storage import prepare_output, save_run, write_record
+from llmbench.runner.loop import NullReporter, Reporter, Track, execute, new_track
+from llmbench.workloads.prompts import PromptSet, check_whole
 
 SWEEP_VERSION = 1  # sweep.json; history: 1 (llmbench 0.1.0) first version; 0.2.0 adds "varied" and
 # (with --quality) kld_mean, kld_p99, top1_agreement, greedy_identical_share, excluded_by_max_kld, quality_notes
@@ -370,7 +370,7 @@ class Sweep:
         """Every setup against float32 without quantization (computed once; a setup that is it serves), on the
         text llmbench ships; written into each run JSON (``quality``)."""
         from llmbench.drivers import quality as dq
-        from llmbench.quality import build_reference, default_text
+        from llmbench.engines.quality import build_reference, default_text
 
         thread = generation_thread()
         cached = self.models.get(("float32", None))
@@ -515,7 +515,7 @@ class Sweep:
 
     def margin(self, rows: list[dict], metric: str) -> dict[str, Any] | None:
         """How far the runner-up is behind the best, with a paired 95% interval: is the best really best?"""
-        from llmbench.compare import change_interval
+        from llmbench.analysis.compare import change_interval
 
         key = f"{metric}_{self.rank_by}"
         ranked = sorted((r for r in rows if r[key] is not None), key=lambda r: r[key])

@@ -18,64 +18,18 @@ No engine package is imported here: ``--help`` and the readers stay light.
 from __future__ import annotations
 
 import importlib.util
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from llmbench.errors import UserError
+# the registry needs only errors, so it sits in core (options reads it); re-exported here, where it is looked for
+from llmbench.core.engine_registry import ENGINE_ALIASES as ENGINE_ALIASES
+from llmbench.core.engine_registry import ENGINES as ENGINES
+from llmbench.core.engine_registry import EngineInfo as EngineInfo
+from llmbench.core.engine_registry import engine_info as engine_info
+from llmbench.core.engine_registry import require_engine as require_engine
+from llmbench.core.errors import UserError
 
 if TYPE_CHECKING:
     from llmbench.options import ModelOptions
-
-
-@dataclass(frozen=True)
-class EngineInfo:
-    """What llmbench knows of an engine before importing it."""
-
-    name: str  # as --engine takes it
-    extra: str  # pip install 'llmbench[EXTRA]'
-    modules: tuple[str, ...]  # what must import
-    distribution: str  # the package whose version is recorded
-    precisions: tuple[str, ...]  # what --precision accepts for a Hugging Face folder
-    default_precision: str
-    logits: bool  # exposes next-token logits (quality: KL divergence and top-1 agreement)
-    module: str = ""  # llmbench's runner for it (llmbench.engines.<module>)
-
-
-ENGINES: dict[str, EngineInfo] = {
-    "transformers": EngineInfo("transformers", "cpu", ("transformers", "torch"), "transformers", (), "", True),
-    "llama.cpp": EngineInfo(
-        "llama.cpp", "llamacpp", ("llama_cpp",), "llama-cpp-python",
-        ("f32", "f16", "bf16", "q8_0", "q6_k", "q5_k_m", "q5_0", "q4_k_m", "q4_1", "q4_0"), "q8_0", True, "llamacpp",
-    ),
-    "openvino": EngineInfo(
-        "openvino", "openvino", ("openvino_genai", "openvino", "openvino_tokenizers"), "openvino-genai",
-        ("fp32", "fp16", "int8", "int4"), "int8", False, "openvino",
-    ),
-    "onnxruntime": EngineInfo(
-        "onnxruntime", "onnxruntime", ("onnxruntime_genai", "onnxruntime"), "onnxruntime-genai",
-        ("fp32", "fp16", "bf16", "int8", "int4"), "int8", True, "onnxruntime",
-    ),
-}  # fmt: skip
-ENGINE_ALIASES = {"llamacpp": "llama.cpp", "llama-cpp": "llama.cpp", "ov": "openvino", "ort": "onnxruntime",
-                  "onnx": "onnxruntime", "hf": "transformers"}  # fmt: skip
-
-
-def engine_info(name: str) -> EngineInfo:
-    """The engine called ``name`` (aliases accepted); UserError naming the engines there are."""
-    key = (name or "").strip().lower()
-    key = ENGINE_ALIASES.get(key, key)
-    if key not in ENGINES:
-        raise UserError(f"unknown --engine '{name}'; expected {', '.join(ENGINES)}")
-    return ENGINES[key]
-
-
-def require_engine(name: str) -> EngineInfo:
-    """The engine, after checking its package is installed: UserError naming the extra to install."""
-    info = engine_info(name)
-    missing = [m for m in info.modules if importlib.util.find_spec(m) is None]
-    if missing:
-        raise UserError(f"--engine {info.name} needs {', '.join(missing)}: pip install 'llmbench[{info.extra}]'")
-    return info
 
 
 def check_precision(engine: str, precision: str | None, source: str) -> str | None:
@@ -105,8 +59,8 @@ def check_precision(engine: str, precision: str | None, source: str) -> str | No
 
 def validate(spec: ModelOptions) -> str:
     """The cheap checks of an engine run before anything loads (the engine installed, its knobs, the source, the
-    precision); the engine's name. transformers' own checks are :func:`llmbench.models.validate`."""
-    from llmbench import models
+    precision); the engine's name. transformers' own checks are :func:`llmbench.engines.hf.models.validate`."""
+    from llmbench.engines.hf import models
 
     info = require_engine(spec.engine)
     if info.name == "transformers":
@@ -181,7 +135,7 @@ def llama_cpp_build_check() -> str:
     import subprocess
     import sys
 
-    from llmbench.envinfo import cpu_flags
+    from llmbench.machine.envinfo import cpu_flags
 
     probe = "import llama_cpp; print(llama_cpp.llama_print_system_info().decode(errors='replace'))"
     try:

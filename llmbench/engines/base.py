@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from llmbench.options import ModelOptions
-from llmbench.schema import LoadInfo
+from llmbench.results.schema import LoadInfo
 
 
 @dataclass
@@ -79,7 +79,7 @@ class EngineModel:
 
     def call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         """Run ``fn`` on the thread this engine generates on (as :meth:`LoadedModel.call`)."""
-        from llmbench.generation import generation_thread
+        from llmbench.engines.hf.generation import generation_thread
 
         return generation_thread().run(fn, *args, **kwargs)
 
@@ -97,9 +97,9 @@ def default_threads() -> int:
 def load(spec: ModelOptions, on_status: Callable[[str], None] | None = None) -> EngineModel:
     """Load ``spec.model`` on ``spec.engine``: the tokenizer and config, the engine's files (converted and cached
     when the source is not what the engine reads), the runner. UserError for anything the user can fix."""
-    from llmbench import models
     from llmbench.engines import check_precision, engine_info, validate
     from llmbench.engines import convert as cv
+    from llmbench.engines.hf import models
 
     info = engine_info(validate(spec))
     source, path = models.classify_source(spec.model, spec.weights)

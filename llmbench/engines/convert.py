@@ -30,7 +30,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from llmbench.errors import UserError
+from llmbench.core.errors import UserError
 from llmbench.options import ModelOptions
 
 CONVERT_VERSION = 1  # llmbench's own part of every cache key: bump when a step's arguments change
@@ -55,7 +55,7 @@ def tools_root() -> Path:
 
 def cache_root() -> Path:
     """``$XDG_CACHE_HOME/llmbench/engines`` (beside the --dtype auto cache)."""
-    from llmbench.autodtype import cache_path
+    from llmbench.engines.hf.autodtype import cache_path
 
     return cache_path().parent / "engines"
 
@@ -187,7 +187,7 @@ def _py(*args: str) -> list[str]:
 
 def config_and_tokenizer(spec: ModelOptions, source: str, path: Path | None) -> tuple[Any, Any]:
     """The transformers config and the Hugging Face tokenizer of the model (the tokenizer makes every id)."""
-    from llmbench import models
+    from llmbench.engines.hf import models
 
     folder: Path | None
     gguf: dict[str, Any]
@@ -202,13 +202,13 @@ def _source_files(spec: ModelOptions, source: str, path: Path | None, steps: lis
                   status: Callable[[str], None]) -> Path:  # fmt: skip
     """The files the conversion starts from: the .gguf or folder itself, a hub snapshot, or (random weights) a
     folder of llmbench's seeded random weights of the same architecture."""
-    from llmbench import models
+    from llmbench.engines.hf import models
 
     if spec.weights == "random":
         if source in ("folder", "hub", "gguf"):
             facts = _config_facts(spec, source, path)
         else:
-            from llmbench import builtin
+            from llmbench.engines.hf import builtin
 
             facts = builtin.builtin_config(spec.model) or {}
         key = cache_key(kind="random", model=spec.model, config=facts, seed=models.RANDOM_SEED,
@@ -324,7 +324,7 @@ def _to_openvino(folder: Path, precision: str, steps: list[dict[str, Any]], stat
 
 
 def _to_onnxruntime(folder: Path, precision: str, steps: list[dict[str, Any]], status: Callable[[str], None]) -> Path:
-    from llmbench.errors import require
+    from llmbench.core.errors import require
 
     require("converting a model for ONNX Runtime GenAI (its model builder)", "onnxruntime", "onnx", "onnx_ir")
     version = package_version("onnxruntime-genai")
@@ -369,7 +369,7 @@ def _random_main(args: dict[str, Any], out: str) -> None:
     """Save llmbench's seeded random-weights model (float32) and its tokenizer as a Hugging Face folder."""
     import torch
 
-    from llmbench import models
+    from llmbench.engines.hf import models
 
     spec = ModelOptions(model=args["model"], weights="random", dtype="float32", device="cpu",
                         allow_pickle=args["allow_pickle"], trust_remote_code=args["trust_remote_code"])  # fmt: skip

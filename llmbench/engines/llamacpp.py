@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from llmbench.core.errors import UserError
 from llmbench.engines.base import EngineTimers
-from llmbench.errors import UserError
 
 DEFAULT_CONTEXT = 4096  # KV cells allocated at load; reserve() grows it for longer requests (up to the model's)
 

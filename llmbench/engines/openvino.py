@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from llmbench.core.errors import UserError
 from llmbench.engines.base import EngineTimers
-from llmbench.errors import UserError
 
 
 class OpenVINORunner:

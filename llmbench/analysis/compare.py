@@ -1,0 +1,687 @@
+"""compare: is NEW really slower than BASE, how sure is it, and is it the code, the setup or the machine?
+
+For each metric and statistic (mean, p50, p90) the change is ``stat(new) / stat(base) - 1`` with a 95%
+bootstrap confidence interval (scipy.stats.bootstrap, percentile method). Requests are paired by
+(prompt_index, repeat) when both runs used the same prompt file (same sha256): the paired bootstrap
+resamples pairs, which cancels the prompt-to-prompt spread; otherwise each run is resampled on its own.
+A change is *significant* when its interval excludes 0; a *regression* is a significant change in the bad
+direction larger than the threshold. No torch here: compare starts fast.
+
+Why one module of 600-odd lines: the rows, their pairing, the gaps statistic, the gate's verdict and the
+checks that refuse impossible figures all read the same paired populations; the file is the comparison.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from itertools import pairwise
+from typing import Any
+
+import numpy as np
+
+from llmbench.core.errors import UserError
+from llmbench.results.schema import COMPARE, ENV, Environment, Run, RunScalars, differences, must_match
+
+# metric -> (label, direction): +1 when higher is better, -1 when lower is better, 0 when neither
+METRICS: dict[str, tuple[str, int]] = {
+    "ttft_ms": ("TTFT ms", -1),
+    "tpot_ms": ("TPOT ms", -1),
+    "e2e_ms": ("E2E ms", -1),
+    "output_tokens": ("out tokens", 0),
+    "decode_tokens_per_s": ("decode tok/s", +1),
+}
+GATED_BY_DEFAULT = ("ttft_ms", "tpot_ms", "e2e_ms")
+STATS = ("mean", "p50", "p90")
+# TPOT from per-token gaps paired by position (see _gaps_row for the formula): per pair, head's mean gap over the
+# token positions both requests reached, over base's; the change is the median of those ratios over the pairs
+# (in logs, so base and head swap exactly). A mean gap is the span of those positions over their count, so tokens
+# that arrive in bundles (zero gaps, then one long) leave it unchanged, and a burst that hits a few pairs moves
+# the median over pairs little. Only for paired runs with stamps; as a gate statistic it applies to TPOT, and
+# TTFT and E2E are then gated on their median.
+GAPS = "gaps"
+GATE_STATS = (*STATS, GAPS)
+GAPS_MIN_TOKENS = 3  # a request's TPOT over 2+ gaps
+GAPS_MIN_PAIRS = 2  # an interval needs 2 pairs
+# which probe bounds which metric: decoding reads every weight per token, prefill is matmul-bound
+PROBE_FOR = {
+    "ttft_ms": "matmul_gflops",
+    "tpot_ms": "mem_read_gbps",
+    "e2e_ms": "mem_read_gbps",
+    "decode_tokens_per_s": "mem_read_gbps",
+}
+CONFIDENCE = 0.95
+
+
+@dataclass
+class Row:
+    metric: str
+    stat: str
+    base: float
+    new: float
+    change_pct: float
+    ci_low_pct: float
+    ci_high_pct: float
+    significant: bool
+    verdict: str  # "faster" | "slower" | "more" | "fewer" | "no significant change"
+    # the requests the row was computed on: the pairs (both the same) when paired, else each run's own
+    n_base: int
+    n_new: int
+
+
+@dataclass
+class GateCheck:
+    """One gated (metric, stat): its change, interval and threshold; ``regression`` when it fails the gate."""
+
+    metric: str
+    stat: str
+    change_pct: float
+    ci_low_pct: float
+    ci_high_pct: float
+    threshold_pct: float
+    significant: bool
+    regression: bool  # significantly worse, by more than the threshold
+
+
+@dataclass
+class MachineNote:
+    metric: str
+    metric_change_pct: float
+    probe: str
+    probe_slowdown_pct: float | None
+    other_cpu_base: float | None
+    other_cpu_new: float | None
+    steal_base: float | None
+    steal_new: float | None
+    explanation: str
+
+
+@dataclass
+class Comparison:
+    base: str
+    new: str
+    paired: bool
+    n_base: int
+    n_new: int
+    n_pairs: int
+    config_diffs: list[tuple[str, Any, Any]]
+    env_diffs: list[tuple[str, Any, Any]]
+    rows: list[Row]
+    outputs_compared: int
+    outputs_changed: int
+    outputs_note: str
+    machine: list[MachineNote] = field(default_factory=list)
+    probes: dict[str, dict[str, float | None]] = field(default_factory=dict)
+    auto_diffs: list[str] = field(default_factory=list)  # config_diffs that automatic choices made, not the user
+    # {name: [base, new]} of the quality figures, when both runs were measured against the same reference
+    quality: dict[str, list[float | None]] = field(default_factory=dict)
+    quality_note: str | None = None
+    workload: list[str] = field(default_factory=list)  # what each run sent, for a dataset's runs
+
+    def row(self, metric: str, stat: str) -> Row | None:
+        """The row of ``metric``'s ``stat``; for ``gaps`` (a TPOT statistic) the median's row of other metrics."""
+        if stat == GAPS and metric != "tpot_ms":
+            stat = "p50"
+        return next((r for r in self.rows if r.metric == metric and r.stat == stat), None)
+
+    def detectable_pct(self, metric: str, stat: str = "mean") -> float | None:
+        """The minimum detectable change of ``metric``'s ``stat`` at this sample size: half the width of its
+        95% interval. A change larger than this would be called significant; one much smaller can't be told
+        from noise. (About 1.4 times it is detected with 80% power.)"""
+        row = self.row(metric, stat)
+        if row is None or row.ci_low_pct != row.ci_low_pct:  # NaN: too few requests for an interval
+            return None
+        return (row.ci_high_pct - row.ci_low_pct) / 2
+
+    def blind_spots(self, thresholds: dict[str, float], stat: str = "mean") -> list[tuple[str, float, float]]:
+        """(metric, minimum detectable change, threshold) for each gated metric whose detectable change is above
+        its threshold: this comparison could not have seen a regression of that size, so its "pass" says
+        little. The CLI says so loudly; ``--require-mdc`` fails on it."""
+        out = []
+        for metric, pct in thresholds.items():
+            mdc = self.detectable_pct(metric, stat)
+            if mdc is not None and mdc > pct:
+                out.append((metric, mdc, pct))
+        return out
+
+    def checks(
+        self, fail_on_regression: float | None = None, fail_on: dict[str, float] | None = None, stat: str = "mean"
+    ) -> list[GateCheck]:
+        """Every gated (metric, ``stat``) with its verdict: ``fail_on_regression`` PCT applies to TTFT, TPOT and
+        E2E, ``fail_on`` sets {metric: PCT} one by one. A regression is significant (its 95% CI excludes 0)
+        *and* worse than its threshold."""
+        thresholds = thresholds_of(fail_on_regression, fail_on)
+        if stat not in GATE_STATS:
+            raise UserError(f"unknown gate statistic '{stat}'; expected mean, p50, p90 or gaps")
+        if stat == GAPS and "tpot_ms" in thresholds and self.row("tpot_ms", GAPS) is None:
+            raise UserError("--gate-stat gaps pairs TPOT's token gaps by position: it needs two runs of the same "
+                            "prompts with their token stamps")  # fmt: skip
+        out = []
+        for metric in METRICS:
+            r = self.row(metric, stat) if metric in thresholds else None
+            if r is not None:
+                worse = r.change_pct * -METRICS[r.metric][1]  # positive when worse
+                regression = r.significant and worse > thresholds[r.metric]
+                out.append(GateCheck(r.metric, r.stat, r.change_pct, r.ci_low_pct, r.ci_high_pct,
+                                     thresholds[r.metric], r.significant, regression))  # fmt: skip
+        return out
+
+    def gate(
+        self, fail_on_regression: float | None = None, fail_on: dict[str, float] | None = None, stat: str = "mean"
+    ) -> list[GateCheck]:
+        """The regressions the gate finds (empty: it passes). The CLI exits 1 exactly when this is non-empty."""
+        return [c for c in self.checks(fail_on_regression, fail_on, stat) if c.regression]
+
+    def to_dict(self, checks: list[GateCheck] | None = None) -> dict[str, Any]:
+        """A JSON-ready dict (``--format json``), with the gate's checks when given."""
+        d = asdict(self)
+        d["config_diffs"] = [{"key": k, "base": b, "new": n} for k, b, n in self.config_diffs]
+        d["env_diffs"] = [{"key": k, "base": b, "new": n} for k, b, n in self.env_diffs]
+        d["gate"] = [asdict(c) for c in checks or []]
+        d["regression"] = any(c.regression for c in checks or [])
+        return d
+
+
+def _prompt_ids_differ(base: Any, new: Any) -> tuple[str, str] | None:
+    """When both runs recorded their input ids and some paired prompt got other ids (another tokenizer, chat
+    template or system prompt): (base, new) descriptions for compare's setup differences; else None."""
+    b = {r.prompt_index: r.prompt_token_ids_sha256 for r in base.requests if r.prompt_token_ids_sha256}
+    n = {r.prompt_index: r.prompt_token_ids_sha256 for r in new.requests if r.prompt_token_ids_sha256}
+    both = b.keys() & n.keys()
+    differ = sum(b[k] != n[k] for k in both)
+    if not differ:
+        return None
+    return f"{len(both)} prompts' ids", f"{differ} of them differ"
+
+
+def check_percent(option: str, value: float, *, zero: bool = True) -> float:
+    """A percentage option's value (a gate's threshold, ``--require-mdc``); UserError unless it is a finite number,
+    0 or more (above 0 when not ``zero``). The one check every gate option goes through: a NaN would switch its
+    gate off (every comparison with NaN is false, so nothing could fail), and so would an infinite threshold."""
+    v = float(value)
+    if not (math.isfinite(v) and (v >= 0 if zero else v > 0)):
+        need = "0 or more" if zero else "above 0"
+        raise UserError(f"{option}: expected a percentage, a finite number {need}, not {value:g}")
+    return v
+
+
+def thresholds_of(fail_on_regression: float | None, fail_on: dict[str, float] | None) -> dict[str, float]:
+    """{metric: PCT} from a threshold for TTFT, TPOT and E2E and per-metric ones; UserError for bad ones. A
+    threshold of 0 is allowed: any significant slowdown fails."""
+    gates: dict[str, float] = {}
+    if fail_on_regression is not None:
+        gates.update(dict.fromkeys(GATED_BY_DEFAULT, check_percent("--fail-on-regression", fail_on_regression)))
+    allowed = ", ".join(k for k, v in METRICS.items() if v[1] != 0)
+    for name, pct in (fail_on or {}).items():
+        if name not in METRICS or METRICS[name][1] == 0:
+            raise UserError(f"--fail-on {name}: expected METRIC=PCT with METRIC one of {allowed}")
+        gates[name] = check_percent(f"--fail-on {name}", pct)
+    return gates
+
+
+def parse_fail_on(items: list[str] | None) -> dict[str, float]:
+    """``--fail-on METRIC=PCT`` options -> {metric: pct}; UserError naming the bad item."""
+    out: dict[str, float] = {}
+    for item in items or []:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise UserError(f"--fail-on '{item}': expected METRIC=PCT, e.g. tpot_ms=5")
+        try:
+            out[name.strip()] = float(value)
+        except ValueError:
+            raise UserError(f"--fail-on '{item}': '{value}' is not a number") from None
+    return out
+
+
+def gate_options(
+    fail_on_regression: float | None, fail_on: list[str] | None, require_mdc: float | None
+) -> dict[str, float]:
+    """Every gate option of ``compare`` and ``ab`` checked at once, before anything is read or measured:
+    {metric: PCT}. ``--require-mdc`` must be above 0: no measured interval has a width of 0."""
+    gates = thresholds_of(fail_on_regression, parse_fail_on(fail_on))
+    if require_mdc is not None:
+        check_percent("--require-mdc", require_mdc, zero=False)
+    return gates
+
+
+def check_gaps_gate(stat: str, thresholds: dict[str, float], max_new_tokens: int, pairs: int) -> None:
+    """UserError, before anything is measured, when ``--gate-stat gaps`` could not gate TPOT on what would be
+    measured: requests of fewer than 3 tokens, or fewer than 2 pairs, give no gaps row to gate on."""
+    if stat != GAPS or "tpot_ms" not in thresholds:
+        return
+    if max_new_tokens < GAPS_MIN_TOKENS:
+        raise UserError(f"--gate-stat gaps compares TPOT over requests of {GAPS_MIN_TOKENS} or more tokens: "
+                        f"--max-new-tokens {max_new_tokens} gives none")  # fmt: skip
+    if pairs < GAPS_MIN_PAIRS:
+        raise UserError(f"--gate-stat gaps needs {GAPS_MIN_PAIRS} or more pairs for an interval, not {pairs}: more "
+                        "prompts or --repeats")  # fmt: skip
+
+
+def _values(run: Run | RunScalars, metric: str) -> dict[tuple[int, int], float]:
+    out = {}
+    for r in run.requests:
+        # decode tokens/s = (n - 1) / (last - first) == 1000 / tpot_ms
+        v = (1000.0 / r.tpot_ms if r.tpot_ms else None) if metric == "decode_tokens_per_s" else getattr(r, metric)
+        if v is not None:
+            out[(r.prompt_index, r.repeat)] = float(v)
+    return out
+
+
+def _stat(name: str):
+    if name == "mean":
+        return lambda x, axis=-1: np.mean(x, axis=axis)
+    q = float(name[1:])
+    return lambda x, axis=-1: np.percentile(x, q, axis=axis)
+
+
+def _resamples(n: int) -> int:
+    # Enough for a stable 95% interval on small runs; bounded work (n * B) so 10,000-request runs stay fast.
+    return int(min(2000, max(150, 1_500_000 // max(n, 1))))
+
+
+def change_intervals(
+    base: np.ndarray, new: np.ndarray, stats: tuple[str, ...], paired: bool, seed: int = 0,
+    clusters: np.ndarray | None = None,
+) -> dict[str, tuple[float, float, float]]:  # fmt: skip
+    """:func:`change_interval` for several statistics of the same two samples, sharing one set of resamples (the
+    same ones each separate call would draw: every call seeds its generator alike), so a 10,000-pair compare
+    indexes its arrays once per metric instead of once per statistic."""
+    simple = len(base) < 2 or len(new) < 2 or (clusters is not None and paired and len(np.unique(clusters)) > 1)
+    if simple or (np.ptp(base) == 0 and np.ptp(new) == 0):
+        return {s: change_interval(base, new, s, paired, seed, clusters) for s in stats}
+    b, n = _resampled(base, new, paired, seed)
+    alpha = (1 - CONFIDENCE) / 2
+    out = {}
+    quantiles = [s for s in stats if s != "mean"]
+    qb = np.percentile(b, [float(s[1:]) for s in quantiles], axis=-1) if quantiles else None
+    qn = np.percentile(n, [float(s[1:]) for s in quantiles], axis=-1) if quantiles else None
+    for s in stats:
+        f = _stat(s)
+        point = 100.0 * (f(new) / f(base) - 1.0)
+        if s == "mean":
+            dist = 100.0 * (n.mean(axis=-1) / b.mean(axis=-1) - 1.0)
+        else:
+            k = quantiles.index(s)
+            dist = 100.0 * (qn[k] / qb[k] - 1.0)  # type: ignore[index]
+        low, high = np.quantile(dist, [alpha, 1 - alpha])
+        out[s] = (point, float(low), float(high))
+    return out
+
+
+def _resampled(base: np.ndarray, new: np.ndarray, paired: bool, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The bootstrap's resamples (rows), drawn exactly as scipy.stats.bootstrap draws them: the same integers
+    from the same generator (paired: one index set for both samples; else one set per sample, in order)."""
+    rng = np.random.default_rng(seed)
+    reps = _resamples(len(base))
+    if paired:
+        idx = rng.integers(0, len(base), (reps, len(base)))
+        return base[idx], new[idx]
+    b = base[rng.integers(0, len(base), (reps, len(base)))]
+    return b, new[rng.integers(0, len(new), (reps, len(new)))]
+
+
+def change_interval(
+    base: np.ndarray, new: np.ndarray, stat: str, paired: bool, seed: int = 0, clusters: np.ndarray | None = None
+):
+    """(change %, low %, high %) of ``stat(new)/stat(base) - 1`` with a 95% percentile-bootstrap interval. ``clusters``
+    (paired only): which worker process measured each pair (``ab --processes``); then the interval is over the
+    processes' own changes (see :func:`_cluster_interval`), so a difference between two processes counts as
+    noise unless several processes agree."""
+    f = _stat(stat)
+    point = 100.0 * (f(new) / f(base) - 1.0)
+    if len(base) < 2 or len(new) < 2:
+        return point, float("nan"), float("nan")
+    if clusters is not None and paired and len(np.unique(clusters)) > 1:
+        return (point, *_cluster_interval(base, new, clusters, f, seed))
+
+    if np.ptp(base) == 0 and np.ptp(new) == 0:
+        return point, point, point  # no spread: the change is exact
+    # The percentile bootstrap, resampled exactly as scipy.stats.bootstrap(method="percentile") does (the same
+    # integers from the same generator, the same linear quantiles), in numpy alone: importing scipy.stats cost
+    # compare ~0.45 s, more than its arithmetic.
+    b, n = _resampled(base, new, paired, seed)
+    dist = 100.0 * (f(n, axis=-1) / f(b, axis=-1) - 1.0)
+    alpha = (1 - CONFIDENCE) / 2
+    low, high = np.quantile(dist, [alpha, 1 - alpha])
+    return point, float(low), float(high)
+
+
+def _cluster_interval(base: np.ndarray, new: np.ndarray, clusters: np.ndarray, f, seed: int) -> tuple[float, float]:
+    """The interval at the level of the processes: each process's own change (its pairs' statistic, head over
+    base), and a Student t interval over those N changes (N - 1 degrees of freedom) around the pooled change.
+    The processes are the experimental units: with a handful of them a bootstrap over processes is too narrow
+    (4 processes give 35 distinct resamples), and one odd process must widen the interval, not decide it."""
+    point = 100.0 * (f(new) / f(base) - 1.0)
+    per = np.array([100.0 * (f(new[clusters == c]) / f(base[clusters == c]) - 1.0) for c in np.unique(clusters)])
+    return _t_interval(point, per)
+
+
+def _verdict(direction: int, change: float, significant: bool) -> str:
+    if not significant:
+        return "no significant change"
+    if direction == 0:
+        return "more" if change > 0 else "fewer"
+    better = (change > 0) == (direction > 0)
+    return "faster" if better else "slower"
+
+
+def _probe_speed(run: Run | RunScalars, key: str, method: str | None) -> float | None:
+    m = run.machine
+    if m is None:
+        return None
+    vals = [getattr(p, key) for p in (m.probe_before, m.probe_after) if p is not None and p.method == method]
+    return float(np.mean(vals)) if vals else None
+
+
+def _probe_method(run: Run | RunScalars) -> str | None:
+    m = run.machine
+    p = (m.probe_before or m.probe_after) if m else None
+    return p.method if p else None
+
+
+def _workload(base: Any, new: Any) -> list[str]:
+    """The workload line of each run (one when both sent the same): a dataset's file and choices."""
+    from llmbench.workloads.dataset import describe
+
+    sb, sn = getattr(base.config, "prompt_source", None), getattr(new.config, "prompt_source", None)
+    b, n = (describe(sb) if sb else None), (describe(sn) if sn else None)
+    if b == n:
+        return [b] if b else []
+    return [f"base {b or 'workload: a prompt list'}", f"new {n or 'workload: a prompt list'}"]
+
+
+# Bounds of what a run can record: the stopwatch counts nanoseconds, and no request takes a year. Inside them the
+# arithmetic of any run stays finite (a ratio of two times is under 1e17); outside them a file is corrupt.
+_MIN_MS = 1e-6
+_MAX_MS = 365 * 86_400_000.0
+_MAX_TOKENS = 10**12
+
+
+def _is_time(v: Any) -> bool:
+    return isinstance(v, (int, float)) and math.isfinite(v) and _MIN_MS <= v <= _MAX_MS
+
+
+def _bad_figure(r: Any) -> str | None:
+    """What about one request no run can record (its field and value), or None. Run files are validated when
+    read, but a scalar read skips the requests' invariants, and a hand-edited file can hold any number."""
+    if not _is_time(r.ttft_ms):
+        return f"ttft_ms {r.ttft_ms!r}"
+    if not (_is_time(r.e2e_ms) and r.e2e_ms >= r.ttft_ms):
+        return f"e2e_ms {r.e2e_ms!r} (ttft_ms {r.ttft_ms!r})"
+    if r.tpot_ms is not None and not _is_time(r.tpot_ms):
+        return f"tpot_ms {r.tpot_ms!r}"
+    if not (isinstance(r.output_tokens, int) and 1 <= r.output_tokens <= _MAX_TOKENS):
+        return f"output_tokens {r.output_tokens!r}"
+    stamps = getattr(r, "token_times_ms", None)  # read only for the gaps
+    # from ttft_ms, non-decreasing, to a finite end: then every stamp is finite (NaN fails every comparison)
+    if stamps and not (stamps[0] == r.ttft_ms and stamps[-1] <= _MAX_MS and all(a <= b for a, b in pairwise(stamps))):
+        return "token_times_ms (not a finite, non-decreasing list from ttft_ms)"
+    return None
+
+
+def _check_requests(run: Run | RunScalars, name: str) -> None:
+    """UserError naming ``name``'s first request whose figures no run records, or a (prompt_index, repeat) it
+    holds twice: compare would otherwise compute from it (a negative TPOT read as -125%, "faster"; a duplicate
+    silently dropped from the pairs)."""
+    seen: set[tuple[int, int]] = set()
+    requests: list[Any] = run.requests  # RequestResult or a scalar reader's rows: the same fields
+    for i, r in enumerate(requests):
+        key = (r.prompt_index, r.repeat)
+        if key in seen:
+            raise UserError(f"{name}: requests[{i}] is a second request of prompt {key[0]}, repeat {key[1]}: a run "
+                            "measures each (prompt_index, repeat) once (a hand-edited or merged file?)")  # fmt: skip
+        seen.add(key)
+        if (problem := _bad_figure(r)) is not None:
+            raise UserError(f"{name}: requests[{i}] (prompt {key[0]}, repeat {key[1]}) holds {problem}: not a "
+                            "figure a run records (a corrupted or hand-edited file?)")  # fmt: skip
+
+
+def compare_runs(
+    base: Run | RunScalars,
+    new: Run | RunScalars,
+    *,
+    base_name: str = "base",
+    new_name: str = "new",
+) -> Comparison:
+    """Compare two runs: a row per (metric, stat), comparability, outputs and the machine. Gate it with
+    :meth:`Comparison.gate`."""
+    for name, run in ((base_name, base), (new_name, new)):
+        if not run.requests:
+            raise UserError(f"{name} has no finished requests: nothing to compare")
+        _check_requests(run, name)
+    paired = base.config.prompt_sha256 == new.config.prompt_sha256
+    rows: list[Row] = []
+    n_pairs = 0
+    processes = {
+        (r.prompt_index, r.repeat): r.process for r in base.requests if getattr(r, "process", None) is not None
+    }
+    for metric, (_label, direction) in METRICS.items():
+        bv, nv = _values(base, metric), _values(new, metric)
+        clusters = None
+        if paired:
+            keys = sorted(bv.keys() & nv.keys())
+            b = np.array([bv[k] for k in keys])
+            n = np.array([nv[k] for k in keys])
+            n_pairs = max(n_pairs, len(keys))
+            if processes and all(k in processes for k in keys):
+                clusters = np.array([processes[k] for k in keys])
+        else:
+            b, n = np.array(list(bv.values())), np.array(list(nv.values()))
+        if len(b) == 0 or len(n) == 0:
+            continue
+        intervals = change_intervals(b, n, STATS, paired and len(b) == len(n), clusters=clusters)
+        for stat in STATS:
+            change, low, high = intervals[stat]
+            significant = bool(np.isfinite(low) and (low > 0 or high < 0))
+            verdict = _verdict(direction, change, significant)
+            rows.append(Row(metric, stat, float(_stat(stat)(b)), float(_stat(stat)(n)), change, low, high,
+                            significant, verdict, len(b), len(n)))  # fmt: skip
+
+    if paired and (gap_row := _gaps_row(base, new, processes)) is not None:
+        at = max(i for i, r in enumerate(rows) if r.metric == "tpot_ms") + 1 if any(
+            r.metric == "tpot_ms" for r in rows) else len(rows)  # fmt: skip
+        rows.insert(at, gap_row)
+
+    compared, changed, note = _outputs(base, new, paired)
+    comp = Comparison(
+        base=base_name,
+        new=new_name,
+        paired=paired,
+        n_base=len(base.requests),
+        n_new=len(new.requests),
+        n_pairs=n_pairs if paired else 0,
+        config_diffs=differences(base.config.model_dump(), new.config.model_dump(), must_match(COMPARE)),
+        env_diffs=differences(
+            base.environment.model_dump(), new.environment.model_dump(), must_match(ENV, Environment)
+        ),
+        rows=rows,
+        outputs_compared=compared,
+        outputs_changed=changed,
+        outputs_note=note,
+    )
+    comp.quality, comp.quality_note = _quality(base, new)
+    comp.workload = _workload(base, new)
+    if paired and (ids := _prompt_ids_differ(base, new)) is not None:
+        comp.config_diffs.append(("prompt_token_ids", *ids))
+    both_auto = set(base.config.auto) & set(new.config.auto)
+    comp.auto_diffs = [k for k, _, _ in comp.config_diffs if k in both_auto]
+    # probes are comparable when made the same way (torch on the run's threads, or numpy on one)
+    method = _probe_method(base) if _probe_method(base) == _probe_method(new) else None
+    comp.probes = {
+        k: {"base": _probe_speed(base, k, method), "new": _probe_speed(new, k, method)}
+        for k in ("mem_read_gbps", "matmul_gflops")
+    }
+    comp.machine = _machine_notes(base, new, rows, comp)
+    return comp
+
+
+def _pair_gaps(b: Any, n: Any) -> tuple[float, float] | None:
+    """(base, head) mean gap of one pair over the token positions both reached (see :func:`_gaps_row`); None when
+    the pair can't say: no stamps, fewer than 3 tokens on a side, or a side that measured no decode time (every
+    token in one event)."""
+    bt, nt = getattr(b, "token_times_ms", None) or [], getattr(n, "token_times_ms", None) or []
+    if not bt or not nt or min(b.output_tokens, n.output_tokens) < GAPS_MIN_TOKENS:
+        return None
+    if len(bt) == b.output_tokens and len(nt) == n.output_tokens:  # a stamp per token: positions are tokens
+        m = min(len(bt), len(nt)) - 1
+        gb, gn = (bt[m] - bt[0]) / m, (nt[m] - nt[0]) / m
+    else:  # an endpoint's events carry several tokens each: which came when is unknown, so the whole requests
+        gb, gn = b.tpot_ms, n.tpot_ms
+    return None if gb is None or gn is None or gb <= 0 or gn <= 0 else (float(gb), float(gn))
+
+
+def _t_interval(point: float, per: np.ndarray) -> tuple[float, float]:
+    """A Student t interval (N - 1 degrees of freedom) around ``point`` from the N processes' own changes."""
+    from scipy import stats as st
+
+    half = float(st.t.ppf((1 + CONFIDENCE) / 2, per.size - 1)) * float(per.std(ddof=1) / np.sqrt(per.size))
+    return point - half, point + half
+
+
+def _gaps_row(base: Run | RunScalars, new: Run | RunScalars, processes: dict) -> Row | None:
+    """TPOT's change from per-token gaps paired by position. For pair i (the same prompt_index and repeat in both
+    runs) whose shorter request has m + 1 tokens, stamped t_0 .. t_m at the positions both reached:
+
+        g_i = (t_m - t_0) / m = mean(gap_1 .. gap_m)    on each side: base b_i, head h_i
+        change = exp(median_i ln(h_i / b_i)) - 1
+
+    A mean gap weighs every token as TPOT does: a bundle of k tokens (k - 1 zero gaps and one gap k times as
+    long: an HTTP relay's read, speculative decoding's accepted drafts) adds the same time over the same positions
+    as k tokens one by one, so bundling on either side changes nothing. A median or a ratio per position would
+    (a zero gap has no ratio, and skipping zeros leaves only the long gaps). The median over pairs of the log ratios
+    is robust to a few pairs a burst hit and swaps exactly: (1 + change(base, head)) (1 + change(head, base)) = 1.
+    Endpoint runs whose events carry several tokens each (fewer stamps than tokens) use each request's TPOT instead.
+    A pair a side of which measured no decode time is skipped, on either side alike.
+
+    The 95% interval is made as the other rows' are: a percentile bootstrap over pairs, or (``ab --processes``)
+    Student t over the processes' own changes. ``base``: base's median mean gap; ``new``: base times (1 + change),
+    so the table's change = new / base - 1 holds. None without stamps, or with fewer than 2 usable pairs."""
+    by_key = [{(r.prompt_index, r.repeat): r for r in run.requests} for run in (base, new)]
+    kept, gb, gn = [], [], []
+    for k in sorted(by_key[0].keys() & by_key[1].keys()):
+        if (g := _pair_gaps(by_key[0][k], by_key[1][k])) is not None:
+            kept.append(k)
+            gb.append(g[0])
+            gn.append(g[1])
+    if len(kept) < GAPS_MIN_PAIRS:
+        return None
+    logs = np.log(np.asarray(gn) / np.asarray(gb))
+    point = 100.0 * math.expm1(float(np.median(logs)))
+    clusters = np.array([processes[k] for k in kept]) if processes and all(k in processes for k in kept) else None
+    if clusters is not None and len(np.unique(clusters)) > 1:
+        per = np.array([100.0 * math.expm1(float(np.median(logs[clusters == c]))) for c in np.unique(clusters)])
+        low, high = _t_interval(point, per)
+    elif np.ptp(logs) == 0:
+        low = high = point
+    else:
+        rng = np.random.default_rng(0)
+        idx = rng.integers(0, len(logs), (_resamples(len(logs)), len(logs)))
+        dist = 100.0 * np.expm1(np.median(logs[idx], axis=-1))
+        low, high = (float(x) for x in np.quantile(dist, [(1 - CONFIDENCE) / 2, (1 + CONFIDENCE) / 2]))
+    significant = bool(low > 0 or high < 0)
+    b50 = float(np.median(gb))
+    return Row("tpot_ms", GAPS, b50, b50 * (1 + point / 100), point, low, high, significant,
+               _verdict(METRICS["tpot_ms"][1], point, significant), len(kept), len(kept))  # fmt: skip
+
+
+def _outputs(base: Run | RunScalars, new: Run | RunScalars, paired: bool) -> tuple[int, int, str]:
+    if not paired:
+        return 0, 0, "different prompt files: outputs not compared"
+    if base.config.mode != new.config.mode:  # token-id hashes in-process, text hashes over HTTP
+        return 0, 0, f"{base.config.mode} vs {new.config.mode} run: outputs not compared"
+    b = {(r.prompt_index, r.repeat): r.output_token_ids_sha256 for r in base.requests}
+    n = {(r.prompt_index, r.repeat): r.output_token_ids_sha256 for r in new.requests}
+    keys = b.keys() & n.keys()
+    changed = sum(b[k] != n[k] for k in keys)
+    if base.config.sampling.do_sample or new.config.sampling.do_sample:
+        note = "sampled decoding: outputs are not expected to match"
+    elif changed:
+        note = "greedy decoding gave different tokens: a correctness change (model, weights, dtype or code)"
+    else:
+        note = "greedy decoding gave the same tokens for every request"
+    return len(keys), changed, note
+
+
+QUALITY_FIELDS = ("kld_mean", "kld_p99", "top1_agreement")
+
+
+def _quality(base: Run | RunScalars, new: Run | RunScalars) -> tuple[dict[str, list[float | None]], str | None]:
+    """Quality figures side by side when both runs carry them against the same reference on the same text."""
+    bq, nq = base.quality, new.quality
+    if not bq and not nq:
+        return {}, None
+    if not bq or not nq:
+        return {}, f"only the {'new' if nq else 'base'} run has quality figures: not compared"
+    if bq.get("reference") != nq.get("reference") or bq.get("text_sha256") != nq.get("text_sha256"):
+        return {}, "quality measured against different references or texts: not compared"
+    figures: dict[str, list[float | None]] = {k: [bq.get(k), nq.get(k)] for k in QUALITY_FIELDS}
+    figures["greedy_identical_share"] = [(bq.get("greedy") or {}).get("identical_share"),
+                                         (nq.get("greedy") or {}).get("identical_share")]  # fmt: skip
+    return figures, None
+
+
+MACHINE_NOTE_MIN_PCT = 5.0  # smaller changes are within what the probe itself can resolve
+
+
+def _probe_threads(run: Run | RunScalars) -> int | None:
+    p = run.machine.probe_before if run.machine else None
+    return p.threads if p else None
+
+
+def _gpu_reasons(base: Run | RunScalars, new: Run | RunScalars) -> list[str]:
+    """What the card's record says about the new run that the base's doesn't: slowed clocks, other processes."""
+    bg = (base.machine.gpu if base.machine else None) or {}
+    ng = (new.machine.gpu if new.machine else None) or {}
+    out = []
+    fresh = sorted(set(ng.get("slowdowns") or []) - set(bg.get("slowdowns") or []))
+    if fresh:
+        out.append(f"the GPU's clocks were slowed ({', '.join(fresh)}; SM clock down to "
+                   f"{ng.get('sm_clock_mhz_min')} MHz, base {bg.get('sm_clock_mhz_min')} MHz)")  # fmt: skip
+    if ng.get("other_processes") and not bg.get("other_processes"):
+        out.append(f"other processes used the GPU ({len(ng['other_processes'])})")
+    return out
+
+
+def _machine_notes(
+    base: Run | RunScalars, new: Run | RunScalars, rows: list[Row], comp: Comparison
+) -> list[MachineNote]:
+    """For each significant change of a speed metric's mean (5% or more): does the machine explain it?"""
+    notes = []
+    bs, ns = (base.machine.summary if base.machine else None), (new.machine.summary if new.machine else None)
+    same_probe = _probe_threads(base) == _probe_threads(new)
+    for row in rows:
+        if row.stat != "mean" or row.metric not in PROBE_FOR or not row.significant:
+            continue
+        worse_pct = row.change_pct * -METRICS[row.metric][1]  # + when slower
+        if abs(worse_pct) < MACHINE_NOTE_MIN_PCT:
+            continue
+        key = PROBE_FOR[row.metric]
+        pb, pn = comp.probes[key]["base"], comp.probes[key]["new"]
+        slowdown = 100.0 * (pb / pn - 1.0) if pb and pn else None  # + when the new machine is slower
+        ob, on = (bs.other_cpu_pct_mean if bs else None), (ns.other_cpu_pct_mean if ns else None)
+        sb, sn = (bs.steal_pct_mean if bs else None), (ns.steal_pct_mean if ns else None)
+        busier = []
+        if ob is not None and on is not None and on - ob >= 15:
+            busier.append(f"other processes used {on:.0f}% of the CPUs (base {ob:.0f}%)")
+        if sb is not None and sn is not None and sn - sb >= 5:
+            busier.append(f"steal time {sn:.0f}% (base {sb:.0f}%)")
+        busier += _gpu_reasons(base, new)
+        moved = f"{abs(worse_pct):.0f}% {'slower' if worse_pct > 0 else 'faster'}"
+        if busier and worse_pct > 0:
+            text = f"the machine was busier ({moved}): " + "; ".join(busier)
+        elif comp.config_diffs and not same_probe:
+            text = "the setup differs (" + ", ".join(k for k, _, _ in comp.config_diffs) + "): that can explain it"
+        elif slowdown is not None and slowdown * worse_pct > 0 and abs(slowdown) >= 0.5 * abs(worse_pct):
+            word = "slower" if slowdown > 0 else "faster"
+            text = f"the machine explains it ({moved}): the {key} probe was {abs(slowdown):.0f}% {word} too"
+        elif comp.config_diffs:
+            text = "the setup differs (" + ", ".join(k for k, _, _ in comp.config_diffs) + "): that can explain it"
+        elif slowdown is None:
+            text = f"{moved}; no calibration probe in one of the runs: the machine can't be ruled out"
+        else:
+            text = (
+                f"{moved}, while the {key} probe moved {-slowdown:+.0f}% and no other load was seen: the machine's "
+                "measured state doesn't explain it (the code, the setup, or drift the probe can't see)"
+            )
+        notes.append(MachineNote(row.metric, float(row.change_pct), key, slowdown, ob, on, sb, sn, text))
+    return notes

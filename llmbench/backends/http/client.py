@@ -1,0 +1,303 @@
+"""The OpenAI-compatible streaming client (httpx + httpx-sse): one request, its events stamped on arrival.
+
+A stamp is one clock read when the SSE parser hands over an event, and nothing else runs per event but a
+``json.loads``, so the client costs a server it shares a machine with almost nothing. No torch is imported
+here (a tokenizer, only when one is named, loads transformers).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+from httpx_sse import SSEError, aconnect_sse
+
+from llmbench.core.errors import BackendUnavailable, RequestFailed, UserError
+from llmbench.core.redact import redact_url, scrub
+from llmbench.options import RunOptions
+
+redact = redact_url  # the name drivers (ab, load) import: one rule, llmbench.core.redact's
+
+
+class ServerUnreachable(BackendUnavailable):
+    """Connecting failed: nothing else can go on."""
+
+
+@dataclass
+class Stream:
+    """What one streamed request brought: the raw clock readings, the text, and what the server said."""
+
+    start_ns: int
+    end_ns: int = 0
+    stamps_ns: list[int] = field(default_factory=list)  # one per content event, on arrival
+    pieces: list[str] = field(default_factory=list)
+    usage: dict | None = None
+    timing: dict | None = None  # llmbench serve's own stamps (the usage chunk's "llmbench")
+    content_type: str | None = None  # set when the stream did not come as text/event-stream
+    finish_reason: str | None = None
+    finish_ns: int | None = None  # arrival of the event that carried finish_reason
+    reasoning_ns: list[int] = field(default_factory=list)  # one per reasoning event (never a content stamp)
+
+    @property
+    def text(self) -> str:
+        return "".join(self.pieces)
+
+
+def chat_url(url: str) -> str:
+    """``http://host:port[/v1][/chat/completions]`` -> the chat completions URL. UserError if not http(s)."""
+    u = urlsplit(url.strip())
+    if u.scheme not in ("http", "https") or not u.netloc:
+        raise UserError(f"--endpoint '{redact_url(url)}' is not an http(s) URL, e.g. http://127.0.0.1:8000/v1")
+    path = u.path.rstrip("/")
+    if not path.endswith("/chat/completions"):
+        path = (path if path.endswith("/v1") else f"{path}/v1") + "/chat/completions"
+    return urlunsplit((u.scheme, u.netloc, path, u.query, ""))
+
+
+def _root(url: str) -> str:
+    u = urlsplit(url)
+    path = u.path.removesuffix("/chat/completions").removesuffix("/v1")
+    return urlunsplit((u.scheme, u.netloc, path, "", ""))
+
+
+def api_headers(api_key_env: str | None) -> dict[str, str]:
+    """``Authorization: Bearer $VAR`` when asked; UserError when the variable is unset."""
+    if not api_key_env:
+        return {}
+    key = os.environ.get(api_key_env)
+    if not key:
+        raise UserError(f"--api-key-env {api_key_env}: the variable is not set")
+    return {"Authorization": f"Bearer {key}"}
+
+
+def request_body(model: str | None, prompt: str, o: RunOptions, seed: int | None = None,
+                 history: Sequence[dict[str, str]] = ()) -> dict[str, Any]:  # fmt: skip
+    """The JSON body of one streamed chat request (``seed``: this request's, when sampling; ``history``: a
+    session's earlier turns, sent before this one)."""
+    messages = [{"role": "system", "content": o.system_prompt}] if o.system_prompt else []
+    body: dict[str, Any] = {
+        "messages": [*messages, *history, {"role": "user", "content": prompt}],
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        **request_extra(o),
+    }
+    if o.sample and seed is not None:
+        body["seed"] = seed
+    if model:
+        body["model"] = model
+    return body
+
+
+def request_extra(o: RunOptions) -> dict[str, Any]:
+    """The generation fields of every request body (recorded in ``config.endpoint.request_extra``). When
+    sampling, each request also carries its own seed (:meth:`RunOptions.request_seed`)."""
+    extra: dict[str, Any] = {"max_tokens": o.max_new_tokens}
+    if o.sample:
+        extra.update(temperature=o.temperature, top_p=o.top_p)
+    else:
+        extra["temperature"] = 0.0  # greedy, as the in-process runs
+    if o.ignore_eos:
+        extra["ignore_eos"] = True  # vLLM's and llama.cpp's extension; OpenAI's own API refuses it
+    return extra
+
+
+async def stream_one(client: httpx.AsyncClient, url: str, body: dict, headers: dict) -> Stream:
+    """Send one streamed request; its raw facts. RequestFailed for anything that went wrong with this request
+    (an error status, a broken, malformed or empty stream, a transport error); ServerUnreachable when no
+    connection could be made."""
+    s = Stream(start_ns=time.perf_counter_ns())
+    try:
+        async with aconnect_sse(client, "POST", url, json=body, headers=headers) as es:
+            r = es.response
+            if r.status_code >= 400:
+                raise RequestFailed(f"HTTP {r.status_code}: {_error_text(await r.aread())}", r.status_code)
+            ctype = r.headers.get("content-type", "")
+            if "text/event-stream" not in ctype:
+                if "json" in ctype or "html" in ctype:
+                    raise RequestFailed(f"the server answered {ctype}, not an event stream")
+                # a relay that drops or rewrites the type (text/plain, none): read the body as SSE anyway
+                r.headers["content-type"] = "text/event-stream"
+                s.content_type = ctype or "no content-type"
+            async for ev in es.aiter_sse():
+                t = time.perf_counter_ns()
+                if ev.data == "[DONE]":
+                    break
+                if ev.data:  # else a keep-alive or a comment
+                    _take(s, t, ev.data)
+    except (httpx.ConnectError, httpx.ConnectTimeout) as e:
+        raise ServerUnreachable(f"cannot connect to {redact(url)}: {_reason(e)}") from None
+    except httpx.TransportError as e:  # read/write/pool timeouts, a broken connection, a protocol violation
+        raise RequestFailed(f"the stream broke off: {type(e).__name__}: {_reason(e)}") from None
+    except (httpx.HTTPError, SSEError, UnicodeDecodeError) as e:
+        raise RequestFailed(f"malformed stream: {type(e).__name__}: {_reason(e)}") from None
+    s.end_ns = time.perf_counter_ns()
+    if not s.stamps_ns:
+        raise RequestFailed("the stream carried no content")
+    return s
+
+
+def _take(s: Stream, t: int, data: str) -> None:
+    """One event's data into ``s``; RequestFailed for an event that is not a chat completion chunk."""
+    try:
+        chunk = json.loads(data)
+    except json.JSONDecodeError:
+        raise RequestFailed(f"malformed event (not JSON): {data[:80]!r}") from None
+    if not isinstance(chunk, dict):
+        raise RequestFailed(f"malformed event (not an object): {data[:80]!r}")
+    if chunk.get("error"):
+        raise RequestFailed(f"the server reported an error: {_error_text(chunk)}")
+    usage, timing, choices = chunk.get("usage"), chunk.get("llmbench"), chunk.get("choices") or []
+    if not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
+        raise RequestFailed(f"malformed event (choices is not a list of objects): {data[:80]!r}")
+    if isinstance(usage, dict) and usage:
+        s.usage = usage
+    if isinstance(timing, dict):
+        s.timing = timing
+    for choice in choices:
+        delta = choice.get("delta") or {}
+        if not isinstance(delta, dict):
+            raise RequestFailed(f"malformed event (delta is not an object): {data[:80]!r}")
+        # reasoning (DeepSeek/vLLM "reasoning_content", OpenRouter/Ollama "reasoning") is stamped apart: TTFT is
+        # the first *answer* text a user reads
+        thought = delta.get("reasoning_content") or delta.get("reasoning")
+        if thought and isinstance(thought, str):
+            s.reasoning_ns.append(t)
+        text = delta.get("content")
+        if text and isinstance(text, str):  # a role-only first event (llama.cpp's server, vLLM) is not a token
+            s.stamps_ns.append(t)
+            s.pieces.append(text)
+        if choice.get("finish_reason") and s.finish_reason is None:
+            s.finish_reason, s.finish_ns = str(choice["finish_reason"]), t
+
+
+def _reason(e: Exception) -> str:
+    """An exception's first line, its URLs redacted (httpx puts the request's URL, credentials and all, in some)."""
+    text = scrub(str(e).strip()) or type(e).__name__
+    return text.splitlines()[0][:200]
+
+
+def _error_text(body: bytes | dict) -> str:
+    try:
+        data = json.loads(body) if isinstance(body, bytes) else body
+        err = data.get("error", data) if isinstance(data, dict) else data
+        msg = err.get("message", err) if isinstance(err, dict) else err
+        return " ".join(str(msg).split())[:200]
+    except (ValueError, AttributeError):
+        return " ".join(body.decode("utf-8", "replace").split())[:200] if isinstance(body, bytes) else str(body)
+
+
+@dataclass
+class Counts:
+    """One request's token counts (see :meth:`TokenCounter.count`)."""
+
+    prompt_tokens: int | None
+    output_tokens: int  # what the metrics use
+    source: str  # "usage" | "tokenizer" | "chunks"
+    server: int | None  # usage's answer tokens
+    client: int | None  # --tokenizer's count of the answer's text
+    reasoning_tokens: int | None
+
+
+class TokenCounter:
+    """Counts output tokens: the server's usage when it sent one, else ``--tokenizer``, else content events.
+
+    The tokenizer is loaded before the first request (never inside the measured loop), and only when named:
+    without it the client never imports transformers and stays light.
+    """
+
+    def __init__(self, tokenizer_name: str | None) -> None:
+        self.tok = None
+        if tokenizer_name:
+            from transformers import AutoTokenizer
+
+            path = Path(tokenizer_name).expanduser()
+            where, kw = (path.parent, {"gguf_file": path.name}) if path.suffix == ".gguf" else (tokenizer_name, {})
+            try:
+                self.tok = AutoTokenizer.from_pretrained(where, **kw)
+            except Exception as e:  # transformers raises many types for a missing or broken tokenizer
+                raise UserError(f"--tokenizer {tokenizer_name}: {_reason(e)}") from None
+
+    @property
+    def templated(self) -> bool:
+        """Whether prompts are counted through the tokenizer's chat template (as a chat server applies one)."""
+        return self.tok is not None and bool(getattr(self.tok, "chat_template", None))
+
+    def count(self, s: Stream, messages: list[dict[str, str]]) -> Counts:
+        """The prompt's and the answer's token counts, and where they came from. The answer's count is the
+        server's usage when it sent one (less its reasoning tokens: TPOT spans the answer's events), else
+        ``--tokenizer``'s count of the answer's text, else its content events. A tokenizer counts the prompt
+        through its chat template when it has one (what the server tokenizes), else the messages' text. When
+        both the server and a tokenizer counted, both are kept."""
+        usage = s.usage or {}
+        details = usage.get("completion_tokens_details")
+        reasoning = details.get("reasoning_tokens") if isinstance(details, dict) else None
+        reasoning = reasoning if isinstance(reasoning, int) else None
+        server = usage.get("completion_tokens") if isinstance(usage.get("completion_tokens"), int) else None
+        if server is not None and reasoning is not None:
+            server -= reasoning
+        elif server is not None and s.reasoning_ns:  # usage mixes thinking and answer: it can't count the answer
+            server = None
+        client = len(self.tok(s.text, add_special_tokens=False)["input_ids"]) if self.tok is not None else None
+        prompt_tokens = usage.get("prompt_tokens") if isinstance(usage.get("prompt_tokens"), int) else None
+        if server is not None:
+            return Counts(prompt_tokens, server, "usage", server, client, reasoning)
+        if client is not None:
+            prompt_tokens = prompt_tokens if prompt_tokens is not None else self.prompt_tokens(messages)
+            return Counts(prompt_tokens, client, "tokenizer", None, client, reasoning)
+        return Counts(prompt_tokens, len(s.stamps_ns), "chunks", None, None, reasoning)
+
+    def counter_of(self, system_prompt: str | None) -> Callable[[str], int]:
+        """A prompt's ``prompt_tokens`` as a request of it will have them (system prompt and template included)."""
+        messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
+        return lambda text: self.prompt_tokens([*messages, {"role": "user", "content": text}])
+
+    def text_tokens(self, text: str) -> int:
+        """Tokens of ``text`` alone (no template, no special tokens): a reply's length."""
+        assert self.tok is not None
+        return len(self.tok(text, add_special_tokens=False)["input_ids"])
+
+    def prompt_tokens(self, messages: list[dict[str, str]]) -> int:
+        """The tokenizer's count of ``messages``: through its chat template when it has one, else their text."""
+        assert self.tok is not None
+        if self.templated:
+            text = self.tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        else:
+            text = "\n\n".join(m["content"] for m in messages)
+        return len(self.tok(text, add_special_tokens=False)["input_ids"])
+
+
+async def probe_server(url: str, headers: dict, timeout: float = 5.0) -> tuple[dict | None, str | None]:
+    """(GET /health if it answers with JSON, the first model of GET /v1/models); each asked on its own, so a
+    slow or missing /health does not hide the model list. ServerUnreachable when nothing answers at all."""
+    root = _root(url)
+    async with httpx.AsyncClient(timeout=timeout, headers=headers) as c:
+        health = await _get_json(c, f"{root}/health", url)
+        models = await _get_json(c, f"{root}/v1/models", url)
+    data = models.get("data") if isinstance(models, dict) else None
+    model = data[0].get("id") if isinstance(data, list) and data and isinstance(data[0], dict) else None
+    return (health if isinstance(health, dict) else None), (model if isinstance(model, str) else None)
+
+
+async def _get_json(c: httpx.AsyncClient, where: str, url: str) -> Any:
+    try:
+        r = await c.get(where)
+        return r.json() if r.status_code == 200 and "json" in r.headers.get("content-type", "") else None
+    except (httpx.ConnectError, httpx.ConnectTimeout) as e:
+        raise ServerUnreachable(f"cannot connect to {redact(url)}: {_reason(e)} (is the server running?)") from None
+    except (httpx.HTTPError, ValueError):
+        return None
+
+
+def cached_tokens(usage: dict | None) -> int | None:
+    """The prompt tokens a server's prefix cache served, from its usage (``prompt_tokens_details.cached_tokens``,
+    OpenAI's field, sent by vLLM and SGLang); None when it does not say."""
+    details = (usage or {}).get("prompt_tokens_details")
+    n = details.get("cached_tokens") if isinstance(details, dict) else None
+    return n if isinstance(n, int) and not isinstance(n, bool) and n >= 0 else None

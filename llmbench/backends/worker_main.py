@@ -1,0 +1,150 @@
+"""``llmbench worker``: a model in a process of its own, measuring one request at a time on command.
+
+It is the in-process backend behind a pipe: ``llmbench ab`` starts one per side, each with its own Python
+environment, package versions, model and options, and drives both from one run loop. The worker loads its
+model as ``run`` does (offload check included) and then answers JSON lines on stdin with JSON lines on stdout.
+Stamps are taken here, in the worker, so the pipe costs nothing per token. Protocol (version ``PROTOCOL``;
+every message carries ``"v"``):
+
+    worker -> {"v": 1, "event": "ready", "llmbench_version": ..., "pid": ...}        once loaded
+              {"v": 1, "event": "error", "message": ...}                            a load or input error; exit 2
+    parent -> {"v": 1, "op": "prepare", "prompts": [...], "prompt_file": ..., "prompt_sha256": ..., "options": {...},
+              "output_tokens": [...] | null, "source": {...} | null}  (the last two: a dataset's, optional)
+    worker -> {"v": 1, "event": "prepared", "run": {run record: config, environment, load, warnings}}
+    parent -> {"v": 1, "op": "measure", "prompt_index": i, "repeat": r}
+    worker -> {"v": 1, "event": "result", "result": {...}, "warnings": [...]}  (what it saw so far: recompiles)
+              | {"v": 1, "event": "stopped"}                 SIGINT stopped it (after the token in flight)
+    parent -> {"v": 1, "op": "probe"}     worker -> {"v": 1, "event": "probe", "probe": {...}}
+    parent -> {"v": 1, "op": "exit"}      (or end of stdin): the worker exits 0
+
+    worker -> {"v": 1, "event": "failed", "error": ...}   a request the engine could not finish (the run goes on)
+
+The worker writes nothing else on stdout (everything else goes to stderr). ``--engine`` other than transformers:
+the engine's model is loaded (converted first when needed) and measured the same way; an engine that crashes
+the worker (a signal) is reported by the parent with the signal's name.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import IO, Any
+
+from llmbench.core.errors import UserError
+
+PROTOCOL = 1
+
+
+def serve_forever(spec: Any, cache: str, compile_: bool, inp: IO[str], out: IO[str]) -> int:
+    """Load ``spec`` and answer commands from ``inp`` on ``out`` until told to exit; the exit code."""
+    from llmbench.core.process import freeze_now, frozen_gc, stop_on_signals
+    from llmbench.core.version import __version__
+    from llmbench.engines.hf import models
+    from llmbench.engines.hf.generation import generation_thread
+    from llmbench.machine import probe as machine
+    from llmbench.options import RunOptions
+    from llmbench.workloads.prompts import PromptSet
+
+    def send(**msg: Any) -> None:
+        out.write(json.dumps({"v": PROTOCOL, **msg}, default=str) + "\n")
+        out.flush()
+
+    thread = generation_thread()
+    with stop_on_signals() as stop, frozen_gc():
+        try:
+            if spec.is_transformers:
+                loaded = thread.run(models.load_model, spec)
+            else:
+                from llmbench.engines.base import load
+
+                loaded = thread.run(load, spec, lambda text: print(text, file=sys.stderr, flush=True))
+        except UserError as e:
+            send(event="error", message=str(e))
+            return 2
+        freeze_now()
+        send(event="ready", llmbench_version=__version__, pid=os.getpid())
+        backend: Any = None
+        prompts: PromptSet | None = None
+        for line in inp:
+            msg = json.loads(line)
+            if msg.get("v") != PROTOCOL:
+                send(event="error", message=f"the parent speaks protocol {msg.get('v')!r}; this worker {PROTOCOL}")
+                return 2
+            op = msg.get("op")
+            if op == "exit":
+                return 0
+            try:
+                if op == "prepare":
+                    options = RunOptions(**{**msg["options"], "cache": cache, "compile": compile_})
+                    own = msg.get("output_tokens")  # a dataset's output lengths, one a prompt
+                    prompts = PromptSet(msg["prompt_file"], msg["prompt_sha256"], tuple(msg["prompts"]),
+                                        tuple(range(1, len(msg["prompts"]) + 1)),
+                                        tuple(own) if own is not None else None, msg.get("source"))  # fmt: skip
+                    backend = _backend(spec, options, loaded)
+                    thread.run(backend.start_now, prompts)
+                    send(event="prepared", run=json.loads(backend.new_run(prompts).model_dump_json()))
+                elif op == "measure":
+                    assert backend is not None and prompts is not None, "prepare first"
+                    i, rep = int(msg["prompt_index"]), int(msg["repeat"])
+                    try:
+                        result = None if stop.requested else thread.run(
+                            backend.measure_now, prompts.request(i, rep), stop
+                        )  # fmt: skip
+                    except (RuntimeError, ValueError, OSError) as e:  # the engine failed this request
+                        send(event="failed", error=f"{type(e).__name__}: {str(e).strip()[:300]}")
+                        continue
+                    if result is None:
+                        send(event="stopped")
+                    else:
+                        send(event="result", result=json.loads(result.model_dump_json()), warnings=backend.warnings())
+                elif op == "probe":
+                    assert backend is not None, "prepare first"
+                    probe = thread.run(machine.probe, loaded.threads, loaded.device)
+                    send(event="probe", probe=json.loads(probe.model_dump_json()))
+                else:
+                    send(event="error", message=f"unknown op {op!r}")
+            except UserError as e:
+                send(event="error", message=str(e))
+                return 2
+    return 0
+
+
+def _backend(spec: Any, options: Any, loaded: Any) -> Any:
+    """The in-process backend of ``spec``'s engine around the model already loaded."""
+    if spec.is_transformers:
+        from llmbench.backends.inprocess import InProcessBackend
+
+        return InProcessBackend(spec, options, loaded=loaded)
+    from llmbench.backends.engine import EngineBackend
+
+    return EngineBackend(spec, options, loaded=loaded)
+
+
+def command(spec: Any, executable: str | None = None) -> list[str]:
+    """The ``llmbench worker`` command line that loads ``spec`` (this Python's llmbench by default)."""
+    argv = [executable or sys.executable, "-m", "llmbench", "worker", "--engine", spec.engine, "--model", spec.model,
+            "--weights", spec.weights]  # fmt: skip
+    if spec.precision:
+        argv += ["--precision", spec.precision]
+    if spec.threads is not None:
+        argv += ["--threads", str(spec.threads)]
+    if spec.is_transformers:
+        argv += ["--device", spec.device, "--dtype", spec.dtype]
+        if spec.quantize:
+            argv += ["--quantize", spec.quantize]
+        if spec.attn:
+            argv += ["--attn", spec.attn]
+    argv += [flag for flag, on in (("--allow-pickle", spec.allow_pickle), ("--trust-remote-code",
+             spec.trust_remote_code)) if on]  # fmt: skip
+    return argv
+
+
+def main(spec: Any, cache: str, compile_: bool) -> int:
+    """The ``llmbench worker`` command: the protocol on the real stdout, anything else printed on stderr."""
+    protocol_out = os.fdopen(os.dup(sys.stdout.fileno()), "w", encoding="utf-8", buffering=1)
+    sys.stdout = sys.stderr  # a library's print() must not break a protocol line
+    try:
+        return serve_forever(spec, cache, compile_, sys.stdin, protocol_out)
+    finally:
+        protocol_out.close()

@@ -1,0 +1,48 @@
+"""A prompt as the model reads it, the same for every engine (no torch here): chat messages, the template, the
+token ids, and whether they fit the context."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from llmbench.core.errors import UserError
+
+
+def messages_for(
+    prompt: str, system_prompt: str | None, history: Sequence[dict[str, str]] = ()
+) -> list[dict[str, str]]:
+    """The chat messages of one prompt: an optional system message, the conversation so far (a session's earlier
+    turns: user and assistant), then the user's."""
+    messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    return [*messages, *history, {"role": "user", "content": prompt}]
+
+
+def chat_inputs(tokenizer: Any, messages: list[dict], use_template: bool) -> tuple[str, bool]:
+    """(text, add_special_tokens) to tokenize: the chat template with the assistant's turn opened (it holds its
+    own special tokens) when ``use_template``, else the contents joined by blank lines."""
+    if use_template:
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True), False
+    return "\n\n".join(str(m.get("content", "")) for m in messages), True
+
+
+def encode_ids(tokenizer: Any, messages: list[dict], use_template: bool) -> list[int]:
+    """The prompt's token ids, as a list (what the engines other than transformers are fed)."""
+    text, special = chat_inputs(tokenizer, messages, use_template)
+    return list(tokenizer(text, add_special_tokens=special)["input_ids"])
+
+
+def fit_context(prompt_tokens: int, limit: int | None, max_new_tokens: int, truncate: bool, where: str) -> int:
+    """How many tokens to cut from the prompt's start so that it and ``max_new_tokens`` fit a context of
+    ``limit``; UserError when that is not allowed (``truncate`` off) or impossible."""
+    room = (limit - max_new_tokens) if limit else None
+    if room is None or prompt_tokens <= room:
+        return 0
+    if room < 1:
+        raise UserError(f"--max-new-tokens {max_new_tokens} leaves no room in the model's context of {limit} tokens")
+    if truncate:
+        return prompt_tokens - room
+    raise UserError(
+        f"{where}: the prompt has {prompt_tokens} tokens; with --max-new-tokens {max_new_tokens} that exceeds the "
+        f"model's context of {limit} tokens (--truncate cuts it to fit)"
+    )

@@ -1,0 +1,275 @@
+"""Stamps -> numbers, for every mode: one request's metrics, and a run's summary (numpy, no torch).
+
+The formulas are written in ``schema.METRIC_FORMULAS`` (and so into every run JSON); this module computes
+exactly those. In-process runs stamp tokens, endpoint runs stamp SSE events: the same function turns either
+into a :class:`RequestResult`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+from itertools import pairwise
+from typing import Any
+
+import numpy as np
+
+from llmbench.results.schema import RequestResult, RequestScalars, Stats, Summary
+
+_NS_PER_MS = 1_000_000
+
+
+def ids_sha256(ids: Sequence[int]) -> str:
+    """A stable hash of a token-id sequence: compare uses it to spot changed outputs."""
+    return hashlib.sha256(",".join(map(str, ids)).encode("ascii")).hexdigest()
+
+
+def text_sha256(text: str) -> str:
+    """The hash endpoint runs use in place of token ids (they receive text)."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def request_result(
+    *,
+    prompt_index: int,
+    repeat: int,
+    start_ns: int,
+    stamps_ns: Sequence[int],
+    prompt_tokens: int | None,
+    output_sha256: str,
+    output_text: str,
+    tokenized_ns: int | None = None,
+    output_tokens: int | None = None,
+    last_token_ns: int | None = None,
+    started_s: float = 0.0,
+    **extra: Any,
+) -> RequestResult:
+    """One request's metrics from raw clock readings, by the formulas in ``schema.METRIC_FORMULAS``.
+
+    ``stamps_ns``: one stamp per token (in-process) or per content event (endpoint). ``output_tokens`` defaults
+    to the number of stamps; an endpoint passes the count it got from usage or a tokenizer, and TPOT divides
+    by tokens, not events. ``last_token_ns``: the stamp of the last counted token when it is not the last
+    stamp (an end-of-sequence token that carried no text): TPOT's span ends there. ``tokenized_ns`` None:
+    templating happened elsewhere (tokenize_ms 0). Times are rounded to the microsecond once, so
+    ``token_times_ms[0] == ttft_ms`` exactly.
+    """
+    times = [round((t - start_ns) / _NS_PER_MS, 3) for t in stamps_ns]
+    n = len(times) if output_tokens is None else output_tokens
+    last = round((last_token_ns - start_ns) / _NS_PER_MS, 3) if last_token_ns is not None else None
+    span_end = last if last is not None else (times[-1] if times else None)
+    tpot = (
+        round((span_end - times[0]) / (n - 1), 4) if n >= 2 and span_end is not None and span_end > times[0] else None
+    )
+    if last is not None:
+        extra["eos_ms"] = last
+    return RequestResult(
+        prompt_index=prompt_index,
+        repeat=repeat,
+        prompt_tokens=prompt_tokens,
+        output_tokens=n,
+        tokenize_ms=round((tokenized_ns - start_ns) / _NS_PER_MS, 3) if tokenized_ns is not None else 0.0,
+        ttft_ms=times[0] if times else float("nan"),
+        tpot_ms=tpot,
+        e2e_ms=times[-1] if times else float("nan"),
+        token_times_ms=times,
+        output_token_ids_sha256=output_sha256,
+        output_text=output_text,
+        started_s=round(started_s, 6),
+        **extra,
+    )
+
+
+def describe(values: Iterable[float]) -> Stats | None:
+    """n, mean, p50/p90/p99 (linear interpolation), min, max and sample std (ddof=1); None when empty."""
+    a = np.asarray(list(values), dtype=float)
+    if a.size == 0:
+        return None
+    p50, p90, p99 = np.percentile(a, [50, 90, 99])
+    return Stats(
+        n=int(a.size),
+        mean=float(a.mean()),
+        p50=float(p50),
+        p90=float(p90),
+        p99=float(p99),
+        min=float(a.min()),
+        max=float(a.max()),
+        std=float(a.std(ddof=1)) if a.size > 1 else 0.0,
+    )
+
+
+def decode_tokens_per_s(r: RequestResult | RequestScalars) -> float | None:
+    """(n - 1) / (last - first) for one request; None with fewer than 2 tokens or no time between them. The
+    first and last stamps are ``ttft_ms`` and ``e2e_ms`` (the run's invariants), so a reader without the stamps
+    gets the same number."""
+    if r.output_tokens < 2:
+        return None
+    span_ms = r.e2e_ms - r.ttft_ms
+    return (r.output_tokens - 1) / (span_ms / 1000.0) if span_ms > 0 else None
+
+
+def prefill_tokens_per_s(r: RequestResult | RequestScalars) -> float | None:
+    """prompt_tokens / (ttft - tokenize), per second; None when the prompt's length is unknown or there is no
+    time between them."""
+    span_ms = r.ttft_ms - getattr(r, "tokenize_ms", 0.0)
+    return r.prompt_tokens / (span_ms / 1000.0) if r.prompt_tokens and span_ms > 0 else None
+
+
+def roofline(decode_weight_bytes: int | None, mem_read_gbps: float | None, tpot_mean_ms: float | None):
+    """(tpot_bound_ms, tpot_efficiency): the memory-bandwidth floor of a decode step, and how close TPOT is."""
+    if not decode_weight_bytes or not mem_read_gbps:
+        return None, None
+    bound = decode_weight_bytes / (mem_read_gbps * 1e9) * 1000.0
+    return round(bound, 3), (round(bound / tpot_mean_ms, 4) if tpot_mean_ms else None)
+
+
+BURST_GAP_MS = 1.0  # events closer than this arrived together: a few ms of network/scheduling jitter is not it
+
+
+def stream_shape(times_ms: Sequence[float]) -> tuple[int, int, int]:
+    """(gaps, gaps under BURST_GAP_MS, largest burst) of one request's event arrival times."""
+    gaps = [b - a for a, b in pairwise(times_ms)]
+    under = largest = run = 0
+    for g in gaps:
+        if g < BURST_GAP_MS:
+            under += 1
+            run += 1
+            largest = max(largest, run)
+        else:
+            run = 0
+    return len(gaps), under, (largest + 1 if times_ms else 0)
+
+
+def stream_figures(requests: Sequence[RequestResult]) -> dict:
+    """The buffering detector over an endpoint run's requests (fields of :class:`Summary`).
+
+    A request is buffered when it has >= 3 events and at least half of its gaps are under 1 ms (they came
+    out of one read); the run is, when at least half of such requests are. A direct stream's gaps are one
+    decode step each (milliseconds); a relay that holds the body releases everything at once.
+    """
+    gaps = under = largest = buffered = eligible = 0
+    for r in requests:
+        g, u, big = stream_shape(r.token_times_ms)
+        gaps, under, largest = gaps + g, under + u, max(largest, big)
+        if len(r.token_times_ms) >= 3:
+            eligible += 1
+            buffered += 2 * u >= g
+    return {
+        "stream_buffered": (2 * buffered >= eligible) if eligible else None,
+        "stream_gaps_under_1ms_share": round(under / gaps, 4) if gaps else None,
+        "stream_largest_burst": largest,
+        "stream_buffered_requests": buffered,
+    }
+
+
+def summarize(
+    requests: Sequence[RequestResult],
+    decode_weight_bytes: int | None = None,
+    mem_read_gbps: float | None = None,
+    *,
+    failed: int = 0,
+    offered_rate_rps: float | None = None,
+) -> Summary | None:
+    """The run's summary block, or None when no request finished. With the weights read per decode step and
+    the measured bandwidth it adds the roofline (``tpot_bound_ms``, ``tpot_efficiency``); ``failed`` is the
+    number of recorded failures; ``offered_rate_rps``: an open-loop run's schedule rate."""
+    if not requests:
+        return None
+    tps = [v for v in (decode_tokens_per_s(r) for r in requests) if v is not None]
+    tpot = describe(r.tpot_ms for r in requests if r.tpot_ms is not None)
+    bound, efficiency = roofline(decode_weight_bytes, mem_read_gbps, tpot.mean if tpot else None)
+    ttft, e2e = describe(r.ttft_ms for r in requests), describe(r.e2e_ms for r in requests)
+    tokens = describe(r.output_tokens for r in requests)
+    assert ttft is not None and e2e is not None and tokens is not None  # requests is not empty
+    return Summary(
+        requests=len(requests),
+        ttft_ms=ttft,
+        tpot_ms=tpot,
+        e2e_ms=e2e,
+        output_tokens=tokens,
+        decode_tokens_per_s=describe(tps),
+        tokenize_ms=describe(r.tokenize_ms for r in requests),
+        prefill_tokens_per_s=describe(v for v in map(prefill_tokens_per_s, requests) if v is not None),
+        tpot_bound_ms=bound,
+        tpot_efficiency=efficiency,
+        roofline_mem_read_gbps=mem_read_gbps if bound is not None else None,
+        failed_requests=failed,
+        **(stream_figures(requests) if any(r.chunks is not None for r in requests) else {}),
+        **open_loop_figures(requests, offered_rate_rps),
+        ttfrt_ms=describe(r.ttfrt_ms for r in requests if r.ttfrt_ms is not None),
+        token_count_disagreements=count_disagreements(requests),
+        **engine_figures(requests),
+        **cache_figures(requests),
+    )
+
+
+def cache_figures(requests: Sequence[RequestResult]) -> dict:
+    """Prefix reuse (fields of :class:`Summary`); {} without a workload structure or a server that says.
+
+    ``cached_tokens_share`` = sum(cached_tokens) / sum(prompt_tokens) over the requests whose server reports
+    both. TTFT split: by ``cold`` (the workload's structure: the first request to send its prefix) where the
+    requests have it, else by the server's account (nothing cached: cold)."""
+    told = [r for r in requests if r.cached_tokens is not None and r.prompt_tokens]
+    structured = [r for r in requests if r.cold is not None]
+    if not told and not structured:
+        return {}
+    prompt = sum(r.prompt_tokens or 0 for r in told)
+    if structured:
+        cold, warm = [r for r in structured if r.cold], [r for r in structured if not r.cold]
+    else:
+        cold, warm = [r for r in told if r.cached_tokens == 0], [r for r in told if (r.cached_tokens or 0) > 0]
+    return {
+        "cached_tokens_share": round(sum(r.cached_tokens or 0 for r in told) / prompt, 6) if prompt else None,
+        "ttft_cold_ms": describe(r.ttft_ms for r in cold),
+        "ttft_warm_ms": describe(r.ttft_ms for r in warm),
+    }
+
+
+def engine_figures(requests: Sequence[RequestResult]) -> dict:
+    """The engine's own timers beside llmbench's stamps (fields of :class:`Summary`); {} when no request has
+    them (transformers, endpoints). ``tpot_vs_engine_pct``: the median per-request ratio, so a request the
+    machine disturbed does not move it."""
+    timed = [r for r in requests if r.engine_tpot_ms or r.engine_ttft_ms or r.engine_prompt_tokens_evaluated]
+    if not timed:
+        return {}
+    ratios = [r.tpot_ms / r.engine_tpot_ms for r in timed if r.tpot_ms and r.engine_tpot_ms]
+    counted = [r for r in timed if r.engine_prompt_tokens_evaluated is not None and r.prompt_tokens is not None]
+    return {
+        "engine_ttft_ms": describe(r.engine_ttft_ms for r in timed if r.engine_ttft_ms is not None),
+        "engine_tpot_ms": describe(r.engine_tpot_ms for r in timed if r.engine_tpot_ms is not None),
+        "tpot_vs_engine_pct": round(100 * (float(np.median(ratios)) - 1), 3) if ratios else None,
+        "prompt_reuse_requests": sum(
+            r.engine_prompt_tokens_evaluated < r.prompt_tokens  # type: ignore[operator]
+            for r in counted
+        )
+        if counted
+        else None,
+    }
+
+
+def open_loop_figures(requests: Sequence[RequestResult], offered_rate_rps: float | None) -> dict:
+    """An open-loop run's rates and lateness (fields of :class:`Summary`); {} for a closed-loop run.
+
+    achieved_rate_rps = finished requests / (the last one's end - the first one's due time), both on the
+    schedule's clock (``scheduled_s + e2e_from_schedule_ms``)."""
+    due = [
+        (r, s, e) for r in requests if (s := r.scheduled_s) is not None and (e := r.e2e_from_schedule_ms) is not None
+    ]
+    if not due:
+        return {}
+    timed = [r for r, _, _ in due]
+    first = min(s for _, s, _ in due)
+    last = max(s + e / 1000.0 for _, s, e in due)
+    return {
+        "offered_rate_rps": offered_rate_rps,
+        "achieved_rate_rps": round(len(timed) / (last - first), 4) if last > first else None,
+        "send_lateness_ms": describe(r.send_lateness_ms for r in timed if r.send_lateness_ms is not None),
+        "ttft_from_schedule_ms": describe(
+            r.ttft_from_schedule_ms for r in timed if r.ttft_from_schedule_ms is not None
+        ),
+    }
+
+
+def count_disagreements(requests: Sequence[RequestResult]) -> int | None:
+    """How many requests' server and client token counts differ; None when no request had both."""
+    both = [r for r in requests if r.output_tokens_server is not None and r.output_tokens_client is not None]
+    return sum(r.output_tokens_server != r.output_tokens_client for r in both) if both else None

@@ -1,0 +1,595 @@
+"""The run JSON: a versioned pydantic schema, the formulas behind every number, and which setup fields must match.
+
+Schema history (bump ``SCHEMA_VERSION`` on any change a reader of the old version would misread):
+  1 (llmbench 0.1.0): first version. Optional fields added since, which a version-1 reader may ignore:
+    machine.probe_before/probe_after/summary/samples (0.1.0, for compare's machine-or-model check);
+    sessions, requests[].session, requests[].truncated_tokens, config.truncate (0.1.0, --resume/--truncate);
+    load.decode_weight_bytes, summary.prefill_tokens_per_s/tpot_bound_ms/tpot_efficiency/
+    roofline_mem_read_gbps (0.1.0, roofline);
+    config.attn_implementation/cache_implementation/compile/quantization, load.quantize_s/compile_s
+    (0.1.0, sweep);
+    config.weights "unknown", config.endpoint, requests[].chunks/tokens_from/server_ttft_ms/server_queue_ms/
+    stream_end_ms, summary.stream_*, client, failed_requests (0.1.0, endpoint runs);
+    probe.method, failed_requests[].session, requests[].prompt_tokens null when unknown, requests[].eos_ms
+    (0.2.0, one engine:
+    endpoint runs probe the client machine with numpy when the server is on loopback); config.auto (0.2.0,
+    automatic choices recorded); config.ab (0.2.0, llmbench ab); config.synthetic (0.2.0, --synthetic, scan);
+    quality (0.2.0, sweep --quality); config.endpoint.arrival, requests[].scheduled_s/send_lateness_ms/
+    ttft_from_schedule_ms/e2e_from_schedule_ms, failed_requests[].scheduled_s, summary.send_lateness_ms/
+    ttft_from_schedule_ms/offered_rate_rps/achieved_rate_rps (0.2.0, open-loop --rate); requests[].ttfrt_ms/
+    reasoning_events/reasoning_tokens, summary.ttfrt_ms (0.2.0, reasoning streams);
+    requests[].output_tokens_server/output_tokens_client, summary.token_count_disagreements (0.2.0, both
+    counts when a server's usage and --tokenizer are both there); config.endpoint.workers (0.2.0, --workers);
+    config.engine/precision/engine_settings, environment.engine, load.convert_s/converted,
+    requests[].prompt_token_ids_sha256/engine_ttft_ms/engine_tpot_ms/engine_prompt_tokens_evaluated,
+    summary.engine_ttft_ms/engine_tpot_ms/tpot_vs_engine_pct/prompt_reuse_requests (0.3.0, --engine: llama.cpp,
+    OpenVINO GenAI and ONNX Runtime GenAI beside transformers; a run without config.engine is transformers');
+    environment.cpu_flags/git (0.3.0, the history's machine fingerprint and measured code); config.ab.processes,
+    requests[].process (0.3.0, ab --processes); requests[].cpu_ms, cpu, machine.gpu/gpu_samples,
+    machine.summary.sampler_cpu_ms/sampler_cpu_pct_of_wall (0.3.0, what a token costs besides time);
+    server_metrics (0.3.0, --server-metrics: the server's own Prometheus metrics over the run);
+    config.prompt_source (0.3.0, datasets as prompt sources); config.endpoint.arrival.trace and process "trace"
+    (0.3.0, --trace replay); requests[].cached_tokens/cold, summary.cached_tokens_share/
+    ttft_cold_ms/ttft_warm_ms (0.3.0, the server's prefix-cache hits);
+    config.sessions, requests[].conversation/turn (0.3.0, --turns).
+
+No torch here: compare, show and the endpoint client read and write runs without it.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+SCHEMA_VERSION = 1
+SCAN_VERSION = 1  # scan.json (llmbench scan); history: 1 (llmbench 0.2.0) first version
+LOAD_VERSION = 1  # load.json (llmbench load); history: 1 (llmbench 0.2.0) first version
+
+# Which fields of the setup must be equal, and for what. A field's ``match`` says it: RESUME (a resumed run
+# continues the same measurement), COMPARE (compare lists it as "setup differs"), ENV (compare lists it as
+# "environment differs"). Resume, compare, sweep and ab all read these lists through ``must_match``.
+RESUME, COMPARE, ENV = "resume", "compare", "env"
+
+
+def _match(*purposes: str, default: Any = None, **kw: Any) -> Any:
+    if "default_factory" in kw:
+        return Field(json_schema_extra={"match": list(purposes)}, **kw)
+    return Field(default, json_schema_extra={"match": list(purposes)}, **kw)
+
+
+# Written into every run so a reader never has to guess what a number means.
+METRIC_FORMULAS: dict[str, str] = {
+    "ttft_ms": "first_token_stamp - request_start; request_start is taken before chat templating and tokenizing",
+    "tpot_ms": "(last_token_stamp - first_token_stamp) / (output_tokens - 1), for output_tokens >= 2; "
+    "excludes the first token (as vLLM's TPOT); per request, then summarised over requests",
+    "itl_ms": "token_times_ms[i] - token_times_ms[i-1] for i >= 1: every gap between consecutive tokens",
+    "e2e_ms": "last_token_stamp - request_start",
+    "decode_tokens_per_s": "(output_tokens - 1) / (last_token_stamp - first_token_stamp)",
+    "tokenize_ms": "chat templating + tokenizing + moving the ids to the device, inside ttft_ms",
+    "prefill_tokens_per_s": "prompt_tokens / (ttft_ms - tokenize_ms) * 1000: the first forward pass, "
+    "generate()'s set-up included, without templating and tokenizing",
+    "tpot_bound_ms": "decode_weight_bytes / mem_read_gbps: the fastest a decode step can read every weight once "
+    "(tied embeddings counted once; KV cache and activations ignored)",
+    "tpot_efficiency": "tpot_bound_ms / mean tpot_ms",
+    "token_times_ms": "stamp of each output token, in ms since request_start; token_times_ms[0] == ttft_ms",
+    "stamp": "time.perf_counter_ns() in the streamer's put(), when generate() hands over the token on the host",
+    "prompt_token_ids_sha256": "sha256 of the prompt's token ids as fed to the model (the Hugging Face tokenizer, "
+    "chat template included): equal hashes mean the same input ids, whatever the engine",
+}
+
+# The same names for the other engines (config.engine): the same ids in, each token stamped at the step that
+# makes it, text decoded after the request.
+ENGINE_METRIC_FORMULAS: dict[str, str] = {
+    **METRIC_FORMULAS,
+    "tokenize_ms": "chat templating + tokenizing with the model's Hugging Face tokenizer, inside ttft_ms (the "
+    "engine receives token ids, never text)",
+    "stamp": "time.perf_counter_ns() when the engine hands over a token id: llama.cpp, as Llama.generate() yields "
+    "it (after eval + sample); OpenVINO GenAI, in StreamerBase.write() (called on the generating thread by the "
+    "stateful SDPA pipeline); ONNX Runtime GenAI, after generate_next_token() + get_next_tokens()",
+    "engine_ttft_ms": "the engine's own timer for the first token: llama.cpp t_p_eval_ms (prompt evaluation, "
+    "llama_perf_context); OpenVINO GenAI PerfMetrics.get_ttft(); null for ONNX Runtime GenAI (it keeps none)",
+    "engine_tpot_ms": "the engine's own time per output token after the first: llama.cpp t_eval_ms / n_eval "
+    "(decode evaluations only, sampling excluded); OpenVINO GenAI PerfMetrics.get_tpot(); null for ONNX Runtime",
+    "engine_prompt_tokens_evaluated": "prompt tokens the engine says it evaluated for this request (llama.cpp "
+    "n_p_eval; OpenVINO GenAI num_input_tokens; null for ONNX Runtime GenAI, whose fresh Generator per request "
+    "holds no earlier cache): less than prompt_tokens means it reused an earlier request's prefix",
+    "tpot_vs_engine_pct": "100 * (median over requests of tpot_ms / engine_tpot_ms - 1): how far llmbench's "
+    "stopwatch is from the engine's own (llama.cpp's excludes sampling and the Python loop)",
+}
+
+# The same names measured over HTTP (config.mode "endpoint"): the client's clock, events instead of tokens.
+ENDPOINT_METRIC_FORMULAS: dict[str, str] = {
+    **METRIC_FORMULAS,
+    "ttft_ms": "arrival of the first SSE event that carries content - request_start; request_start is taken "
+    "before the HTTP request is built and sent (a role-only first event does not count)",
+    "tpot_ms": "(last token's arrival - first content event) / (output_tokens - 1), output_tokens from the "
+    "server's usage, else from tokenizing the received text (requests[].tokens_from says which); as vLLM's TPOT. "
+    "The last token's arrival is the last content event, except when the count is the server's and the stream "
+    "ends with finish_reason 'stop' after that event: an end-of-sequence token carries no text but usage counts "
+    "it, so its finishing event is its arrival (requests[].eos_ms)",
+    "itl_ms": "token_times_ms[i] - token_times_ms[i-1]: gaps between content events (an event may carry several "
+    "tokens)",
+    "e2e_ms": "last content event - request_start (stream_end_ms: when [DONE] or the end of the body arrived)",
+    "tokenize_ms": "0: templating and tokenizing happen on the server, inside ttft_ms",
+    "prefill_tokens_per_s": "prompt_tokens / ttft_ms * 1000: as the client sees it, transport and queue included; "
+    "null when prompt_tokens is unknown",
+    "prompt_tokens": "the server's usage.prompt_tokens; else --tokenizer's count of the messages through its chat "
+    "template when it has one (what a chat server tokenizes), else of the prompt text alone (a warning says so); "
+    "null when unknown",
+    "token_times_ms": "arrival of each content event, in ms since request_start; token_times_ms[0] == ttft_ms",
+    "stamp": "time.perf_counter_ns() when the SSE parser hands over the event (httpx + httpx-sse, one process)",
+    "stream_gaps_under_1ms_share": "share of gaps between consecutive content events under 1 ms, all requests",
+    "stream_largest_burst": "most content events of one request that arrived with under 1 ms between each",
+    "stream_buffered": "true when at least half of the requests with >= 3 events had at least half of their "
+    "gaps under 1 ms: the events were held and released together between server and client",
+}
+
+
+class _Model(BaseModel):
+    # Unknown fields are kept, so a newer minor writer's extras survive a read-modify-write.
+    model_config = ConfigDict(extra="allow", protected_namespaces=())
+
+
+class Sampling(_Model):
+    do_sample: bool = False
+    temperature: float | None = None
+    top_p: float | None = None
+    seed: int | None = None
+
+
+class Arrival(_Model):
+    """An open-loop schedule: request i is sent at ``offsets[i]`` seconds after the run's start, whatever the
+    server does. Drawn in advance from (process, rate, cv, seed), so it is reproducible and recorded."""
+
+    rate_rps: float  # the offered rate: mean requests per second
+    process: Literal["poisson", "constant", "gamma", "trace"] = "poisson"
+    cv: float = 1.0  # coefficient of variation of the gaps (gamma; poisson is 1, constant 0)
+    seed: int = 0
+    requests: int  # how many the schedule holds
+    duration_s: float | None = None  # --duration: the schedule was cut at this many seconds
+    # --trace: the trace replayed (workloads.trace.Trace.record: file, format, hash, time unit and scale, window,
+    # rows, expected prefix reuse); the offsets are its rows' scaled times
+    trace: dict | None = None
+
+
+class EndpointConfig(_Model):
+    url: str = _match(RESUME, COMPARE, default=...)  # the chat completions URL, without credentials or query
+    api_key_env: str | None = None  # the variable the key came from (the key itself is never written)
+    concurrency: int = _match(RESUME, COMPARE, default=1)
+    server: dict | None = None  # what GET /health said (llmbench serve), if anything
+    # fields sent besides messages/model/stream (max_tokens, temperature, ...)
+    request_extra: dict = _match(RESUME, COMPARE, default_factory=dict)
+    arrival: Arrival | None = _match(RESUME, COMPARE, default=None)  # open loop (--rate); None: closed loop
+    workers: int = 1  # client processes that shared the schedule (--workers)
+
+
+class ABConfig(_Model):
+    """``llmbench ab``: this run was measured interleaved with another, request by request."""
+
+    role: Literal["base", "head"]
+    side: str  # the worker command (VAR=redacted for assignments) or the server URL (no credentials)
+    other_file: str  # the other run, in the same folder
+    other_run_id: str
+    order: str = "ABBA"  # each (prompt, repeat) on both sides back to back; who goes first alternates
+    processes: int = 1  # worker processes per side, used in turn (pair k on process k mod N on both sides)
+
+
+class RunConfig(_Model):
+    mode: Literal["in-process", "endpoint"] = _match(RESUME, COMPARE, default="in-process")
+    # the engine that generated (in-process runs): transformers, llama.cpp, openvino, onnxruntime; a run written
+    # before engines existed reads as transformers. None: an endpoint run (the server's own engine)
+    engine: str | None = _match(RESUME, COMPARE, default=None)
+    # what the weights and activations are on that engine: {format, weights, activations, kv_cache} (engines
+    # other than transformers, whose dtype and quantization say it)
+    precision: dict | None = _match(RESUME, COMPARE, default=None)
+    engine_settings: dict | None = _match(RESUME, default=None)  # thread counts per phase, context, attention
+    model: str = _match(RESUME, COMPARE, default=...)
+    model_source: str  # "hub" | "folder" | "gguf" | "builtin" | "endpoint"
+    # unknown: an endpoint that doesn't say
+    weights: Literal["pretrained", "random", "unknown"] = _match(RESUME, COMPARE, default=...)
+    device: str = _match(RESUME, COMPARE, default=...)
+    dtype: str = _match(RESUME, COMPARE, default=...)
+    dtype_reason: str = ""
+    threads: int | None = _match(RESUME, COMPARE)
+    max_new_tokens: int = _match(RESUME, COMPARE, default=...)
+    ignore_eos: bool = _match(RESUME, COMPARE, default=...)
+    warmup: int
+    repeats: int = _match(RESUME, COMPARE, default=...)
+    prompt_file: str
+    prompt_sha256: str = _match(RESUME, COMPARE, default=...)
+    prompt_count: int
+    sampling: Sampling = _match(RESUME, COMPARE, default_factory=lambda: Sampling())
+    chat_template: bool = _match(RESUME, COMPARE, default=True)
+    system_prompt: str | None = _match(RESUME, COMPARE)
+    device_map: str | None = _match(RESUME, COMPARE)  # --device-map as given (None: straight onto the device)
+    # prompts longer than the context were cut (left side) instead of refused
+    truncate: bool = _match(RESUME, COMPARE, default=False)
+    attn_implementation: str | None = _match(RESUME, COMPARE)  # --attn; None: transformers' default for the model
+    cache_implementation: Literal["dynamic", "static"] = _match(RESUME, COMPARE, default="dynamic")  # --cache
+    compile: bool = _match(RESUME, COMPARE, default=False)  # decode steps run through torch.compile (static cache)
+    quantization: str | None = _match(
+        RESUME, COMPARE
+    )  # "int8" weight-only, "int8-dynamic" (llmbench.engines.hf.quantize)
+    endpoint: EndpointConfig | None = None  # mode "endpoint": where and how the requests went (fields: own match)
+    # the fields above that llmbench or transformers chose because they were left to it (--dtype auto, no
+    # --threads, ...): compare says "auto chose X, then Y" for them
+    auto: list[str] = []
+    ab: ABConfig | None = None  # llmbench ab: the run it was interleaved with
+    # --synthetic / scan: {tokens, count, seed, generator, corpus_sha256[, scan_point]}: the prompts are a
+    # function of these and the model's tokenizer (prompt_sha256 covers them)
+    synthetic: dict | None = None
+    # a dataset (llmbench.workloads.dataset): {version, path, format, file_sha256, prompt_column, output_len_column,
+    # output_tokens_from, output_tokens, min/max_prompt_tokens, num_prompts, seed, entries, kept, dropped_*,
+    # skipped, rows}; prompt_sha256 covers the chosen prompts and their output lengths
+    prompt_source: dict | None = None
+    # --turns (workloads.sessions): {turns, conversations, think_time_s, later_turns, follow_ups}; each turn is a
+    # prompt of its own (prompt_count counts turns)
+    sessions: dict | None = None
+
+    @model_validator(mode="after")
+    def _engine(self) -> RunConfig:
+        if self.engine is None and self.mode == "in-process":
+            self.engine = "transformers"  # files from before --engine
+        return self
+
+
+class GPUInfo(_Model):
+    name: str
+    memory_bytes: int | None = None
+    driver: str | None = None
+    cuda: str | None = None
+
+
+class Environment(_Model):
+    python: str = _match(RESUME, ENV, default=...)
+    torch: str | None = _match(RESUME, ENV)
+    transformers: str | None = _match(RESUME, ENV)
+    platform: str = _match(ENV, default=...)  # the kernel version: a resume across a reboot is allowed
+    cpu_model: str = _match(RESUME, ENV, default=...)
+    cpu_count: int | None = _match(RESUME, ENV)
+    cpu_physical_cores: int | None = None
+    ram_total_bytes: int | None = None
+    gpu: GPUInfo | None = _match(RESUME, ENV)
+    engine: str | None = _match(RESUME, ENV)  # the engine's package and version (--engine other than transformers)
+    cpu_flags: list[str] | None = None  # instruction-set flags (avx*, amx*, fma, ...): the history's fingerprint
+    git: dict | None = None  # the checkout llmbench ran in: {commit, branch, dirty} (the history's "measured code")
+
+
+class Offload(_Model):
+    disk: list[str] = []
+    cpu: list[str] = []
+    meta: list[str] = []
+    missing_bytes: int = 0  # bytes of weights that are not in the memory of the device that computes
+
+
+class LoadInfo(_Model):
+    seconds: float
+    device_map: dict[str, str] | None = None
+    offload: Offload = Offload()
+    allowed_offload: bool = False
+    parameters: int | None = None
+    weights_bytes: int | None = None
+    decode_weight_bytes: int | None = None  # weights read per decode step: tied embeddings once, an untied
+    # input embedding not at all (one row is gathered)
+    quantize_s: float | None = None  # --quantize: seconds spent quantizing, after loading
+    compile_s: float | None = None  # --compile: wall time of a 2-token generate() that compiles (untimed)
+    convert_s: float | None = None  # --engine: converting the model for the engine (0 when cached; untimed)
+    converted: dict | None = None  # --engine: {steps: [{from, to, tool, seconds, cached}], path, cache_key}
+
+
+class RequestResult(_Model):
+    prompt_index: int
+    repeat: int
+    prompt_tokens: int | None  # None: unknown (an endpoint that sent no usage, no --tokenizer)
+    output_tokens: int
+    tokenize_ms: float
+    ttft_ms: float
+    tpot_ms: float | None  # None when output_tokens < 2
+    e2e_ms: float
+    token_times_ms: list[float]
+    output_token_ids_sha256: str
+    output_text: str
+    started_s: float = 0.0  # seconds since the first measured request started: shows drift over a run
+    truncated_tokens: int = 0  # prompt tokens cut to fit the context (--truncate)
+    session: int = 0  # index into Run.sessions: which invocation measured it (--resume adds sessions)
+    # endpoint runs only: stamps are per content event, not per token
+    chunks: int | None = None  # content events received (== len(token_times_ms))
+    tokens_from: Literal["usage", "tokenizer", "chunks"] | None = None  # where output_tokens came from
+    stream_end_ms: float | None = None  # [DONE] (or the body's end) arrived, ms since request_start
+    server_ttft_ms: float | None = None  # llmbench serve's own stamp of the first token (from arrival)
+    server_queue_ms: float | None = None  # llmbench serve: arrival until the model started on it (templating + wait)
+    # the server's usage.prompt_tokens_details.cached_tokens: prompt tokens its prefix cache served (vLLM, SGLang,
+    # OpenAI); None when it does not say
+    cached_tokens: int | None = None
+    # a workload with shared prefixes (--trace's hash ids): the first request to send its prefix (True), or one
+    # whose prefix an earlier request sent (False); None without such structure
+    cold: bool | None = None
+    # (warmup_requests[].prompt_index is -1 for a workload's own warm-up prompt: --prefix-groups, --trace)
+    # --turns: the conversation (the prompt that opened it) and the turn (0: the first) this request was
+    conversation: int | None = None
+    turn: int | None = None
+    eos_ms: float | None = None  # endpoint runs: arrival of the finishing event of an end-of-sequence token that
+    # carried no text but that usage counts (TPOT's span ends there)
+    # open-loop runs (--rate): when it was due, and how late the client sent it
+    scheduled_s: float | None = None  # seconds since the run's start
+    send_lateness_ms: float | None = None  # request start - scheduled time (the client's own delay)
+    ttft_from_schedule_ms: float | None = None  # send_lateness_ms + ttft_ms: what a user arriving on time waits
+    e2e_from_schedule_ms: float | None = None
+    # reasoning streams: ttft_ms stays the first *content* event
+    ttfrt_ms: float | None = None  # time to the first reasoning event (delta.reasoning_content / .reasoning)
+    reasoning_events: int | None = None
+    reasoning_tokens: int | None = None  # usage.completion_tokens_details.reasoning_tokens
+    # both counts, when the server sent usage and --tokenizer counted the text (tokens_from says which one the
+    # metrics used)
+    output_tokens_server: int | None = None
+    output_tokens_client: int | None = None
+    process: int | None = None  # ab --processes: which of the side's worker processes measured it (0-based)
+    cpu_ms: float | None = None  # in-process runs: this process's CPU time (user + system) during the request
+    # in-process runs: the input ids' hash (equal across engines when they were fed the same ids)
+    prompt_token_ids_sha256: str | None = None
+    # --engine other than transformers: the engine's own stopwatch and counters (ENGINE_METRIC_FORMULAS)
+    engine_ttft_ms: float | None = None
+    engine_tpot_ms: float | None = None
+    engine_prompt_tokens_evaluated: int | None = None
+
+    @model_validator(mode="after")
+    def _invariants(self) -> RequestResult:
+        stamps = self.output_tokens if self.chunks is None else self.chunks
+        if len(self.token_times_ms) != stamps:
+            raise ValueError("len(token_times_ms) != output_tokens (chunks, for endpoint runs)")
+        if self.output_tokens and self.token_times_ms[0] != self.ttft_ms:
+            raise ValueError("token_times_ms[0] != ttft_ms")
+        return self
+
+
+class Stats(_Model):
+    n: int
+    mean: float
+    p50: float
+    p90: float
+    p99: float
+    min: float
+    max: float
+    std: float
+
+
+class Summary(_Model):
+    requests: int
+    ttft_ms: Stats
+    tpot_ms: Stats | None = None
+    e2e_ms: Stats
+    output_tokens: Stats
+    decode_tokens_per_s: Stats | None = None
+    tokenize_ms: Stats | None = None
+    prefill_tokens_per_s: Stats | None = None
+    tpot_bound_ms: float | None = None  # roofline: decode_weight_bytes / mem_read_gbps
+    tpot_efficiency: float | None = None  # tpot_bound_ms / mean TPOT (1.0 = at the memory limit)
+    roofline_mem_read_gbps: float | None = None  # the bandwidth the bound used
+    stream_buffered: bool | None = None  # endpoint runs: the events arrived in bursts (see metrics)
+    stream_gaps_under_1ms_share: float | None = None
+    stream_largest_burst: int | None = None
+    stream_buffered_requests: int | None = None
+    # endpoint runs whose server reports usage.prompt_tokens_details.cached_tokens (metrics.cache_figures)
+    cached_tokens_share: float | None = None  # sum(cached_tokens) / sum(prompt_tokens)
+    # TTFT of cold and warm requests: by the workload's structure (requests[].cold) where it has one, else by
+    # the server's cache (nothing cached: cold)
+    ttft_cold_ms: Stats | None = None
+    ttft_warm_ms: Stats | None = None
+    failed_requests: int = 0
+    # open-loop runs
+    offered_rate_rps: float | None = None  # the schedule's rate
+    achieved_rate_rps: float | None = None  # finished requests / (last end - first scheduled send)
+    send_lateness_ms: Stats | None = None
+    ttft_from_schedule_ms: Stats | None = None
+    ttfrt_ms: Stats | None = None  # reasoning streams
+    token_count_disagreements: int | None = None  # requests whose server and client counts differ
+    # --engine: the engine's own timers beside llmbench's stamps, and requests that reused a cached prefix
+    engine_ttft_ms: Stats | None = None
+    engine_tpot_ms: Stats | None = None
+    tpot_vs_engine_pct: float | None = None
+    prompt_reuse_requests: int | None = None
+
+
+class Probe(_Model):
+    method: Literal["torch", "numpy"] = "torch"  # numpy: an endpoint run's client (no torch there), 1 thread
+    mem_read_gbps: float  # float32 sum over 256 MB (1 GB on GPU), the run's device and threads, median of 7
+    matmul_gflops: float  # float32 256x1024 @ 1024x1024, the run's device and threads, median of 25
+    threads: int
+    seconds: float
+
+
+class MachineSample(_Model):
+    t_s: float  # seconds since sampling started
+    cpu_busy_pct: float  # whole machine, 100 = every CPU busy
+    own_cpu_pct: float  # this process, same scale
+    other_cpu_pct: float  # busy - own: every other process
+    steal_pct: float  # time the hypervisor gave this VM's CPUs to someone else
+    load1: float
+    freq_mhz: float | None = None
+    rss_bytes: int
+    swap_used_bytes: int
+
+
+class MachineSummary(_Model):
+    samples: int
+    cpu_busy_pct_mean: float
+    own_cpu_pct_mean: float
+    other_cpu_pct_mean: float
+    other_cpu_pct_max: float
+    steal_pct_mean: float
+    steal_pct_max: float
+    load1_max: float
+    freq_mhz_mean: float | None = None
+    rss_max_bytes: int
+    swap_used_max_bytes: int
+    # the sampler's own CPU time over the run (its thread's, every sample and NVML read included), and that as
+    # a share of the run's wall time: what watching the machine cost it at most
+    sampler_cpu_ms: float | None = None
+    sampler_cpu_pct_of_wall: float | None = None
+
+
+class MachineState(_Model):
+    swap_in_bytes: int = 0  # system-wide, during the requests
+    swap_out_bytes: int = 0
+    process_swap_bytes: int = 0  # this process's pages in swap at the end (VmSwap)
+    probe_before: Probe | None = None
+    probe_after: Probe | None = None
+    summary: MachineSummary | None = None
+    samples: list[MachineSample] = []
+    # runs on a CUDA device: the card's record (machine.telemetry.gpu_summary: energy, J per output token, clocks,
+    # clock events, temperature, memory peaks, other processes; what the card can't give, and why) and samples
+    gpu: dict | None = None
+    gpu_samples: list[dict] = []
+
+
+class ClientStats(_Model):
+    """What the endpoint client itself cost: it shares the machine with a co-located server."""
+
+    cpu_s: float  # this process's CPU time (user + system) during the measured requests
+    wall_s: float
+    cpu_pct_of_one_core: float  # 100 * cpu_s / wall_s
+    cpu_ms_per_event: float | None = None  # cpu_s / content events received
+
+
+class FailedRequest(_Model):
+    prompt_index: int
+    repeat: int
+    error: str
+    status: int | None = None  # HTTP status, when there was one
+    started_s: float = 0.0
+    session: int = 0
+    scheduled_s: float | None = None  # open-loop runs: when it was due
+
+
+class Session(_Model):
+    """One invocation that contributed requests (a resumed run has several)."""
+
+    started_at: str
+    environment: Environment
+    load: LoadInfo | None = None
+    interrupted_by: str | None = None  # "SIGINT" | "SIGTERM" when it stopped early
+
+
+class Run(_Model):
+    schema_version: Literal[1]  # == SCHEMA_VERSION; a file of another version is refused, never misread
+    llmbench_version: str
+    run_id: str
+    created_at: str  # ISO 8601, UTC
+    complete: bool
+    config: RunConfig
+    environment: Environment
+    load: LoadInfo | None = None
+    metrics: dict[str, str] = METRIC_FORMULAS
+    warnings: list[str] = []
+    requests: list[RequestResult] = []
+    warmup_requests: list[RequestResult] = []
+    summary: Summary | None = None
+    machine: MachineState | None = None
+    sessions: list[Session] = []
+    client: ClientStats | None = None  # endpoint runs
+    failed_requests: list[FailedRequest] = []  # endpoint runs: requests the server failed, the rest went on
+    quality: dict | None = None  # sweep --quality: this setup against the reference (llmbench quality's fields)
+    # in-process runs: what the tokens cost the CPU (llmbench.machine.telemetry.cpu_record): cpu_s, cores_busy,
+    # cpu_ms_per_output_token, cpu_ms_per_request, freq_mhz_mean, energy_j (RAPL) or energy_missing
+    cpu: dict | None = None
+    # endpoint runs with --server-metrics: the server's Prometheus page over the window (servermetrics.summarize)
+    server_metrics: dict | None = None
+
+
+class _Lean(BaseModel):
+    # Fields not declared are skipped, not built: reading a 10,000-request run this way takes ~0.1 s.
+    model_config = ConfigDict(extra="ignore", protected_namespaces=())
+
+
+class RequestScalars(_Lean):
+    """A request without its token stamps and text: what compare needs."""
+
+    prompt_index: int
+    repeat: int
+    prompt_tokens: int | None
+    output_tokens: int
+    ttft_ms: float
+    tpot_ms: float | None
+    e2e_ms: float
+    output_token_ids_sha256: str
+    prompt_token_ids_sha256: str | None = None
+    process: int | None = None
+    tokenize_ms: float = 0.0
+
+
+class RunScalars(_Lean):
+    """A run without per-token data (``load_run(..., scalars_only=True)``)."""
+
+    schema_version: Literal[1]
+    llmbench_version: str
+    run_id: str
+    created_at: str
+    complete: bool
+    config: RunConfig
+    environment: Environment
+    load: LoadInfo | None = None
+    machine: MachineState | None = None
+    summary: Summary | None = None
+    requests: list[RequestScalars] = []
+    quality: dict | None = None
+    warnings: list[str] = []
+    cpu: dict | None = None
+    server_metrics: dict | None = None
+
+
+def must_match(purpose: str, model: type[BaseModel] = RunConfig, prefix: str = "") -> tuple[str, ...]:
+    """The (dotted) field names of ``model`` whose ``match`` includes ``purpose``, nested models walked."""
+    keys: list[str] = []
+    for name, f in model.model_fields.items():
+        extra = f.json_schema_extra if isinstance(f.json_schema_extra, dict) else {}
+        if purpose in (extra.get("match") or ()):  # type: ignore[operator]
+            keys.append(prefix + name)
+        sub = f.annotation
+        for arg in getattr(sub, "__args__", ()) or (sub,):
+            if isinstance(arg, type) and issubclass(arg, _Model) and arg is not model:
+                keys += must_match(purpose, arg, f"{prefix}{name}.")
+    return tuple(keys)
+
+
+def field_value(data: dict, key: str) -> Any:
+    """``data["a"]["b"]`` for ``"a.b"`` (None where a level is missing or None)."""
+    for part in key.split("."):
+        if not isinstance(data, dict):
+            return None
+        data = data.get(part)  # type: ignore[assignment]
+    return data
+
+
+def differences(a: dict, b: dict, keys: tuple[str, ...]) -> list[tuple[str, Any, Any]]:
+    """(key, a's value, b's value) for each key whose values differ."""
+    return [(k, field_value(a, k), field_value(b, k)) for k in keys if field_value(a, k) != field_value(b, k)]
+
+
+def utc_now() -> str:
+    """ISO 8601 UTC to the second, as every timestamp in a run is written."""
+    return datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def llmbench_version() -> str:
+    """This package's version."""
+    from llmbench.core.version import __version__
+
+    return __version__
+
+
+def new_run_record(config: RunConfig, environment: Environment, **fields: Any) -> Run:
+    """A run before its first request (every mode): version stamps, a fresh id, ``complete: false``."""
+    import uuid
+
+    return Run(
+        schema_version=1,  # SCHEMA_VERSION, as the Literal the model declares
+        llmbench_version=llmbench_version(),
+        run_id=uuid.uuid4().hex,
+        created_at=utc_now(),
+        complete=False,
+        config=config,
+        environment=environment,
+        **fields,
+    )

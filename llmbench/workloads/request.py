@@ -1,0 +1,30 @@
+"""One measurement to take: the unit every backend is handed. It lives beside the prompt sets that build it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Request:
+    """One measurement to take: a prompt of the run's prompt set, and which repeat of it (< 0: a warm-up).
+
+    ``batch``: several prompts generated together in one call (a backend that batches returns one result per
+    sequence, ``prompt_index`` = the sequence's place in the batch). ``scheduled_s``: an open-loop run's due
+    time (seconds after the run's start); the loop sets ``due_ns`` (``perf_counter_ns``) when it sends it.
+    Build one with :meth:`PromptSet.request`, which attaches a dataset's output length."""
+
+    prompt: str
+    prompt_index: int
+    repeat: int
+    batch: tuple[str, ...] = ()
+    scheduled_s: float | None = None
+    due_ns: int | None = None
+    max_new_tokens: int | None = None  # this request's own output length (a dataset's); None: the run's
+    cold: bool | None = None  # a workload with shared prefixes: the first to send its prefix (None: no structure)
+    # a session's turn (--turns): which conversation, which turn, the conversation so far (sent before the prompt),
+    # and how long the user thinks after the previous reply before sending it
+    conversation: int | None = None
+    turn: int | None = None
+    messages: tuple[dict[str, str], ...] = ()
+    think_s: float = 0.0
