@@ -36,7 +36,7 @@ def lint(session: nox.Session) -> None:
 
 
 # The regression job: the pull request's head against its base, side by side (llmbench ab), each side a worker
-# from its own venv. The setup and the threshold are justified in README, "Regression job", from measured A/A.
+# from its own venv. The setup and the threshold are justified in docs/ab.md ("Regression job"), from measured A/A.
 REGRESSION_WORKER = ["--weights", "random", "--dtype", "bfloat16", "--threads", "2"]
 REGRESSION_AB = ["prompts/env_violations.txt", "--max-new-tokens", "32", "--repeats", "1", "--warmup", "2",
                  "--processes", "4"]  # fmt: skip

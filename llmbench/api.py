@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from llmbench.core.errors import UserError
 from llmbench.core.process import Stop
-from llmbench.options import DEFAULT_MODEL, EndpointOptions, ModelOptions, RunOptions, default_metrics_url
+from llmbench.options import DEFAULT_MODEL, EndpointOptions, ModelOptions, OpenLoop, RunOptions, default_metrics_url
 from llmbench.results.schema import Run
 from llmbench.runner.loop import Reporter
 from llmbench.workloads.dataset import DatasetSpec
@@ -47,6 +47,79 @@ def _sync(coro_fn: Callable[P, Awaitable[R]]) -> Callable[P, R]:
             return ex.submit(asyncio.run, coro_fn(*args, **kwargs)).result()  # type: ignore[arg-type]
 
     return run
+
+
+def run_options(
+    *,
+    max_new_tokens: int = 256,
+    ignore_eos: bool | None = None,
+    weights: str = "pretrained",
+    warmup: int = 1,
+    repeats: int = 1,
+    sample: bool = False,
+    seed: int = 0,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    system_prompt: str | None = None,
+    chat_template: bool = True,
+    truncate: bool = False,
+    cache: str = "dynamic",
+    compile: bool = False,
+    turns: int = 1,
+    think_time_s: float = 0.0,
+) -> RunOptions:
+    """:class:`RunOptions` as :func:`measure` and ``llmbench run`` take them: ``ignore_eos`` None is on with random
+    ``weights`` (their text is meaningless, so the length is fixed); ``compile`` decodes on the static cache."""
+    return RunOptions(
+        max_new_tokens=max_new_tokens, ignore_eos=(weights == "random") if ignore_eos is None else ignore_eos,
+        warmup=warmup, repeats=repeats, sample=sample, seed=seed, temperature=temperature, top_p=top_p,
+        system_prompt=system_prompt, chat_template=chat_template, truncate=truncate,
+        cache="static" if compile else cache, compile=compile, turns=turns, think_time_s=think_time_s,
+    )  # fmt: skip
+
+
+def model_options(
+    model: str | None = None,
+    *,
+    weights: str = "pretrained",
+    device: str = "auto",
+    dtype: str = "auto",
+    reprobe: bool = False,
+    threads: int | None = None,
+    attn: str | None = None,
+    quantize: str | None = None,
+    engine: str = "transformers",
+    precision: str | None = None,
+    isolate: bool | None = None,
+    device_map: str | dict[str, Any] | None = None,
+    allow_offload: bool = False,
+    allow_pickle: bool = False,
+    trust_remote_code: bool = False,
+) -> ModelOptions:
+    """:class:`ModelOptions` as :func:`measure` and the CLI take them: ``model`` None is the default model,
+    ``quantize`` "none" is None."""
+    return ModelOptions(
+        model=model or DEFAULT_MODEL, weights=weights, device=device, dtype=dtype, reprobe=reprobe, threads=threads,
+        device_map=device_map, allow_offload=allow_offload, allow_pickle=allow_pickle,
+        trust_remote_code=trust_remote_code, attn=attn, quantize=None if quantize in (None, "none") else quantize,
+        engine=engine, precision=precision, isolate=isolate,
+    )  # fmt: skip
+
+
+def endpoint_options(
+    url: str,
+    *,
+    model: str | None = None,
+    api_key_env: str | None = None,
+    concurrency: int = 1,
+    timeout_s: float = 600.0,
+    tokenizer: str | None = None,
+    open_loop: OpenLoop | None = None,
+    metrics_url: str | None = None,
+) -> EndpointOptions:
+    """:class:`EndpointOptions` of the server at ``url`` as :func:`measure` and the CLI name it."""
+    return EndpointOptions(url=url, model=model, api_key_env=api_key_env, concurrency=concurrency, timeout_s=timeout_s,
+                           tokenizer=tokenizer, open_loop=open_loop, metrics_url=metrics_url)  # fmt: skip
 
 
 async def ameasure(
@@ -106,40 +179,31 @@ async def ameasure(
     """
     from llmbench.drivers.run import run as run_driver
 
-    options = RunOptions(
-        max_new_tokens=max_new_tokens,
-        ignore_eos=(weights == "random") if ignore_eos is None else ignore_eos,
-        warmup=warmup,
-        repeats=repeats,
-        sample=sample,
-        seed=seed,
-        temperature=temperature,
-        top_p=top_p,
-        system_prompt=system_prompt,
-        chat_template=chat_template,
-        truncate=truncate,
-        cache="static" if compile else cache,
-        compile=compile,
-    )
+    options = run_options(
+        max_new_tokens=max_new_tokens, ignore_eos=ignore_eos, weights=weights, warmup=warmup, repeats=repeats,
+        sample=sample, seed=seed, temperature=temperature, top_p=top_p, system_prompt=system_prompt,
+        chat_template=chat_template, truncate=truncate, cache=cache, compile=compile,
+    )  # fmt: skip
     target: ModelOptions | EndpointOptions | LoadedModel | EngineModel
     if isinstance(endpoint, EndpointOptions):
         target = endpoint
     elif endpoint is not None:
         if model is not None and not isinstance(model, str):
             raise UserError("with endpoint, model names the model to send (a string)")
-        target = EndpointOptions(url=endpoint, model=model, api_key_env=api_key_env, concurrency=concurrency,
-                                 tokenizer=tokenizer, metrics_url=(default_metrics_url(endpoint) if server_metrics
-                                                                   is True else server_metrics or None))  # fmt: skip
+        metrics = default_metrics_url(endpoint) if server_metrics is True else server_metrics or None
+        target = endpoint_options(endpoint, model=model, api_key_env=api_key_env, concurrency=concurrency,
+                                  tokenizer=tokenizer, metrics_url=metrics)  # fmt: skip
     elif model is not None and not isinstance(model, str):
         target = model  # a LoadedModel
     else:
-        target = ModelOptions(
-            model=model or DEFAULT_MODEL, weights=weights, device=device, dtype=dtype, reprobe=reprobe, threads=threads,
-            device_map=device_map, allow_offload=allow_offload, allow_pickle=allow_pickle,
-            trust_remote_code=trust_remote_code, attn=attn, quantize=None if quantize in (None, "none") else quantize,
-            engine=engine, precision=precision, isolate=isolate,
+        target = model_options(
+            model, weights=weights, device=device, dtype=dtype, reprobe=reprobe, threads=threads, attn=attn,
+            quantize=quantize, engine=engine, precision=precision, isolate=isolate, device_map=device_map,
+            allow_offload=allow_offload, allow_pickle=allow_pickle, trust_remote_code=trust_remote_code,
         )  # fmt: skip
-    source = prompts if isinstance(prompts, DatasetSpec) else as_prompt_set(prompts)  # a dataset: chosen once loaded
+    from llmbench.drivers.workload import as_source
+
+    source = as_source(prompts)  # the one prompt-source ladder: a dataset is chosen once the model is loaded
     run, _path = await run_driver(
         source, target, options, output=output, overwrite=overwrite, resume=resume, stop=stop, reporter=reporter,
     )  # fmt: skip
@@ -175,10 +239,10 @@ def load_model(
     from llmbench.engines.hf import models
     from llmbench.engines.hf.generation import generation_thread
 
-    spec = ModelOptions(model=model, weights=weights, device=device, dtype=dtype, reprobe=reprobe, threads=threads,
-                        attn=attn, quantize=quantize, device_map=device_map, allow_offload=allow_offload,
-                        allow_pickle=allow_pickle, trust_remote_code=trust_remote_code, engine=engine,
-                        precision=precision)  # fmt: skip
+    spec = model_options(model, weights=weights, device=device, dtype=dtype, reprobe=reprobe, threads=threads,
+                         attn=attn, quantize=quantize, device_map=device_map, allow_offload=allow_offload,
+                         allow_pickle=allow_pickle, trust_remote_code=trust_remote_code, engine=engine,
+                         precision=precision)  # fmt: skip
     if not spec.is_transformers:
         from llmbench.engines.base import load
 

@@ -502,6 +502,28 @@ def create_app(
     return app
 
 
+def prepare(
+    spec: Any, host: str, port: int, *, max_queue: int = 4, max_tokens: int = 256, reasoning_tokens: int = 0
+) -> tuple[FastAPI, LoadedModel]:
+    """Everything ``llmbench serve`` does before it listens: the limits and the model's options checked, the port
+    free, the model (a :class:`~llmbench.options.ModelOptions`) loaded on the thread that will generate (a
+    status line on stderr meanwhile), and its app. UserError for what can't be served."""
+    from llmbench.core.errors import UserError
+    from llmbench.engines.hf import models
+    from llmbench.engines.hf.generation import generation_thread
+    from llmbench.present import terminal as display
+
+    if max_queue < 0:
+        raise UserError(f"--max-queue must be 0 or more, not {max_queue}")
+    if max_tokens < 1:
+        raise UserError(f"--max-tokens must be at least 1, not {max_tokens}")
+    models.validate(spec)
+    check_port(host, port)
+    with display.err.status(f"loading {spec.model} ({spec.weights} weights) ..."):
+        loaded = generation_thread().run(models.load_model, spec)  # on the thread that will generate
+    return create_app(loaded, max_queue=max_queue, max_tokens=max_tokens, reasoning_tokens=reasoning_tokens), loaded
+
+
 def check_port(host: str, port: int) -> None:
     """UserError when ``host:port`` can't be bound (in use, or not an address of this machine)."""
     import socket

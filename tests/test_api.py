@@ -164,15 +164,3 @@ def _functions(tree):
 
 def test_the_package_is_typed():
     assert (PACKAGE / "py.typed").is_file()
-
-
-@pytest.mark.slow
-def test_the_readme_example_runs(tmp_path):
-    """README's Python API example, as a script: it must keep working as written."""
-    text = (PACKAGE.parent / "README.md").read_text(encoding="utf-8")
-    start = text.index("```python\nimport llmbench\nimport pandas as pd")
-    code = text[start + len("```python\n") : text.index("```", start + 10)]
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=600)
-    assert r.returncode == 0, r.stderr
-    assert "regressions:" in r.stdout and "tpot_ms mean" in r.stdout
-    assert list(tmp_path.iterdir()) == []  # it wrote nothing

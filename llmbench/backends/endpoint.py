@@ -46,8 +46,6 @@ from llmbench.results.schema import (
 )
 from llmbench.workloads.arrivals import plan_arrivals, trace_arrivals
 from llmbench.workloads.prompts import PromptSet
-from llmbench.workloads.synthetic import SyntheticSpec
-from llmbench.workloads.synthetic import make as make_synthetic
 
 _NS_PER_MS = 1_000_000
 
@@ -107,11 +105,6 @@ class EndpointBackend:
             raise UserError(f"{what} with --endpoint needs --tokenizer (the server's, to count prompt tokens)")
         counter = self.counter = self.counter or TokenCounter(self.endpoint.tokenizer)
         return counter.counter_of(self.options.system_prompt), counter.tok
-
-    async def synthesize(self, spec: SyntheticSpec) -> PromptSet:
-        """Prompts of exactly ``spec.tokens`` tokens as ``--tokenizer`` counts them."""
-        count, tokenizer = await self.counting()
-        return make_synthetic(spec, tokenizer, count)
 
     async def start(self, prompts: PromptSet) -> None:
         """Ask the server what it serves (GET /health, /v1/models); load ``--tokenizer`` before any request."""

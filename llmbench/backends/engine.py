@@ -27,8 +27,6 @@ from llmbench.options import ModelOptions, RunOptions
 from llmbench.results.metrics import ids_sha256, request_result
 from llmbench.results.schema import Probe, RequestResult, Run, RunConfig, new_run_record
 from llmbench.workloads.prompts import PromptSet
-from llmbench.workloads.synthetic import SyntheticSpec
-from llmbench.workloads.synthetic import make as make_synthetic
 
 # The engine's own TPOT and llmbench's are two stopwatches of the same steps; beyond this they disagree and the
 # run says so. llama.cpp's own excludes sampling and its Python loop, OpenVINO's includes its streamer call.
@@ -94,11 +92,6 @@ class EngineBackend:
         """How this run counts a prompt's tokens, and its tokenizer (loads the model first)."""
         await asyncio.wrap_future(self.thread.submit(self.load_now))
         return self.count_prompt_tokens, self.em.tokenizer
-
-    async def synthesize(self, spec: SyntheticSpec) -> PromptSet:
-        """Prompts of exactly ``spec.tokens`` tokens as this backend counts them (loads the model first)."""
-        count, tokenizer = await self.counting()
-        return make_synthetic(spec, tokenizer, count)
 
     def count_prompt_tokens(self, prompt: str) -> int:
         return len(self._encode(prompt))

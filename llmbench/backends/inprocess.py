@@ -40,8 +40,6 @@ from llmbench.options import ModelOptions, RunOptions
 from llmbench.results.metrics import ids_sha256, request_result
 from llmbench.results.schema import Probe, RequestResult, Run, RunConfig, new_run_record
 from llmbench.workloads.prompts import PromptSet
-from llmbench.workloads.synthetic import SyntheticSpec
-from llmbench.workloads.synthetic import make as make_synthetic
 
 
 @dataclasses.dataclass
@@ -128,11 +126,6 @@ class InProcessBackend:
         """How this run counts a prompt's tokens, and its tokenizer (loads the model first)."""
         await asyncio.wrap_future(self.thread.submit(self._load))
         return self.count_prompt_tokens, self.lm.tokenizer
-
-    async def synthesize(self, spec: SyntheticSpec) -> PromptSet:
-        """Prompts of exactly ``spec.tokens`` tokens as this backend counts them (loads the model first)."""
-        count, tokenizer = await self.counting()
-        return make_synthetic(spec, tokenizer, count)
 
     def count_prompt_tokens(self, prompt: str) -> int:
         """The ``prompt_tokens`` a request of ``prompt`` will have (template and system prompt included)."""

@@ -4,21 +4,17 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Union
 
 from llmbench.backends import Backend
 from llmbench.core.errors import UserError
 from llmbench.core.process import Stop
+from llmbench.drivers import workload
 from llmbench.options import EndpointOptions, ModelOptions, RunOptions
 from llmbench.results.schema import Run
 from llmbench.results.storage import claim, default_output_path, load_run, prepare_dir, prepare_output, save_run
 from llmbench.runner.loop import Reporter, check_resumable, execute, new_track, round_robin, scheduled
 from llmbench.workloads import sessions
-from llmbench.workloads.dataset import DatasetSpec, Rows
-from llmbench.workloads.prefixes import PrefixSpec
-from llmbench.workloads.prompts import PromptSet
-from llmbench.workloads.synthetic import SyntheticSpec, synthetic_record
-from llmbench.workloads.trace import Trace
 
 if TYPE_CHECKING:
     from llmbench.engines.base import EngineModel
@@ -68,7 +64,7 @@ def make_backend(
 
 
 async def run(
-    prompts: PromptSet | SyntheticSpec | DatasetSpec | Trace | PrefixSpec,
+    prompts: workload.Source,
     target: Target,
     options: RunOptions,
     *,
@@ -91,66 +87,31 @@ async def run(
         raise UserError("--turns: a conversation's turns send the replies it got, which --resume can't recover")
     if options.turns > 1 and isinstance(target, EndpointOptions) and target.open_loop is not None:
         raise UserError("--turns runs conversations in a closed loop (--concurrency of them): drop --rate/--trace")
-    rows = None
-    if isinstance(prompts, DatasetSpec):  # read now: a bad file fails before anything loads
-        from llmbench.workloads import dataset
-
-        rows = dataset.read(prompts)
-        if not dataset.counts(prompts, rows):
-            prompts = dataset.apply_lengths(dataset.select(prompts, rows), options)
+    pending = workload.begin(prompts, options)  # a dataset is read now: a bad file fails before anything loads
     if isinstance(target, EndpointOptions) and (ol := target.open_loop) is not None and (ol.workers > 1 or ol.ray):
-        return await _shared(prompts, target, options, output, overwrite, default_dir, resume, stop, reporter)
-    if isinstance(prompts, Trace) and not (isinstance(target, EndpointOptions) and target.open_loop is not None
-                                           and target.open_loop.trace is prompts):  # fmt: skip
-        raise UserError("a trace is replayed against a server: run --endpoint URL --trace FILE")
+        return await _shared(pending, target, options, output, overwrite, default_dir, resume, stop, reporter)
+    pending.check_target(target)
     # made or chosen by the tokenizer here: an engine then runs in this process
-    here = isinstance(prompts, (SyntheticSpec, DatasetSpec, PrefixSpec))
-    backend = make_backend(target, options, reporter=reporter, in_process=here)
+    backend = make_backend(target, options, reporter=reporter, in_process=pending.counted_here)
     previous = path = None
     if resume is not None:
         if output is not None and Path(output).resolve() != Path(resume).resolve():
             raise UserError("--resume writes into the run it continues: drop -o/--output")
         path = claim(Path(resume), replace=True)  # two resumes of one run would each append the other's requests
         previous = load_run(path)
-        if isinstance(prompts, PromptSet):  # synthetic prompts are known once the tokenizer is: checked then
-            check_resumable(previous, path, backend.early_config(prompts))
+        if pending.known is not None:  # prompts made by the tokenizer are known once it is: checked then
+            check_resumable(previous, path, backend.early_config(pending.known))
     elif output is not None:
         path = prepare_output(output, overwrite)
     elif default_dir is not None:
         prepare_dir(default_dir)  # before loading: a place that can't be written fails now
-    synthetic = prompts if isinstance(prompts, SyntheticSpec) else None
-    if synthetic is not None:
-        if not hasattr(backend, "synthesize"):
-            raise UserError("--synthetic needs a model in this process or --endpoint with --tokenizer")
-        prompts = await backend.synthesize(synthetic)
-    if isinstance(prompts, DatasetSpec):
-        assert rows is not None
-        from llmbench.workloads import dataset
-
-        prompts = dataset.apply_lengths(await _choose(backend, prompts, rows), options)
-    elif isinstance(prompts, PrefixSpec):
-        from llmbench.workloads import prefixes
-
-        if not hasattr(backend, "counting"):
-            raise UserError("--prefix-groups needs a model in this process or --endpoint with --tokenizer")
-        count, tokenizer = await backend.counting("--prefix-groups")
-        prompts = prefixes.make(prompts, tokenizer, count, _text_counter(tokenizer))
-    elif isinstance(prompts, Trace):
-        from llmbench.workloads import dataset, trace
-
-        count, tokenizer = await backend.counting("--trace")  # type: ignore[attr-defined]  # an EndpointBackend
-        prompts = dataset.apply_lengths(trace.synthesize(prompts, tokenizer, count, _text_counter(tokenizer)), options)
-    assert isinstance(prompts, PromptSet)
-    followups = prompts.followups is not None
-    prompts = sessions.expand(prompts, options.turns)
+    prepared = await workload.prepare(pending, backend, options)
+    prompts = prepared.prompts
     await backend.start(prompts)
     try:
         track = new_track(backend, prompts, path, previous)
         for record in (track.fresh, track.run):
-            if synthetic is not None:
-                record.config.synthetic = synthetic_record(synthetic)
-            if options.turns > 1:
-                record.config.sessions = sessions.record(prompts, options.turns, options.think_time_s, followups)
+            prepared.annotate(record.config)
         if path is None and default_dir is not None:
             track.path = default_output_path(track.fresh.config.model, track.fresh.config.device, default_dir)
         if reporter is not None:
@@ -167,31 +128,8 @@ async def run(
     return runs[0], track.path
 
 
-def _text_counter(tokenizer: Any) -> Any:
-    """A text's tokens alone (no template, no special tokens)."""
-    return lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"])
-
-
-async def _choose(backend: Backend, spec: DatasetSpec, rows: Rows) -> PromptSet:
-    """The dataset's entries the filters allow, counted by ``backend`` as its requests will be."""
-    from llmbench.workloads import dataset
-
-    counting = getattr(backend, "counting", None)
-    if counting is None:
-        if spec.needs_tokenizer:
-            raise UserError("--min-prompt-tokens/--max-prompt-tokens need the run's tokenizer: a model in this "
-                            "process or --endpoint with --tokenizer")  # fmt: skip
-        return dataset.select(spec, rows)
-    endpoint = getattr(backend, "endpoint", None)
-    if spec.needs_tokenizer or endpoint is None or endpoint.tokenizer:
-        count, tokenizer = await counting("--min-prompt-tokens/--max-prompt-tokens")
-
-        return dataset.select(spec, rows, count, _text_counter(tokenizer))
-    return dataset.select(spec, rows)  # a server without --tokenizer: ShareGPT replies give no lengths
-
-
 async def _shared(
-    prompts: PromptSet | SyntheticSpec | DatasetSpec | Trace | PrefixSpec,
+    pending: workload.Pending,
     target: EndpointOptions,
     options: RunOptions,
     output: str | Path | None,
@@ -209,9 +147,7 @@ async def _shared(
     target.validate()
     if resume is not None:
         raise UserError("--resume continues one process's run; an open loop over --workers or --ray can't resume")
-    if not isinstance(prompts, PromptSet):
-        what = "--synthetic" if isinstance(prompts, SyntheticSpec) else "a dataset chosen by the tokenizer"
-        raise UserError(f"{what} is not available with --workers or --ray: write the prompts to a file")
+    prompts = pending.fixed()
     path = prepare_output(output, overwrite) if output is not None else None
     if path is None and default_dir is not None:
         prepare_dir(default_dir)

@@ -273,42 +273,43 @@ def _to_gguf(folder: Path, precision: str, steps: list[dict[str, Any]], status: 
                      cache_root() / "llama.cpp" / f"{key}.gguf", key, steps, status)  # fmt: skip
 
 
-def llama_cpp_converter() -> Path:
-    """llama.cpp's ``convert_hf_to_gguf.py``: ``$LLMBENCH_LLAMA_CPP_CONVERTER``, or one on PATH; UserError
-    saying where to get it (llama-cpp-python's wheel does not ship it; its source archive does)."""
-    given = os.environ.get(ENV_CONVERTER)
+def _tool(env: str, what: str, candidates: tuple[object, ...], missing: str) -> Path:
+    """The file ``$env`` names (UserError if it is not one), else the first of ``candidates`` that is a file, else
+    UserError ``missing``."""
+    given = os.environ.get(env)
     if given:
         p = Path(given).expanduser()
         if not p.is_file():
-            raise UserError(f"{ENV_CONVERTER}={given}: no such file (llama.cpp's convert_hf_to_gguf.py)")
+            raise UserError(f"{env}={given}: no such file ({what})")
         return p
-    for candidate in (tools_root() / "llama.cpp" / "convert_hf_to_gguf.py", shutil.which("convert_hf_to_gguf.py")):
-        if candidate and Path(candidate).is_file():
-            return Path(candidate)
-    raise UserError(
+    for candidate in candidates:
+        if candidate and Path(str(candidate)).is_file():
+            return Path(str(candidate))
+    raise UserError(missing)
+
+
+def llama_cpp_converter() -> Path:
+    """llama.cpp's ``convert_hf_to_gguf.py``: ``$LLMBENCH_LLAMA_CPP_CONVERTER``, or one on PATH; UserError
+    saying where to get it (llama-cpp-python's wheel does not ship it; its source archive does)."""
+    return _tool(
+        ENV_CONVERTER, "llama.cpp's convert_hf_to_gguf.py",
+        (tools_root() / "llama.cpp" / "convert_hf_to_gguf.py", shutil.which("convert_hf_to_gguf.py")),
         "converting a Hugging Face folder for llama.cpp needs llama.cpp's convert_hf_to_gguf.py, which "
         f"llama-cpp-python's wheel does not ship: run scripts/install-engines.sh llamacpp, or set {ENV_CONVERTER} to "
-        "it (it is in llama-cpp-python's source archive and llama.cpp's repository), or give a .gguf file"
-    )
+        "it (it is in llama-cpp-python's source archive and llama.cpp's repository), or give a .gguf file",
+    )  # fmt: skip
 
 
 def optimum_cli() -> Path:
     """optimum-intel's ``optimum-cli``: ``$LLMBENCH_OPTIMUM_CLI``, or the one beside this Python, or on PATH."""
-    given = os.environ.get(ENV_OPTIMUM_CLI)
-    if given:
-        p = Path(given).expanduser()
-        if not p.is_file():
-            raise UserError(f"{ENV_OPTIMUM_CLI}={given}: no such file (optimum-intel's optimum-cli)")
-        return p
-    for candidate in (tools_root() / "ov-export" / "bin" / "optimum-cli", Path(sys.executable).parent / "optimum-cli",
-                      shutil.which("optimum-cli")):  # fmt: skip
-        if candidate and Path(candidate).is_file():
-            return Path(candidate)
-    raise UserError(
+    return _tool(
+        ENV_OPTIMUM_CLI, "optimum-intel's optimum-cli",
+        (tools_root() / "ov-export" / "bin" / "optimum-cli", Path(sys.executable).parent / "optimum-cli",
+         shutil.which("optimum-cli")),
         "converting a Hugging Face folder for OpenVINO needs optimum-intel's exporter (optimum-cli), which pins an "
         f"older transformers: run scripts/install-engines.sh openvino (a venv of its own), or set {ENV_OPTIMUM_CLI} "
-        "to an optimum-cli, or give a .gguf"
-    )
+        "to an optimum-cli, or give a .gguf",
+    )  # fmt: skip
 
 
 def _to_openvino(folder: Path, precision: str, steps: list[dict[str, Any]], status: Callable[[str], None]) -> Path:

@@ -286,60 +286,53 @@ def value_result(
 def results_of_file(path: Path) -> list[Result]:
     """The records a file on disk gives: a run JSON (one), a sweep/scan/load folder's summary (one per run file
     it names, plus the summary's own values), a quality.json, or an ab folder (base.json + head.json)."""
-    from llmbench.core.errors import UserError
-    from llmbench.results.storage import load_run, read_load, read_scan
+    from llmbench.results.kinds import kind_of
+    from llmbench.results.storage import load_run
 
-    if path.is_dir():
-        if (path / "head.json").exists() and (path / "base.json").exists():
-            base, head = load_run(path / "base.json"), load_run(path / "head.json")
-            ab = head.config.ab
-            return [ab_result(base, head, path, base_ref=None, head_ref=None)] if ab else []
-        for name in ("sweep.json", "scan.json", "load.json"):
-            if (path / name).exists():
-                return results_of_file(path / name)
-        raise UserError(f"{path}: no run, sweep.json, scan.json, load.json or ab run (base.json + head.json) in it")
-    with path.open("rb") as f:
-        if b'"schema_version"' in f.read(256):  # a run file (written with schema_version first): no full parse
-            return [run_result(load_run(path, scalars_only=True), path)]
-    if path.name == "sweep.json" or path.name == "scan.json":
-        record = json.loads(path.read_text(encoding="utf-8"))
-        kind = path.stem
+    found = kind_of(path)
+    path, record = found.path, found.record or {}
+    if found.kind == "ab":
+        base, head = load_run(path / "base.json"), load_run(path / "head.json")
+        ab = head.config.ab
+        return [ab_result(base, head, path, base_ref=None, head_ref=None)] if ab else []
+    if found.kind in ("sweep", "scan"):
         out = []
-        rows = record.get("results") or record.get("points") or []
-        for row in rows:
+        for row in record.get("results") or record.get("points") or []:
             name = row.get("run_file") or f"{row.get('label') or row.get('kind')}-{row.get('value')}.json"
             run_path = path.parent / name
             if row.get("run_file"):
                 _named(path, run_path)
             if run_path.exists():
                 run = load_run(run_path, scalars_only=True)
-                out.append(run_result(run, run_path, kind=kind, label=row.get("label") or run_path.stem))
-        if kind == "scan":
-            read_scan(path)  # a version check
+                out.append(run_result(run, run_path, kind=found.kind, label=row.get("label") or run_path.stem))
         return out
-    if (load := read_load(path)) is not None:
-        out = []
-        for rate in load.get("rates", []):
-            if not rate.get("run_file"):
-                continue
-            run_path = _named(path, path.parent / rate["run_file"])
-            out.append(
-                run_result(load_run(run_path), run_path, kind="load", label=f"rate-{rate['offered_rate_rps']:g}")
-            )
-        sat = (load.get("saturation") or {}).get("rate_rps")
-        first = load_run(path.parent / load["rates"][0]["run_file"]) if load.get("rates") else None
-        values = {
-            "saturation_rps": sat,
-            **{f"goodput_rps@{r['offered_rate_rps']:g}": r.get("goodput_rps") for r in load.get("rates", [])},
-        }
-        out.append(value_result(load, path, "load", values, first, label="load.json"))
-        return out
-    data = json.loads(path.read_text(encoding="utf-8"))
-    if isinstance(data, dict) and "quality_version" in data:
-        values = {k: data.get(k) for k in ("kld_mean", "kld_p99", "top1_agreement", "perplexity_candidate")}
-        values["greedy_identical_share"] = (data.get("greedy") or {}).get("identical_share")
-        return [value_result(data, path, "quality", values, None, label="quality")]
+    if found.kind == "load":
+        return _load_results(record, path)
+    if found.kind == "quality":
+        values = {k: record.get(k) for k in ("kld_mean", "kld_p99", "top1_agreement", "perplexity_candidate")}
+        values["greedy_identical_share"] = (record.get("greedy") or {}).get("identical_share")
+        return [value_result(record, path, "quality", values, None, label="quality")]
     return [run_result(load_run(path, scalars_only=True), path)]  # every recorded figure is a per-request scalar
+
+
+def _load_results(load: dict, path: Path) -> list[Result]:
+    """A load.json's records: one per rate's run file, and the load test's own values (saturation, goodput)."""
+    from llmbench.results.storage import load_run
+
+    out = []
+    for rate in load.get("rates", []):
+        if not rate.get("run_file"):
+            continue
+        run_path = _named(path, path.parent / rate["run_file"])
+        out.append(run_result(load_run(run_path), run_path, kind="load", label=f"rate-{rate['offered_rate_rps']:g}"))
+    sat = (load.get("saturation") or {}).get("rate_rps")
+    first = load_run(path.parent / load["rates"][0]["run_file"]) if load.get("rates") else None
+    values = {
+        "saturation_rps": sat,
+        **{f"goodput_rps@{r['offered_rate_rps']:g}": r.get("goodput_rps") for r in load.get("rates", [])},
+    }
+    out.append(value_result(load, path, "load", values, first, label="load.json"))
+    return out
 
 
 def _named(record: Path, run_path: Path) -> Path:

@@ -373,20 +373,18 @@ def build_report(runs: list[tuple[str, Run]]) -> str:
         "<p>TTFT: time to the first token. TPOT: (last - first token) / (tokens - 1) per request. "
         "ITL: every gap between consecutive tokens. E2E: the request's last token.</p>"
     )
-    from llmbench.present import terminal as display
+    from llmbench.present.summary import detail_lines, workload_lines
 
     for name, run in runs:
         parts.append(summary_html(name, run))
-        workload = [display.workload_line(run.config), display.open_loop_line(run)]
-        parts += [f"<p>{html.escape(line)}</p>" for line in workload if line is not None]
+        parts += [f"<p>{html.escape(line)}</p>" for line in workload_lines(run)]
         parts.append(timeline_svg(run))
         if (reuse := reuse_svg(run)) is not None:
             parts.append(reuse)
         machine = machine_svg(run)
         if machine is not None:
             parts.append(machine)
-        lines = display.cost_lines(run) + display.cache_lines(run) + display.server_lines(run)
-        parts += [f"<p>{html.escape(line)}</p>" for line in lines]
+        parts += [f"<p>{html.escape(line)}</p>" for line in detail_lines(run)]
     parts.append("<h2>Inter-token latency</h2>" + itl_svg(runs))
     svg, caveats = ttft_vs_prompt_svg(runs)
     parts.append("<h2>TTFT against prompt length</h2>" + svg)

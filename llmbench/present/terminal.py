@@ -1,4 +1,8 @@
-"""Terminal output: warnings, the live progress bar and the summary table (rich). No measuring here."""
+"""Terminal output: warnings, the live progress bar and the summary table (rich). No measuring here.
+
+Why one module of 700-odd lines (over 600): every command's terminal rendering shares one console, one set of
+number formats and one table style; the pieces are short functions, one per thing shown, and splitting them by
+command would write the formats twice."""
 
 from __future__ import annotations
 

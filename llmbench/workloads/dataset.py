@@ -14,16 +14,16 @@ The two steps are apart because the second needs the run's tokenizer:
 
 The prompt set's ``sha256`` is that of the selection (prompts and output lengths), so two runs pair in compare
 exactly when they sent the same requests; ``source`` (``config.prompt_source``) records the file's own hash and
-every choice. Readers: the standard library for JSON and CSV, pyarrow for Parquet, ``datasets`` for its folders.
+every choice. Readers (:mod:`llmbench.workloads.files`): the standard library for JSON and CSV, pyarrow for Parquet,
+``datasets`` for its folders. Which counter counts is the caller's to choose (:mod:`llmbench.drivers.workload`: the
+run's backend, or a command's ``--tokenizer``); this module takes the counts it is given.
 """
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import hashlib
 import json
-import math
 import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -31,7 +31,9 @@ from pathlib import Path
 from typing import Any
 
 from llmbench.core.errors import UserError, read_user_file
-from llmbench.workloads.prompts import MAX_PROMPT_TOKENS, PromptSet
+from llmbench.workloads import files
+from llmbench.workloads.prompts import PromptSet
+from llmbench.workloads.source import describe as describe  # re-exported: run, show and compare print it
 
 FORMATS = ("txt", "jsonl", "json", "sharegpt", "csv", "parquet", "arrow")
 SOURCE_VERSION = 1
@@ -116,41 +118,25 @@ def read(spec: DatasetSpec) -> Rows:
         raise UserError(f"{p}: a .txt prompt list has no columns; the dataset options apply to .json, .jsonl, .csv, "
                         ".parquet and save_to_disk folders")  # fmt: skip
     if fmt == "arrow":
-        sha, records = _arrow(p)
+        sha, records = files.arrow_rows(p)
     else:
         raw = read_user_file(p, "dataset")
         sha = hashlib.sha256(raw).hexdigest()
-        text = _text(p, raw) if fmt != "parquet" else ""
+        text = files.utf8(p, raw, "dataset") if fmt != "parquet" else ""
         if fmt == "json":
-            data = _json(p, text)
+            data = files.json_value(p, text)
             if _is_sharegpt(data):
                 return _sharegpt(spec, p, sha, data)
             records = _records_of(p, data)
         elif fmt == "sharegpt":
-            return _sharegpt(spec, p, sha, _json(p, text))
+            return _sharegpt(spec, p, sha, files.json_value(p, text))
         elif fmt == "jsonl":
-            records = jsonl_objects(p, text)
+            records = files.jsonl_objects(p, text)
         elif fmt == "csv":
-            records = _csv(p, text)
+            records = files.csv_rows(p, text)
         else:
-            records = _parquet(p)
+            records = files.parquet_rows(p)
     return _tabular(spec, p, fmt, sha, records)
-
-
-def _text(p: Path, raw: bytes) -> str:
-    try:
-        return raw.decode("utf-8-sig")
-    except UnicodeDecodeError:
-        raise UserError(f"dataset {p} is not UTF-8 text") from None
-
-
-def _json(p: Path, text: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise UserError(f"{p}:{e.lineno}: not valid JSON ({e.msg})") from None
-    except ValueError as e:  # a number past Python's 4,300-digit limit for int()
-        raise UserError(f"{p}: not valid JSON ({e})") from None
 
 
 def _is_sharegpt(data: Any) -> bool:
@@ -164,61 +150,6 @@ def _records_of(p: Path, data: Any) -> Iterator[tuple[str, dict]]:
         if not isinstance(obj, dict):
             raise UserError(f"{p}: entry {i}: expected an object, not {type(obj).__name__}")
         yield f"{p}: entry {i}", obj
-
-
-def jsonl_objects(p: Path, text: str) -> Iterator[tuple[str, dict]]:
-    """(``file:line``, object) for each non-blank line of a JSONL text; UserError naming the line otherwise."""
-    for number, line in enumerate(text.replace("\r\n", "\n").split("\n"), start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except ValueError as e:  # JSONDecodeError, or a number past Python's 4,300-digit limit for int()
-            raise UserError(f"{p}:{number}: not valid JSON ({getattr(e, 'msg', e)})") from None
-        if not isinstance(obj, dict):
-            raise UserError(f"{p}:{number}: expected a JSON object, not {type(obj).__name__}")
-        yield f"{p}:{number}", obj
-
-
-def _csv(p: Path, text: str) -> Iterator[tuple[str, dict]]:
-    try:
-        reader = csv.DictReader(text.splitlines())
-        for number, row in enumerate(reader, start=2):  # line 1: the header
-            yield f"{p}:{number}", row
-    except csv.Error as e:
-        raise UserError(f"{p}: not a readable CSV file ({e})") from None
-
-
-def _parquet(p: Path) -> Iterator[tuple[str, dict]]:
-    try:
-        import pyarrow.parquet as pq
-    except ImportError:
-        raise UserError('reading .parquet needs pyarrow: pip install "llmbench[data]"') from None
-    try:
-        table = pq.read_table(p)
-    except Exception as e:  # pyarrow's errors are many kinds; each means "not a Parquet file we can read"
-        raise UserError(f"{p}: not a readable Parquet file ({str(e).strip()[:200]})") from None
-    for i, row in enumerate(table.to_pylist()):
-        yield f"{p}: row {i}", row
-
-
-def _arrow(p: Path) -> tuple[str, Iterator[tuple[str, dict]]]:
-    """A ``save_to_disk`` folder, through ``datasets`` itself (its layout is the library's to change)."""
-    try:
-        import datasets
-    except ImportError:
-        raise UserError(f'{p}: reading a save_to_disk folder needs datasets: pip install "llmbench[data]"') from None
-    try:
-        ds = datasets.load_from_disk(str(p))
-    except Exception as e:  # FileNotFoundError for a folder that isn't one, and the library's own errors
-        raise UserError(f"{p}: not a folder written by datasets' save_to_disk ({str(e).strip()[:200]})") from None
-    if isinstance(ds, datasets.DatasetDict):
-        split = "train" if "train" in ds else next(iter(ds))
-        ds = ds[split]
-    digest = hashlib.sha256()
-    for f in sorted(p.rglob("*.arrow")):
-        digest.update(f.read_bytes())
-    return digest.hexdigest(), ((f"{p}: row {i}", row) for i, row in enumerate(ds))
 
 
 def _tabular(spec: DatasetSpec, p: Path, fmt: str, sha: str, records: Iterator[tuple[str, dict]]) -> Rows:
@@ -238,7 +169,7 @@ def _tabular(spec: DatasetSpec, p: Path, fmt: str, sha: str, records: Iterator[t
         if spec.output_len_column is not None:
             if spec.output_len_column not in rec:
                 raise UserError(f"{where}: no column '{spec.output_len_column}' (columns: {', '.join(map(str, rec))})")
-            out = whole(rec[spec.output_len_column], where, spec.output_len_column)
+            out = files.whole(rec[spec.output_len_column], where, spec.output_len_column)
         rows.prompts.append(prompt)
         rows.output_tokens.append(out)
         rows.replies.append(None)
@@ -246,29 +177,6 @@ def _tabular(spec: DatasetSpec, p: Path, fmt: str, sha: str, records: Iterator[t
     if not rows.prompts:
         raise UserError(f"dataset {p} has no prompts")
     return rows
-
-
-def whole(v: Any, where: str, column: str, low: int = 1, high: int = MAX_PROMPT_TOKENS) -> int:
-    """A token count from a user's file (``3``, ``"3"``, ``3.0``: a Parquet column of floats); UserError naming
-    the row for NaN, infinity, a fraction, text, a bool, or a count outside ``low..high``."""
-    bad = f"{where}: '{column}' must be a whole number of tokens, not {str(v)[:60]!r}"
-    if isinstance(v, bool) or v is None:
-        raise UserError(bad)
-    if isinstance(v, int):
-        n = v
-    else:
-        try:
-            f = float(str(v).strip())
-        except ValueError:
-            raise UserError(bad) from None
-        if not math.isfinite(f) or f != int(f):  # NaN and infinity first: int() of them raises
-            raise UserError(bad)
-        n = int(f)
-    if n < low:
-        raise UserError(f"{where}: '{column}' must be a whole number of at least {low}, not {n}")
-    if n > high:
-        raise UserError(f"{where}: '{column}' is {n}: more tokens than any model reads or writes (at most {high:,})")
-    return n
 
 
 def _sharegpt(spec: DatasetSpec, p: Path, sha: str, data: Any) -> Rows:
@@ -406,45 +314,3 @@ def apply_lengths(prompts: PromptSet, options: Any) -> PromptSet:
         options.max_new_tokens = max(x for x in prompts.output_tokens if x is not None)
         options.ignore_eos = True
     return prompts
-
-
-def with_tokenizer(spec: DatasetSpec, options: Any, tokenizer: str | None) -> PromptSet:
-    """The prompt set of a command that has no model in its process (``load``, ``ab``): counted by
-    ``tokenizer`` (hub id, folder or .gguf; the server's) where the filters or ShareGPT replies need it.
-    ``options`` changes as :func:`apply_lengths` says."""
-    rows = read(spec)
-    if counts(spec, rows) and tokenizer:
-        from llmbench.backends.http.client import TokenCounter
-
-        counter = TokenCounter(tokenizer)
-        chosen = select(spec, rows, counter.counter_of(options.system_prompt), counter.text_tokens)
-    elif spec.needs_tokenizer:
-        raise UserError("--min-prompt-tokens/--max-prompt-tokens count with the run's tokenizer: give --tokenizer")
-    else:
-        chosen = select(spec, rows)
-    return apply_lengths(chosen, options)
-
-
-def describe(src: dict[str, Any]) -> str:
-    """One line on a run's ``config.prompt_source``: the file, how entries were chosen, where output lengths
-    came from (run, show and compare print it)."""
-    if src.get("kind") == "prefix-groups":
-        from llmbench.workloads.prefixes import describe as prefix_groups
-
-        return prefix_groups(src)
-    col = f", column {src['prompt_column']}" if src.get("prompt_column") else ""
-    chosen = f"{src['kept']} of {src['entries']} entries"
-    bounds = [f"≥{src['min_prompt_tokens']}" if src.get("min_prompt_tokens") else "",
-              f"≤{src['max_prompt_tokens']}" if src.get("max_prompt_tokens") else ""]  # fmt: skip
-    if any(bounds):
-        chosen += f" ({' '.join(b for b in bounds if b)} prompt tokens; {src.get('dropped_shorter', 0)} shorter, "
-        chosen += f"{src.get('dropped_longer', 0)} longer dropped)"
-    if src.get("num_prompts"):
-        chosen += f", {src['num_prompts']} drawn with seed {src.get('seed')}"
-    lengths = src.get("output_tokens") or []
-    out = (f"; output lengths from the {src['output_tokens_from']} ({min(lengths)}-{max(lengths)} tokens, EOS "
-           "ignored)") if src.get("output_tokens_from") and lengths else ""  # fmt: skip
-    short = src.get("lengthened_rows") or []
-    note = (f"; {len(short)} rows shorter than the chat template ({src.get('template_tokens')} tokens) sent at "
-            "template + 1 token") if short else ""  # fmt: skip
-    return f"workload: {src['path']} ({src['format']}{col}), {chosen}{out}{note}"

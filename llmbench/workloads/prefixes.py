@@ -27,6 +27,7 @@ from typing import Any
 
 from llmbench.core.errors import UserError
 from llmbench.workloads.prompts import MAX_PROMPT_TOKENS, PromptSet, check_whole
+from llmbench.workloads.text import Corpus, block, fit
 
 GENERATOR_VERSION = 1
 _DIST = re.compile(r"^(uniform|zipf)(?::([0-9]+(?:\.[0-9]*)?|\.[0-9]+))?$")
@@ -74,19 +75,17 @@ class PrefixSpec:
 def make(spec: PrefixSpec, tokenizer: Any, count: Callable[[str], int], text_count: Callable[[str], int],
          ) -> PromptSet:  # fmt: skip
     """The prompts (see the module docstring); UserError when a length can't be reached exactly."""
-    from llmbench.workloads.trace import block_text, corpus_ids, fit_text
-
     spec.validate()
-    ids = corpus_ids(tokenizer)
+    corpus = Corpus.of(tokenizer, one_line=True)
     cache: dict[Any, str] = {}
     overhead = count("x") - text_count("x")  # the template's own tokens around the user's text
     groups = spec.group_of()
     prompts, seen, cold = [], set(), []
     for j, g in enumerate(groups):
-        prefix = block_text(("prefix", spec.seed, g), cache, ids, tokenizer, text_count, spec.prefix_tokens)
+        prefix = block(("prefix", spec.seed, g), cache, corpus, text_count, spec.prefix_tokens)
         target = overhead + spec.prefix_tokens + spec.suffix_tokens
-        prompts.append(fit_text(prefix, ("suffix", spec.seed, j), spec.suffix_tokens, target, f"prompt {j + 1}", ids,
-                                tokenizer, count))  # fmt: skip
+        prompts.append(fit(prefix, ("suffix", spec.seed, j), spec.suffix_tokens, target, f"prompt {j + 1}", corpus,
+                           count))  # fmt: skip
         cold.append(g not in seen)
         seen.add(g)
     total = len(prompts) * (overhead + spec.prefix_tokens + spec.suffix_tokens)
@@ -97,16 +96,7 @@ def make(spec: PrefixSpec, tokenizer: Any, count: Callable[[str], int], text_cou
               "groups_used": len(seen), "prefix_reuse_expected": round(reuse, 6)}  # fmt: skip
     digest = hashlib.sha256(json.dumps([prompts, source], ensure_ascii=False).encode("utf-8")).hexdigest()
     # the warm-up: the same shape under a prefix no group has
-    warm = block_text(("prefix", spec.seed, "warm-up"), cache, ids, tokenizer, text_count, spec.prefix_tokens)
-    warm = fit_text(warm, ("suffix", spec.seed, "warm-up"), spec.suffix_tokens, target, "the warm-up", ids, tokenizer,
-                    count)  # fmt: skip
+    warm = block(("prefix", spec.seed, "warm-up"), cache, corpus, text_count, spec.prefix_tokens)
+    warm = fit(warm, ("suffix", spec.seed, "warm-up"), spec.suffix_tokens, target, "the warm-up", corpus, count)
     return PromptSet(spec.name, digest, tuple(prompts), tuple(range(1, len(prompts) + 1)), None, source,
                      tuple(cold), (warm,))  # fmt: skip
-
-
-def describe(src: dict[str, Any]) -> str:
-    """One line on a prefix-groups workload (``config.prompt_source``)."""
-    return (f"workload: {src['count']} prompts in {src['groups_used']} of {src['groups']} prefix groups "
-            f"({src['dist']}, seed {src['seed']}), each {src['prefix_tokens']} shared + {src['suffix_tokens']} own "
-            f"tokens (+{src['template_tokens']} the template's); expected prefix reuse "
-            f"{src['prefix_reuse_expected']:.1%}")  # fmt: skip

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from llmbench.core.errors import UserError, read_user_file
+from llmbench.workloads import promptsets
 
 if TYPE_CHECKING:
     from llmbench.workloads.request import Request
@@ -98,11 +99,20 @@ def load_prompts(path: str | Path, *, as_lines: bool = False) -> PromptSet:
     string field ``prompt``. Raises :class:`UserError` naming the file (and line) for anything else, and for
     a dataset (``.json``, ``.csv``, ``.parquet``, ``.arrow``: its lines are not prompts) unless ``as_lines``
     (``--prompt-format txt``: the user said so).
+
+    A ``path`` that does not exist and names no folder may name a prompt set llmbench ships (``env_violations``
+    or ``env_violations.txt``: :mod:`llmbench.workloads.promptsets`); a file that exists always wins. The set's
+    ``path`` is then ``shipped:NAME``.
     """
     p = Path(path)
+    shipped = None if p.exists() else promptsets.find(path)
+    if shipped is not None:
+        p = shipped
     if not as_lines and p.suffix.lower() in DATASET_SUFFIXES:
         raise UserError(f"{p} is a dataset ({p.suffix}), not a prompt list: this command reads one prompt a line "
                         '(.txt) or {"prompt": ...} a line (.jsonl); llmbench run reads datasets')  # fmt: skip
+    if shipped is None and len(p.parts) == 1 and not p.exists():  # a bare name: a typo'd file, or set
+        raise UserError(f"prompt file not found: {p}, {promptsets.unknown_hint()}")
     raw = read_user_file(p, "prompt file")
     if b"\x00" in raw:
         raise UserError(f"prompt file {p} looks binary (it contains NUL bytes); expected UTF-8 text")
@@ -127,7 +137,8 @@ def load_prompts(path: str | Path, *, as_lines: bool = False) -> PromptSet:
         lines.append(number)
     if not prompts:
         raise UserError(f"prompt file {p} has no prompts (only blank lines or # comments)")
-    return PromptSet(str(p), hashlib.sha256(raw).hexdigest(), tuple(prompts), tuple(lines))
+    name = promptsets.label(p) if shipped is not None else str(p)
+    return PromptSet(name, hashlib.sha256(raw).hexdigest(), tuple(prompts), tuple(lines))
 
 
 def _parse_jsonl_line(path: Path, number: int, line: str) -> str:

@@ -28,11 +28,9 @@ leading tokens, and different ids give different blocks.
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import json
 import math
-import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -40,7 +38,9 @@ from pathlib import Path
 from typing import Any
 
 from llmbench.core.errors import UserError, read_user_file
+from llmbench.workloads import files
 from llmbench.workloads.prompts import PromptSet
+from llmbench.workloads.text import Corpus, block, fit
 
 FORMATS = ("mooncake", "burstgpt", "azure")
 BLOCK_TOKENS = 512  # Mooncake's block: one hash id
@@ -109,10 +109,7 @@ def read(spec: TraceSpec) -> Trace:
     spec.validate()
     p = Path(spec.path)
     raw = read_user_file(p, "trace")
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError:
-        raise UserError(f"trace {p} is not UTF-8 text") from None
+    text = files.utf8(p, raw, "trace")
     rows = {"mooncake": _mooncake, "burstgpt": _burstgpt, "azure": _azure}[spec.format](p, text)
     if not rows:
         raise UserError(f"trace {p} has no rows")
@@ -134,9 +131,7 @@ def read(spec: TraceSpec) -> Trace:
 def _int(v: Any, where: str, name: str, low: int = 1) -> int:
     """A row's token count (``40``, ``"40"``, ``40.0``); UserError naming the row for anything else, NaN,
     infinity and counts no model reads included."""
-    from llmbench.workloads.dataset import whole
-
-    return whole(v, where, name, low)
+    return files.whole(v, where, name, low)
 
 
 def _float(v: Any, where: str, name: str) -> float:
@@ -150,10 +145,8 @@ def _float(v: Any, where: str, name: str) -> float:
 
 
 def _mooncake(p: Path, text: str) -> list[Row]:
-    from llmbench.workloads.dataset import jsonl_objects
-
     rows = []
-    for where, obj in jsonl_objects(p, text):
+    for where, obj in files.jsonl_objects(p, text):
         missing = [k for k in ("timestamp", "input_length", "output_length") if k not in obj]
         if missing:
             raise UserError(f"{where}: no {', '.join(repr(k) for k in missing)} (Mooncake rows have timestamp, "
@@ -168,22 +161,9 @@ def _mooncake(p: Path, text: str) -> list[Row]:
     return rows
 
 
-def _csv_rows(p: Path, text: str, columns: tuple[str, ...], what: str) -> list[tuple[str, dict]]:
-    try:
-        reader = csv.DictReader(text.splitlines())
-        fields = reader.fieldnames or []
-        missing = [c for c in columns if c not in fields]
-        if missing:
-            raise UserError(f"{p}: no column {', '.join(repr(c) for c in missing)} (a {what} trace has "
-                            f"{', '.join(columns)}; this one: {', '.join(fields) or 'none'})")  # fmt: skip
-        return [(f"{p}:{number}", row) for number, row in enumerate(reader, start=2)]
-    except csv.Error as e:
-        raise UserError(f"{p}: not a readable CSV file ({e})") from None
-
-
 def _burstgpt(p: Path, text: str) -> list[Row]:
-    rows = []
-    for where, row in _csv_rows(p, text, ("Timestamp", "Request tokens", "Response tokens"), "BurstGPT"):
+    rows = []  # the whole file read first: a broken CSV is refused before any row's value
+    for where, row in list(files.csv_rows(p, text, ("Timestamp", "Request tokens", "Response tokens"), "BurstGPT")):
         # a failed request is logged with 0 response tokens: it still arrived, so it is sent, for one token
         out = _int(row["Response tokens"], where, "Response tokens", low=0)
         rows.append(Row(_float(row["Timestamp"], where, "Timestamp"), _int(row["Request tokens"], where,
@@ -192,8 +172,8 @@ def _burstgpt(p: Path, text: str) -> list[Row]:
 
 
 def _azure(p: Path, text: str) -> list[Row]:
-    rows = []
-    for where, row in _csv_rows(p, text, ("TIMESTAMP", "ContextTokens", "GeneratedTokens"), "Azure"):
+    rows = []  # the whole file read first, as above
+    for where, row in list(files.csv_rows(p, text, ("TIMESTAMP", "ContextTokens", "GeneratedTokens"), "Azure")):
         stamp = str(row["TIMESTAMP"]).strip()
         try:
             # the published traces carry 7 digits of fractions (100 ns): datetime takes 6
@@ -231,7 +211,7 @@ def synthesize(trace: Trace, tokenizer: Any, count: Callable[[str], int], text_c
                ) -> PromptSet:  # fmt: skip
     """Row i's prompt, of exactly its ``input_length`` as ``count`` (the run's own, template included) says;
     ``text_count``: a text's tokens alone (a block's). Output lengths: the rows' own."""
-    ids = corpus_ids(tokenizer)
+    corpus = Corpus.of(tokenizer, one_line=True)
     blocks: dict[Any, str] = {}
     overhead = count("x") - text_count("x")  # the template's tokens around the user's text
     prompts = []
@@ -244,10 +224,10 @@ def synthesize(trace: Trace, tokenizer: Any, count: Callable[[str], int], text_c
         n_blocks = -(-body // BLOCK_TOKENS)
         keys = list(row.hash_ids or [])[:n_blocks]
         keys += [("row", i, j) for j in range(len(keys), n_blocks)]  # no id: a block of this row's own
-        full = [block_text(k, blocks, ids, tokenizer, text_count) for k in keys[:-1]]
+        full = [block(k, blocks, corpus, text_count, BLOCK_TOKENS) for k in keys[:-1]]
         last = body - BLOCK_TOKENS * (n_blocks - 1)
         target = overhead + body
-        prompts.append(fit_text("".join(full), keys[-1], last, target, row.where, ids, tokenizer, count))
+        prompts.append(fit("".join(full), keys[-1], last, target, row.where, corpus, count))
     own = tuple(r.output_tokens for r in trace.rows)
     digest = hashlib.sha256(json.dumps([prompts, own], ensure_ascii=False).encode("utf-8")).hexdigest()
     source = {"version": 1, "path": trace.spec.path, "format": f"trace:{trace.spec.format}",
@@ -257,7 +237,7 @@ def synthesize(trace: Trace, tokenizer: Any, count: Callable[[str], int], text_c
               "lengthened_rows": lengthened}  # fmt: skip
     # the warm-up: as long as the shortest row, in blocks of its own (no row's prefix)
     shortest = max(min(r.input_tokens for r in trace.rows), overhead + 1)
-    warm = fit_text("", ("warm-up",), shortest - overhead, shortest, "the warm-up", ids, tokenizer, count)
+    warm = fit("", ("warm-up",), shortest - overhead, shortest, "the warm-up", corpus, count)
     return PromptSet(f"trace:{trace.spec.path}", digest, tuple(prompts), tuple(range(1, len(prompts) + 1)), own,
                      source, cold_rows(trace.rows), (warm,))  # fmt: skip
 
@@ -274,55 +254,3 @@ def cold_rows(rows: list[Row]) -> tuple[bool, ...] | None:
         out.append(first is None or first not in seen)
         seen.update(r.hash_ids or ())
     return tuple(out)
-
-
-def corpus_ids(tokenizer: Any) -> list[int]:
-    """The shipped corpus's token ids, its newlines made spaces (a block's only newline ends it)."""
-    from llmbench.workloads.synthetic import corpus_text
-
-    return tokenizer(" ".join(corpus_text().split()), add_special_tokens=False)["input_ids"]
-
-
-def _window_text(key: Any, n: int, ids: list[int], tokenizer: Any, shift: int = 0) -> str:
-    offset = (random.Random(f"llmbench-trace-block:{key!r}").randrange(len(ids)) + shift) % len(ids)
-    window = [ids[(offset + k) % len(ids)] for k in range(max(n, 1))]
-    return tokenizer.decode(window).lstrip()
-
-
-def block_text(key: Any, cache: dict[Any, str], ids: list[int], tokenizer: Any, text_count: Callable[[str], int],
-               tokens: int = BLOCK_TOKENS) -> str:  # fmt: skip
-    """The text of block ``key``: exactly ``tokens`` tokens as ``text_count`` says, a non-space first character,
-    a newline last (so what follows can't merge with it)."""
-    if (key, tokens) in cache:
-        return cache[(key, tokens)]
-    for shift in range(64):  # a window whose end merges tokens so no cut hits the count: the next one does
-        n = tokens - 1
-        for _ in range(12):
-            text = _window_text(key, n, ids, tokenizer, shift).rstrip() + "\n"
-            got = text_count(text)
-            if got == tokens and text.strip():
-                cache[(key, tokens)] = text
-                return text
-            n = max(1, n + (tokens - got))
-    raise UserError(f"could not make a block of exactly {tokens} tokens for {key!r}")
-
-
-def fit_text(prefix: str, key: Any, guess: int, target: int, where: str, ids: list[int], tokenizer: Any,
-             count: Callable[[str], int]) -> str:  # fmt: skip
-    """``prefix`` + the start of block ``key`` (about ``guess`` tokens), resized until ``count`` of the whole is
-    ``target``."""
-    for shift in range(64):
-        n = guess
-        for _ in range(12):
-            tail = _window_text(key, n, ids, tokenizer, shift).rstrip() or "x"
-            got = count(prefix + tail)
-            if got == target:
-                return prefix + tail
-            n = max(1, n + (target - got))
-        # the count jumps over the target at the tail's end: cut characters
-        tail = _window_text(key, n + 2, ids, tokenizer, shift).rstrip()
-        while len(tail) > 1 and count(prefix + tail) > target:
-            tail = tail[:-1].rstrip()
-        if tail and count(prefix + tail) == target:
-            return prefix + tail
-    raise UserError(f"{where}: could not make a prompt of exactly {target} tokens")

@@ -7,6 +7,10 @@ from its config with random weights.
 The seed's lesson: ``device_map="auto"`` once put weights on disk and made every token 8.6x slower with
 no visible sign. So after loading, every parameter and buffer is checked, and anything on ``disk`` or
 ``meta`` (or on the CPU when a GPU computes) stops the run unless the user allowed it.
+
+Why one module of 600-odd lines: naming the source, choosing device and dtype, loading and the offload proof
+are one sequence over the same few objects (the spec, the config, the model); the pieces that stand alone live
+beside it (autodtype, builtin, quantize, generation).
 """
 
 from __future__ import annotations

@@ -1,0 +1,131 @@
+"""``llmbench ab``: base and head measured side by side, request by request, and gated on the pair."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from llmbench.cli.common import check_history, history_line, measuring, run_async, user_errors
+from llmbench.cli.compare import render_verdict
+from llmbench.cli.params import (
+    AbGateStatOpt,
+    AbOutputOpt,
+    CompareFormat,
+    FailOnOpt,
+    FailOnRegressionOpt,
+    FormatOpt,
+    HistoryOpt,
+    MaxNewTokensOpt,
+    QuietOpt,
+    RequireMdcOpt,
+    Stat,
+    SystemPromptOpt,
+    WarmupOpt,
+)
+from llmbench.cli.params_workload import (
+    DataArg,
+    DataSeedOpt,
+    DataTokenizerOpt,
+    MaxPromptTokensOpt,
+    MinPromptTokensOpt,
+    NumPromptsOpt,
+    OutputLenColumnOpt,
+    PromptColumnOpt,
+    PromptFormatOpt,
+)
+from llmbench.core.errors import UserError
+from llmbench.drivers import workload
+
+
+def ab(
+    ctx: typer.Context,
+    prompts: DataArg,
+    base: Annotated[str, typer.Option(help="A server URL, or a command line starting `llmbench worker ...`.")],
+    head: Annotated[str, typer.Option(help="The same, for the side under test.")],
+    output: AbOutputOpt = None,
+    prompt_format: PromptFormatOpt = None,
+    prompt_column: PromptColumnOpt = None,
+    output_len_column: OutputLenColumnOpt = None,
+    min_prompt_tokens: MinPromptTokensOpt = None,
+    max_prompt_tokens: MaxPromptTokensOpt = None,
+    num_prompts: NumPromptsOpt = None,
+    seed: DataSeedOpt = 0,
+    tokenizer: DataTokenizerOpt = None,
+    repeats: Annotated[int, typer.Option(help="Times to go round the prompt list (pairs per prompt).")] = 1,
+    warmup: WarmupOpt = 1,
+    max_new_tokens: MaxNewTokensOpt = 64,
+    ignore_eos: Annotated[
+        bool, typer.Option("--ignore-eos/--stop-at-eos", help="Generate exactly --max-new-tokens.")
+    ] = True,
+    system_prompt: SystemPromptOpt = None,
+    fail_on_regression: FailOnRegressionOpt = None,
+    fail_on: FailOnOpt = None,
+    gate_stat: AbGateStatOpt = Stat.p50,
+    fmt: FormatOpt = CompareFormat.table,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue the interrupted ab run in -o's folder.")] = False,
+    processes: Annotated[
+        int,
+        typer.Option(
+            help="Worker processes per side, used in turn: a difference only one process shows stays noise "
+            "(the interval is taken over the processes' own changes)."
+        ),
+    ] = 1,
+    require_mdc: RequireMdcOpt = None,
+    history: HistoryOpt = None,
+    anchor: Annotated[
+        Optional[str],
+        typer.Option(
+            help="With --history: the base is this pinned ref's code (a tag or commit); the head is recorded "
+            "relative to it, for trend --anchor."
+        ),
+    ] = None,
+    head_ref: Annotated[
+        Optional[str], typer.Option(help="With --history: the head's ref (default: this checkout's commit).")
+    ] = None,
+    move_anchor: Annotated[
+        bool,
+        typer.Option(
+            "--move-anchor",
+            help="This ab measures the new anchor (head) against --anchor: later results "
+            "against it chain onto the old one's index.",
+        ),
+    ] = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Base and head side by side, request by request (ABBA), so machine drift cancels; compare's verdict and
+    gate on the pair."""
+    from llmbench.analysis.compare import check_gaps_gate, compare_runs, gate_options
+    from llmbench.analysis.gate import gate
+    from llmbench.drivers.ab import ab as ab_driver
+    from llmbench.options import RunOptions
+
+    args = dict(ctx.params)
+    with user_errors():
+        # Everything that could refuse the options or the result is checked before a worker starts: the gates,
+        # the history URL (here); the sides' commands, the output folder and a resume (the driver, before start).
+        gates = gate_options(fail_on_regression, fail_on, require_mdc)
+        recording = check_history(history) is not None
+        if resume and output is None:
+            raise UserError("--resume continues the ab run in a folder: give it with -o")
+        if (anchor or head_ref or move_anchor) and not recording:
+            raise UserError("--anchor, --head-ref and --move-anchor record into the history: give --history")
+        if move_anchor and not (anchor and head_ref):
+            raise UserError("--move-anchor needs --anchor OLD and --head-ref NEW (the new anchor's ref)")
+        options = RunOptions(max_new_tokens=max_new_tokens, ignore_eos=ignore_eos, warmup=warmup, repeats=repeats,
+                             system_prompt=system_prompt)  # fmt: skip
+        options.validate()
+        prompt_set = workload.prompt_list(workload.Workload.of(args), options, tokenizer)
+        check_gaps_gate(gate_stat.value, gates, max_new_tokens, len(prompt_set.prompts) * repeats)
+        with measuring(quiet) as (stop, reporter):
+            coro = ab_driver(prompt_set, base, head, options, output, resume=resume, stop=stop, reporter=reporter,
+                             processes=processes)  # fmt: skip
+            base_run, head_run, folder = run_async(coro)
+        comp = compare_runs(base_run, head_run, base_name=str(folder / "base.json"), new_name=str(folder / "head.json"))
+        verdict = gate([comp], fail_on_regression, fail_on, gate_stat.value, require_mdc)
+        if recording:
+            from llmbench.history.records import ab_result
+
+            result = ab_result(base_run, head_run, folder, anchor=anchor, head_ref=head_ref, moves_anchor=move_anchor)
+            history_line(history, [result], str(folder))
+    render_verdict([comp], verdict, fmt)

@@ -1,0 +1,203 @@
+"""What every command shares: a user error as one line (exit 2), the flags as the user spells them, the
+measuring context, an interrupted run's resume line, the history's line, and the parsed flags turned into
+llmbench's option types (the public API's builders, one place per options class)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from enum import Enum
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+from llmbench.core.errors import UserError
+
+if TYPE_CHECKING:
+    from llmbench.options import ModelOptions, RunOptions
+
+said: dict[str, bool] = {}  # what main() need not say again
+
+
+@contextmanager
+def user_errors() -> Iterator[None]:
+    """UserError -> one line on stderr, exit 2."""
+    try:
+        yield
+    except UserError as e:
+        die(str(e), 2)
+
+
+def die(message: str, code: int) -> None:
+    from llmbench.core.redact import scrub  # the last guard: no URL's credentials or query on the error line
+
+    typer.echo(f"llmbench: error: {' '.join(scrub(message).split())}", err=True)
+    raise typer.Exit(code)
+
+
+def option_name(ctx: typer.Context, name: str) -> str:
+    """The option as the user spells it (``timeout_s`` is ``--timeout``), from the command's own declaration."""
+    for param in ctx.command.params:
+        if param.name == name and param.opts:
+            return max(param.opts, key=len)
+    return flag(name)
+
+
+def flag(name: str) -> str:
+    return "--" + name.rstrip("_").replace("_", "-")
+
+
+def given(ctx: typer.Context, name: str) -> bool:
+    """Whether the user gave ``name`` (on the command line or in the environment), not its default."""
+    return getattr(ctx.get_parameter_source(name), "name", None) in ("COMMANDLINE", "ENVIRONMENT")
+
+
+def refuse_given(ctx: typer.Context, names: tuple[str, ...], why: str) -> None:
+    """UserError naming every flag of ``names`` the user gave (on the command line or in the environment)."""
+    named = [option_name(ctx, n) for n in names if given(ctx, n)]
+    if named:
+        raise UserError(f"{', '.join(named)}: {why}")
+
+
+def value(v: Any) -> Any:
+    """An enum choice as its value (``Quantize.none`` is ``"none"``), anything else as it is."""
+    return v.value if isinstance(v, Enum) else v
+
+
+# the model options a command may declare (params.ModelOpt, WeightsOpt, ...); sweep's comma lists are not these
+MODEL_PARAMS = ("model", "weights", "device", "dtype", "reprobe", "threads", "attn", "quantize", "engine", "precision",
+                "device_map", "allow_offload", "allow_pickle", "trust_remote_code")  # fmt: skip
+
+
+def model_options(params: Mapping[str, Any], swept: tuple[str, ...] = ()) -> ModelOptions:
+    """The model a command names, from its parsed flags (``ctx.params``): a flag the command does not declare,
+    or one of ``swept`` (sweep's lists, expanded per setup), keeps ModelOptions' default."""
+    from llmbench import api
+
+    p = {k: value(v) for k, v in params.items() if k in MODEL_PARAMS and k not in swept}
+    return api.model_options(
+        p.get("model"), weights=p.get("weights", "pretrained"), device=p.get("device", "auto"),
+        dtype=p.get("dtype", "auto"), reprobe=p.get("reprobe", False), threads=p.get("threads"), attn=p.get("attn"),
+        quantize=p.get("quantize"), engine=p.get("engine", "transformers"), precision=p.get("precision"),
+        device_map=p.get("device_map"), allow_offload=p.get("allow_offload", False),
+        allow_pickle=p.get("allow_pickle", False), trust_remote_code=p.get("trust_remote_code", False),
+    )  # fmt: skip
+
+
+def run_options(params: Mapping[str, Any], **fixed: Any) -> RunOptions:
+    """``run``'s RunOptions from its parsed flags (``fixed``: what a command sets itself, e.g. sweep's rounds)."""
+    from llmbench import api
+
+    p = {k: value(v) for k, v in params.items()} | fixed
+    return api.run_options(
+        max_new_tokens=p["max_new_tokens"], ignore_eos=p.get("ignore_eos"), weights=p.get("weights", "pretrained"),
+        warmup=p.get("warmup", 1), repeats=p.get("repeats", 1), sample=p.get("sample", False), seed=p.get("seed", 0),
+        temperature=p.get("temperature", 1.0), top_p=p.get("top_p", 1.0), system_prompt=p.get("system_prompt"),
+        chat_template=not p.get("no_chat_template", False), truncate=p.get("truncate", False),
+        cache=p.get("cache", "dynamic"), compile=p.get("compile_", False), turns=p.get("turns", 1),
+        think_time_s=p.get("think_time", 0.0),
+    )  # fmt: skip
+
+
+def metrics_url_of(endpoint: str, server_metrics: bool, url: str | None) -> str | None:
+    """The metrics page ``--server-metrics``/``--metrics-url`` name, or None (not scraped)."""
+    from llmbench.options import default_metrics_url
+
+    return url if url is not None else default_metrics_url(endpoint) if server_metrics else None
+
+
+def since_time(text: str | None) -> str | None:
+    """``30d``/``12h``/``2w`` -> an ISO time that long ago; a date (or ISO time) -> that time in UTC."""
+    from llmbench.history import db
+
+    return db.since_time(text)
+
+
+@contextmanager
+def measuring(quiet: bool) -> Iterator[tuple[Any, Any]]:
+    """The process-wide effects a measuring command opts into: signal handlers, a frozen gc, the progress bar."""
+    from llmbench.core.process import frozen_gc, stop_on_signals
+    from llmbench.present import terminal as display
+
+    with stop_on_signals() as stop, frozen_gc(), display.reporter(quiet) as reporter:
+        yield stop, reporter
+
+
+def run_async(coro: Any, resumable: bool = False) -> Any:
+    from llmbench.core.errors import RunInterrupted
+
+    try:
+        import asyncio  # not at import: --help and the readers start faster without it
+
+        return asyncio.run(coro)
+    except RunInterrupted as e:
+        interrupted(e, resumable)
+
+
+def interrupted(e: Any, resumable: bool) -> None:
+    from llmbench.present import terminal as display
+
+    done = sum(len(r.requests) for r in e.runs)
+    where = f" saved in {e.path}" if e.path else ""
+    resume = f" Resume with:\n  {resume_command(e.path)}" if e.path and resumable else ""
+    display.err.print(f"interrupted by {e.signal_name}: {done} requests{where} (complete: false).{resume}",
+                      markup=False, soft_wrap=True)  # fmt: skip
+    said["interrupted"] = True
+    raise typer.Exit(e.exit_code)
+
+
+def resume_command(path: Path) -> str:
+    """This invocation's command line with --resume PATH instead of -o/--overwrite/--resume."""
+    import shlex
+
+    args, skip = [], False
+    for a in sys.argv[1:]:
+        if skip:
+            skip = False
+            continue
+        if a in ("-o", "--output", "--resume"):
+            skip = True
+            continue
+        if a == "--overwrite" or a.startswith(("--output=", "--resume=")):
+            continue
+        args.append(a)
+    from llmbench.core.redact import scrub  # printed: a --history or --endpoint URL loses its credentials
+
+    return scrub(shlex.join(["llmbench", *args, "--resume", str(path)]))
+
+
+def check_history(url: str | None) -> Any:
+    """The history URL checked before anything is measured (None: no history)."""
+    from llmbench.history.recording import check_url
+
+    return check_url(url)
+
+
+def record_file(url: str | None, path: Path) -> None:
+    """Record the records a written file gives (a sweep's setups, a scan's points, a load test's rates)."""
+    with user_errors():
+        from llmbench.history.records import results_of_file
+
+        if check_history(url) is not None:
+            history_line(url, results_of_file(path), str(path))
+
+
+def history_line(url: str | None, results: Any, where: str) -> None:
+    """Record a command's result in the history (its files are written already) and say so."""
+    from llmbench.history.recording import after_write
+    from llmbench.present import terminal as display
+
+    line = after_write(url, results, where)
+    if line:  # on stderr: stdout may be a report (ab --format markdown/json)
+        display.err.print(line, markup=False, soft_wrap=True)
+
+
+def print_lines(texts: Any) -> None:
+    """Print each line as it is (no markup, no wrapping), skipping the None ones."""
+    from llmbench.present import terminal as display
+
+    for line in texts:
+        if line is not None:
+            display.out.print(line, markup=False, soft_wrap=True)

@@ -1,0 +1,109 @@
+"""``llmbench show``, ``export`` and ``report``: what a saved file holds, as a table, a tidy file or a page."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from llmbench.cli.common import print_lines, user_errors
+from llmbench.cli.params import ExportFormat, OverwriteOpt
+from llmbench.core.errors import UserError
+
+
+def show(run_file: Annotated[Path, typer.Argument(help="A run JSON, a scan.json or a load.json.")]) -> None:
+    """The summary table of a saved run (or a scan's curves and fits, or a load test's rates)."""
+    from llmbench.present import terminal as display
+    from llmbench.present.summary import print_summary
+    from llmbench.results.kinds import kind_of
+    from llmbench.results.storage import load_run
+
+    with user_errors():
+        found = kind_of(run_file, among=("scan", "load"))
+        record = found.record or {}
+        if found.kind == "scan":
+            print_lines(display.scan_lines(record))
+            return
+        if found.kind == "load":
+            display.out.print(display.load_table(record))
+            print_lines(display.load_lines(record))
+            return
+        run = load_run(run_file, scalars_only=True)  # the summary table needs no token stamps
+    for w in run.warnings:
+        display.warn(w)
+    print_summary(run, machine=True)
+
+
+def export(
+    run_file: Annotated[Path, typer.Argument(help="A run JSON.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="The file to write.")],
+    fmt: Annotated[ExportFormat, typer.Option("--format", help="File format.")] = ExportFormat.csv,
+    tokens: Annotated[bool, typer.Option("--tokens", help="One row per token instead of per request.")] = False,
+    overwrite: OverwriteOpt = False,
+) -> None:
+    """A tidy table of a run (pandas): one row per request, or per token with --tokens."""
+    from llmbench.results.storage import load_run, prepare_output
+
+    with user_errors():
+        from llmbench.core.errors import require
+
+        require("llmbench export", "export", "pandas")
+        from llmbench.present import export as ex
+
+        # the request table needs no token stamps: read without them (a 10,000 x 256 run 4x faster)
+        run = load_run(run_file) if tokens else load_run(run_file, scalars_only=True, request_fields=ex.REQUEST_FIELDS)
+        path = prepare_output(output, overwrite)
+        rows = ex.export(run, path, fmt.value, tokens)
+    typer.echo(f"wrote {rows} rows to {path}")
+
+
+def report(
+    runs: Annotated[
+        list[Path], typer.Argument(help="RUN.json [MORE.json ...]; the first is the base. Or a scan.json.")
+    ],
+    output: Annotated[Path, typer.Option("--output", "-o", help="The HTML file to write.")] = Path("report.html"),
+    overwrite: OverwriteOpt = False,
+) -> None:
+    """One self-contained HTML file: tables, token timelines, ITL histogram, TTFT vs prompt length, compare; for a
+    scan.json, its curves with their fits."""
+    from llmbench.results.kinds import kind_of
+    from llmbench.results.storage import load_run, prepare_output, write_text
+
+    with user_errors():
+        from llmbench.core.errors import require
+
+        require("llmbench report", "report", "matplotlib")
+        from llmbench.present.html import build_load_report, build_report, build_scan_report
+
+        first = kind_of(runs[0], among=("scan", "load")) if len(runs) == 1 else None
+        scan_record = first.record if first is not None and first.kind == "scan" else None
+        loads = [(p, found.record or {}) for p in runs if (found := kind_of(p, among=("load",))).kind == "load"]
+        if scan_record is not None or loads:
+            if loads and len(loads) != len(runs):
+                raise UserError("report draws load.json files alone, or run files alone: not both at once")
+            path = prepare_output(output, overwrite)
+            page = build_scan_report(scan_record) if scan_record is not None else build_load_report(
+                [(_short_name(p, runs), r) for p, r in loads])  # fmt: skip
+            write_text(path, page)
+            typer.echo(f"wrote {path} ({path.stat().st_size / 1024:.0f} KiB)")
+            return
+        loaded = [(_short_name(p, runs), load_run(p)) for p in runs]
+        for name, run in loaded:
+            if not run.requests:
+                raise UserError(f"{name} has no finished requests: nothing to report")
+        path = prepare_output(output, overwrite)
+        write_text(path, build_report(loaded))
+    typer.echo(f"wrote {path} ({path.stat().st_size / 1024:.0f} KiB)")
+
+
+def _short_name(path: Path, others: list[Path]) -> str:
+    """How a report names a file in its legends and headings: the run's file stem, or for a file every result
+    folder has (load.json, base.json, ...) its folder's name too; never the full (temporary) path. Two files
+    that would get the same name keep more of their path."""
+    generic = path.name in ("load.json", "scan.json", "sweep.json", "base.json", "head.json", "run.json")
+    name = f"{path.parent.name}/{path.stem}" if generic else path.stem
+    clash = [
+        o for o in others if o != path and (o.stem == path.stem and (not generic or o.parent.name == path.parent.name))
+    ]
+    return str(path) if clash else name

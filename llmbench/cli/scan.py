@@ -1,0 +1,115 @@
+"""``llmbench scan``: TTFT, TPOT and throughput curves over controlled prompts, with their fits."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from llmbench.cli.common import (
+    check_history,
+    given,
+    measuring,
+    model_options,
+    print_lines,
+    record_file,
+    run_async,
+    user_errors,
+)
+from llmbench.cli.params import (
+    AllowOffloadOpt,
+    AllowPickleOpt,
+    AttnOpt,
+    DeviceMapOpt,
+    DeviceOpt,
+    DType,
+    DTypeOpt,
+    EngineOpt,
+    HistoryOpt,
+    MaxNewTokensOpt,
+    ModelOpt,
+    NoChatTemplateOpt,
+    PrecisionOpt,
+    Quantize,
+    QuantizeOpt,
+    QuietOpt,
+    ReprobeOpt,
+    SystemPromptOpt,
+    ThreadsOpt,
+    TrustRemoteCodeOpt,
+    WarmupOpt,
+    Weights,
+    WeightsOpt,
+)
+
+
+def scan(
+    ctx: typer.Context,
+    prompt_tokens: Annotated[
+        str, typer.Option(help="Prompt lengths for the TTFT curve, template included (comma list; '' for none).")
+    ] = "64,256,1024",
+    depth: Annotated[str, typer.Option(help="Context depths for the TPOT curve (comma list).")] = "0,512,2048",
+    batch: Annotated[str, typer.Option(help="Batch sizes for the throughput curve (comma list).")] = "1,2,4,8",
+    rounds: Annotated[int, typer.Option(help="Rounds; each visits every point, the order rotating.")] = 3,
+    max_new_tokens: MaxNewTokensOpt = 32,
+    prompts_per_point: Annotated[int, typer.Option(help="Different prompts per length or depth point.")] = 3,
+    batch_prompt_tokens: Annotated[int, typer.Option(help="Length of each prompt of a batch.")] = 128,
+    seed: Annotated[int, typer.Option(help="Seed of the synthetic prompts.")] = 0,
+    warmup: WarmupOpt = 1,
+    model: ModelOpt = None,
+    weights: WeightsOpt = Weights.pretrained,
+    device: DeviceOpt = "auto",
+    dtype: DTypeOpt = DType.auto,
+    reprobe: ReprobeOpt = False,
+    threads: ThreadsOpt = None,
+    attn: AttnOpt = None,
+    quantize: QuantizeOpt = Quantize.none,
+    engine: EngineOpt = "transformers",
+    precision: PrecisionOpt = None,
+    device_map: DeviceMapOpt = None,
+    allow_offload: AllowOffloadOpt = False,
+    allow_pickle: AllowPickleOpt = False,
+    trust_remote_code: TrustRemoteCodeOpt = False,
+    system_prompt: SystemPromptOpt = None,
+    no_chat_template: NoChatTemplateOpt = False,
+    output: Annotated[
+        Optional[Path], typer.Option("--output", "-o", help="Folder (default: results/scan-<time>).")
+    ] = None,
+    history: HistoryOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """TTFT against prompt length, TPOT against context depth, throughput against batch size: controlled prompts,
+    interleaved rounds, fitted curves."""
+    from llmbench import engines
+    from llmbench.drivers import scan as sc
+    from llmbench.engines.hf import models
+    from llmbench.options import RunOptions
+    from llmbench.present import terminal as display
+
+    with user_errors():
+        if engines.engine_info(engine).name != "transformers" and batch == "1,2,4,8":
+            display.warn(f"--engine {engine}: no batch points (batched generate() is transformers'); the default "
+                         "--batch is left out")  # fmt: skip
+            batch = ""
+        points = sc.grid(sc.parse_values(prompt_tokens, "--prompt-tokens"), sc.parse_values(depth, "--depth"),
+                         sc.parse_values(batch, "--batch"))  # fmt: skip
+        sc.check_plan(points, rounds, prompts_per_point, batch_prompt_tokens,
+                      {n for n in ("batch_prompt_tokens", "max_new_tokens") if given(ctx, n)})  # fmt: skip
+        options = RunOptions(max_new_tokens=max_new_tokens, ignore_eos=True, warmup=warmup, repeats=rounds,
+                             system_prompt=system_prompt, chat_template=not no_chat_template)  # fmt: skip
+        options.validate()
+        spec = model_options(ctx.params)
+        engines.validate(spec)
+        sc.check_context(points, models.context_length(spec), max_new_tokens, batch_prompt_tokens)  # before loading
+        from llmbench.results.storage import prepare_driver_dir
+
+        out_dir = prepare_driver_dir(output, "scan")
+        check_history(history)
+        with measuring(quiet) as (stop, reporter):
+            the_scan = sc.Scan(points, spec, options, out_dir, prompts_per_point=prompts_per_point,
+                               batch_prompt_tokens=batch_prompt_tokens, seed=seed, reporter=reporter)  # fmt: skip
+            record = run_async(the_scan.run_all(stop))
+    print_lines(display.scan_lines(record))
+    display.out.print(f"wrote {out_dir / 'scan.json'} and {len(points)} run files", markup=False)
+    record_file(history, out_dir / "scan.json")
