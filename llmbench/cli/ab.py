@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -27,29 +27,21 @@ from llmbench.cli.params_workload import (
     DataArg,
     DataSeedOpt,
     DataTokenizerOpt,
-    MaxPromptTokensOpt,
-    MinPromptTokensOpt,
-    NumPromptsOpt,
-    OutputLenColumnOpt,
-    PromptColumnOpt,
-    PromptFormatOpt,
 )
+from llmbench.cli.shared import DATASET, takes
 from llmbench.core.errors import UserError
 from llmbench.drivers import workload
 
 
+@takes("prompts", "base", "head", "output", *DATASET, "seed", "tokenizer", "repeats", "warmup", "max_new_tokens",
+       "ignore_eos", "system_prompt", "fail_on_regression", "fail_on", "gate_stat", "fmt", "resume", "processes",
+       "require_mdc", "history", "anchor", "head_ref", "move_anchor", "quiet")  # fmt: skip
 def ab(
     ctx: typer.Context,
     prompts: DataArg,
     base: Annotated[str, typer.Option(help="A server URL, or a command line starting `llmbench worker ...`.")],
     head: Annotated[str, typer.Option(help="The same, for the side under test.")],
     output: AbOutputOpt = None,
-    prompt_format: PromptFormatOpt = None,
-    prompt_column: PromptColumnOpt = None,
-    output_len_column: OutputLenColumnOpt = None,
-    min_prompt_tokens: MinPromptTokensOpt = None,
-    max_prompt_tokens: MaxPromptTokensOpt = None,
-    num_prompts: NumPromptsOpt = None,
     seed: DataSeedOpt = 0,
     tokenizer: DataTokenizerOpt = None,
     repeats: Annotated[int, typer.Option(help="Times to go round the prompt list (pairs per prompt).")] = 1,
@@ -92,6 +84,7 @@ def ab(
         ),
     ] = False,
     quiet: QuietOpt = False,
+    **shared: Any,
 ) -> None:
     """Base and head side by side, request by request (ABBA), so machine drift cancels; compare's verdict and
     gate on the pair."""

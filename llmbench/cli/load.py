@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -28,19 +28,18 @@ from llmbench.cli.params import (
 from llmbench.cli.params_workload import (
     ArrivalOpt,
     DataArg,
-    MaxPromptTokensOpt,
-    MinPromptTokensOpt,
-    NumPromptsOpt,
-    OutputLenColumnOpt,
-    PromptColumnOpt,
-    PromptFormatOpt,
     RayOpt,
     RequestsOpt,
     WorkersOpt,
 )
+from llmbench.cli.shared import DATASET, takes
 from llmbench.drivers import workload
 
 
+@takes("prompts", "endpoint", "rates", "slo", "duration", "requests", "arrival", "seed", "workers", "ray",
+       "min_attainment", "one_token_passes", "auto_start", "auto_steps", "model", "api_key_env", "timeout_s",
+       "tokenizer", *DATASET, "server_metrics", "metrics_url", "max_new_tokens", "ignore_eos", "warmup",
+       "system_prompt", "output", "history", "quiet")  # fmt: skip
 def load(
     ctx: typer.Context,
     prompts: DataArg,
@@ -73,12 +72,6 @@ def load(
         typer.Option("--timeout", help="A request that receives nothing for this long fails (a stalled server), s."),
     ] = 600.0,
     tokenizer: Annotated[Optional[str], typer.Option(help="Hub id, folder or .gguf to count tokens.")] = None,
-    prompt_format: PromptFormatOpt = None,
-    prompt_column: PromptColumnOpt = None,
-    output_len_column: OutputLenColumnOpt = None,
-    min_prompt_tokens: MinPromptTokensOpt = None,
-    max_prompt_tokens: MaxPromptTokensOpt = None,
-    num_prompts: NumPromptsOpt = None,
     server_metrics: ServerMetricsOpt = False,
     metrics_url: MetricsUrlOpt = None,
     max_new_tokens: MaxNewTokensOpt = 64,
@@ -90,6 +83,7 @@ def load(
     ] = None,
     history: HistoryOpt = None,
     quiet: QuietOpt = False,
+    **shared: Any,
 ) -> None:
     """A server under open-loop load, rate by rate: latency percentiles, 429s, goodput under SLOs, and the
     saturation point."""

@@ -3,45 +3,25 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
 from llmbench.cli.common import check_history, model_options, print_lines, record_file, run_async, user_errors
 from llmbench.cli.params import (
-    AllowOffloadOpt,
-    AllowPickleOpt,
-    AttnOpt,
-    DeviceMapOpt,
-    DeviceOpt,
     DType,
-    DTypeOpt,
-    EngineOpt,
     HistoryOpt,
     MaxNewTokensOpt,
-    ModelOpt,
     OverwriteOpt,
-    PrecisionOpt,
-    Quantize,
-    QuantizeOpt,
-    ThreadsOpt,
-    TrustRemoteCodeOpt,
-    Weights,
-    WeightsOpt,
 )
+from llmbench.cli.shared import ENGINE, LOADING, MODEL, takes
 
 
+@takes(*MODEL, "device", "dtype", "threads", "attn", "quantize", *ENGINE, "compile_", "reference_dtype",
+       "reference_model", "text", "prompts", "max_new_tokens", "chunk_tokens", "reference_cache", *LOADING,
+       "output", "overwrite", "history")  # fmt: skip
 def quality(
     ctx: typer.Context,
-    model: ModelOpt = None,
-    weights: WeightsOpt = Weights.pretrained,
-    device: DeviceOpt = "auto",
-    dtype: DTypeOpt = DType.auto,
-    threads: ThreadsOpt = None,
-    attn: AttnOpt = None,
-    quantize: QuantizeOpt = Quantize.none,
-    engine: EngineOpt = "transformers",
-    precision: PrecisionOpt = None,
     compile_: Annotated[bool, typer.Option("--compile", help="The candidate decodes through torch.compile.")] = False,
     reference_dtype: Annotated[
         DType, typer.Option(help="The reference setup's dtype (no quantization).")
@@ -58,13 +38,10 @@ def quality(
     reference_cache: Annotated[
         Optional[Path], typer.Option(help="Keep the reference's top-256 log-probs here, reuse them next time.")
     ] = None,
-    device_map: DeviceMapOpt = None,
-    allow_offload: AllowOffloadOpt = False,
-    allow_pickle: AllowPickleOpt = False,
-    trust_remote_code: TrustRemoteCodeOpt = False,
     output: Annotated[Path, typer.Option("--output", "-o", help="The quality JSON to write.")] = Path("quality.json"),
     overwrite: OverwriteOpt = False,
     history: HistoryOpt = None,
+    **shared: Any,
 ) -> None:
     """Faster, but still the same model? KL divergence, top-1 agreement and perplexity against a reference setup
     (teacher-forced on a text), and where greedy answers part."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -18,32 +18,19 @@ from llmbench.cli.common import (
     user_errors,
 )
 from llmbench.cli.params import (
-    AllowOffloadOpt,
-    AllowPickleOpt,
-    AttnOpt,
-    DeviceMapOpt,
-    DeviceOpt,
-    DType,
-    DTypeOpt,
-    EngineOpt,
     HistoryOpt,
     MaxNewTokensOpt,
-    ModelOpt,
     NoChatTemplateOpt,
-    PrecisionOpt,
-    Quantize,
-    QuantizeOpt,
     QuietOpt,
-    ReprobeOpt,
     SystemPromptOpt,
-    ThreadsOpt,
-    TrustRemoteCodeOpt,
     WarmupOpt,
-    Weights,
-    WeightsOpt,
 )
+from llmbench.cli.shared import DEVICE, ENGINE, LOADING, MODEL, takes
 
 
+@takes("prompt_tokens", "depth", "batch", "rounds", "max_new_tokens", "prompts_per_point", "batch_prompt_tokens",
+       "seed", "warmup", *MODEL, *DEVICE, "attn", "quantize", *ENGINE, *LOADING, "system_prompt", "no_chat_template",
+       "output", "history", "quiet")  # fmt: skip
 def scan(
     ctx: typer.Context,
     prompt_tokens: Annotated[
@@ -57,20 +44,6 @@ def scan(
     batch_prompt_tokens: Annotated[int, typer.Option(help="Length of each prompt of a batch.")] = 128,
     seed: Annotated[int, typer.Option(help="Seed of the synthetic prompts.")] = 0,
     warmup: WarmupOpt = 1,
-    model: ModelOpt = None,
-    weights: WeightsOpt = Weights.pretrained,
-    device: DeviceOpt = "auto",
-    dtype: DTypeOpt = DType.auto,
-    reprobe: ReprobeOpt = False,
-    threads: ThreadsOpt = None,
-    attn: AttnOpt = None,
-    quantize: QuantizeOpt = Quantize.none,
-    engine: EngineOpt = "transformers",
-    precision: PrecisionOpt = None,
-    device_map: DeviceMapOpt = None,
-    allow_offload: AllowOffloadOpt = False,
-    allow_pickle: AllowPickleOpt = False,
-    trust_remote_code: TrustRemoteCodeOpt = False,
     system_prompt: SystemPromptOpt = None,
     no_chat_template: NoChatTemplateOpt = False,
     output: Annotated[
@@ -78,6 +51,7 @@ def scan(
     ] = None,
     history: HistoryOpt = None,
     quiet: QuietOpt = False,
+    **shared: Any,
 ) -> None:
     """TTFT against prompt length, TPOT against context depth, throughput against batch size: controlled prompts,
     interleaved rounds, fitted curves."""
@@ -87,6 +61,7 @@ def scan(
     from llmbench.options import RunOptions
     from llmbench.present import terminal as display
 
+    engine = ctx.params["engine"]
     with user_errors():
         if engines.engine_info(engine).name != "transformers" and batch == "1,2,4,8":
             display.warn(f"--engine {engine}: no batch points (batched generate() is transformers'); the default "

@@ -2,44 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from llmbench.cli.common import model_options, user_errors
-from llmbench.cli.params import (
-    AllowOffloadOpt,
-    AllowPickleOpt,
-    AttnOpt,
-    DeviceMapOpt,
-    DeviceOpt,
-    DType,
-    DTypeOpt,
-    ModelOpt,
-    Quantize,
-    QuantizeOpt,
-    ReprobeOpt,
-    ThreadsOpt,
-    TrustRemoteCodeOpt,
-    Weights,
-    WeightsOpt,
-)
+from llmbench.cli.shared import DEVICE, LOADING, MODEL, takes
 
 
+@takes(*MODEL, *DEVICE, "attn", "quantize", *LOADING, "host", "port", "max_queue", "test_reasoning_tokens",
+       "max_tokens")  # fmt: skip
 def serve(
     ctx: typer.Context,
-    model: ModelOpt = None,
-    weights: WeightsOpt = Weights.pretrained,
-    device: DeviceOpt = "auto",
-    dtype: DTypeOpt = DType.auto,
-    reprobe: ReprobeOpt = False,
-    threads: ThreadsOpt = None,
-    attn: AttnOpt = None,
-    quantize: QuantizeOpt = Quantize.none,
-    device_map: DeviceMapOpt = None,
-    allow_offload: AllowOffloadOpt = False,
-    allow_pickle: AllowPickleOpt = False,
-    trust_remote_code: TrustRemoteCodeOpt = False,
     host: Annotated[str, typer.Option(help="Address to listen on (loopback: no one else can reach it).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
     max_queue: Annotated[int, typer.Option(help="Requests that may wait while one generates; more get 429.")] = 4,
@@ -47,6 +21,7 @@ def serve(
         int, typer.Option(hidden=True, help="For tests: send each answer's first N tokens as reasoning.")
     ] = 0,
     max_tokens: Annotated[int, typer.Option(help="max_tokens when a request gives none.")] = 256,
+    **shared: Any,
 ) -> None:
     """Serve a model over an OpenAI-compatible SSE endpoint, with a page at / that shows tokens, TTFT and TPOT live."""
     from llmbench.core.errors import require

@@ -17,29 +17,25 @@ from llmbench.cli.common import (
     user_errors,
 )
 from llmbench.cli.params import (
-    AllowOffloadOpt,
-    AllowPickleOpt,
-    DeviceMapOpt,
-    DeviceOpt,
     HistoryOpt,
     IgnoreEosOpt,
     MaxNewTokensOpt,
-    ModelOpt,
     NoChatTemplateOpt,
     PromptsArg,
     QuietOpt,
     RankBy,
     SystemPromptOpt,
-    TrustRemoteCodeOpt,
     WarmupOpt,
-    Weights,
-    WeightsOpt,
 )
+from llmbench.cli.shared import LOADING, MODEL, takes
 
 # the model options sweep takes as comma lists (each setup gets its own): the base spec keeps their defaults
 SWEPT = ("dtype", "threads", "attn", "quantize", "engine", "precision")
 
 
+@takes("prompts", "dtype", "threads", "attn", "cache", "compile_", "quantize", "engine", "precision", *MODEL,
+       "device", "max_new_tokens", "ignore_eos", "warmup", "rounds", "rank_by", "quality", "max_kld",
+       "system_prompt", "no_chat_template", *LOADING, "output", "history", "quiet")  # fmt: skip
 def sweep(
     ctx: typer.Context,
     prompts: PromptsArg,
@@ -59,9 +55,6 @@ def sweep(
             "engine but transformers (default: each engine's 8-bit, a .gguf as is)."
         ),
     ] = None,
-    model: ModelOpt = None,
-    weights: WeightsOpt = Weights.pretrained,
-    device: DeviceOpt = "auto",
     max_new_tokens: MaxNewTokensOpt = 64,
     ignore_eos: IgnoreEosOpt = None,
     warmup: WarmupOpt = 1,
@@ -75,15 +68,12 @@ def sweep(
     ] = None,
     system_prompt: SystemPromptOpt = None,
     no_chat_template: NoChatTemplateOpt = False,
-    device_map: DeviceMapOpt = None,
-    allow_offload: AllowOffloadOpt = False,
-    allow_pickle: AllowPickleOpt = False,
-    trust_remote_code: TrustRemoteCodeOpt = False,
     output: Annotated[
         Optional[Path], typer.Option("--output", "-o", help="Folder (default: results/sweep-<time>).")
     ] = None,
     history: HistoryOpt = None,
     quiet: QuietOpt = False,
+    **shared: Any,
 ) -> None:
     """Find the fastest setup: every combination of engine, precision, dtype, threads, attention, cache, compile and
     quantization, measured in interleaved rounds; TTFT and TPOT ranked apart."""

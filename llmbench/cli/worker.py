@@ -2,51 +2,18 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
 
 from llmbench.cli.common import model_options, user_errors
-from llmbench.cli.params import (
-    AllowOffloadOpt,
-    AllowPickleOpt,
-    AttnOpt,
-    Cache,
-    CacheOpt,
-    CompileOpt,
-    DeviceMapOpt,
-    DeviceOpt,
-    DType,
-    DTypeOpt,
-    EngineOpt,
-    ModelOpt,
-    PrecisionOpt,
-    Quantize,
-    QuantizeOpt,
-    ReprobeOpt,
-    ThreadsOpt,
-    TrustRemoteCodeOpt,
-    Weights,
-    WeightsOpt,
-)
+from llmbench.cli.shared import DEVICE, ENGINE, LOADING, MODEL, takes
 
 
+@takes(*MODEL, *ENGINE, *DEVICE, "attn", "cache", "compile_", "quantize", *LOADING)  # fmt: skip
 def worker(
     ctx: typer.Context,
-    model: ModelOpt = None,
-    weights: WeightsOpt = Weights.pretrained,
-    engine: EngineOpt = "transformers",
-    precision: PrecisionOpt = None,
-    device: DeviceOpt = "auto",
-    dtype: DTypeOpt = DType.auto,
-    reprobe: ReprobeOpt = False,
-    threads: ThreadsOpt = None,
-    attn: AttnOpt = None,
-    cache: CacheOpt = Cache.dynamic,
-    compile_: CompileOpt = False,
-    quantize: QuantizeOpt = Quantize.none,
-    device_map: DeviceMapOpt = None,
-    allow_offload: AllowOffloadOpt = False,
-    allow_pickle: AllowPickleOpt = False,
-    trust_remote_code: TrustRemoteCodeOpt = False,
+    **shared: Any,
 ) -> None:
     """A model in a process of its own, measuring on command over stdin/stdout (JSON lines): one side of
     `llmbench ab`. Not for typing at: ab starts it."""
@@ -56,4 +23,5 @@ def worker(
     with user_errors():
         spec = model_options(ctx.params)
         engines.validate(spec)
+    compile_, cache = ctx.params["compile_"], ctx.params["cache"]
     raise typer.Exit(w.main(spec, "static" if compile_ else cache.value, compile_))
