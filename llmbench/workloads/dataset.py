@@ -31,11 +31,11 @@ from pathlib import Path
 from typing import Any
 
 from llmbench.core.errors import UserError, read_user_file
-from llmbench.workloads import files
+from llmbench.workloads import files, formats
 from llmbench.workloads.prompts import PromptSet
 from llmbench.workloads.source import describe as describe  # re-exported: run, show and compare print it
 
-FORMATS = ("txt", "jsonl", "json", "sharegpt", "csv", "parquet", "arrow")
+FORMATS = tuple(formats.FORMATS)  # --prompt-format's names (llmbench.workloads.formats)
 SOURCE_VERSION = 1
 
 
@@ -90,7 +90,7 @@ def is_dataset(path: str | Path, fmt: str | None = None) -> bool:
     p = Path(path)
     if fmt is not None:
         return fmt not in ("txt",)
-    return p.is_dir() or p.suffix.lower() in (".json", ".csv", ".parquet", ".arrow")
+    return p.is_dir() or p.suffix.lower() in formats.dataset_suffixes()
 
 
 def format_of(path: str | Path, fmt: str | None) -> str:
@@ -100,11 +100,10 @@ def format_of(path: str | Path, fmt: str | None) -> str:
     p = Path(path)
     if p.is_dir():
         return "arrow"
-    by_ext = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".csv": "csv", ".parquet": "parquet",
-              ".txt": "txt", ".arrow": "arrow"}  # fmt: skip
-    if p.suffix.lower() not in by_ext:
+    known = formats.by_suffix(p)
+    if known is None:
         raise UserError(f"{p}: can't tell the format from '{p.suffix}'; give --prompt-format ({', '.join(FORMATS)})")
-    return by_ext[p.suffix.lower()]
+    return known.name
 
 
 def read(spec: DatasetSpec) -> Rows:
@@ -122,20 +121,14 @@ def read(spec: DatasetSpec) -> Rows:
     else:
         raw = read_user_file(p, "dataset")
         sha = hashlib.sha256(raw).hexdigest()
-        text = files.utf8(p, raw, "dataset") if fmt != "parquet" else ""
-        if fmt == "json":
-            data = files.json_value(p, text)
-            if _is_sharegpt(data):
+        reader = formats.FORMATS[fmt].records
+        if reader is not None:
+            records = reader(p, raw)
+        else:  # a JSON document: a list of objects, or ShareGPT's conversations
+            data = files.json_value(p, files.utf8(p, raw, "dataset"))
+            if fmt == "sharegpt" or _is_sharegpt(data):
                 return _sharegpt(spec, p, sha, data)
             records = _records_of(p, data)
-        elif fmt == "sharegpt":
-            return _sharegpt(spec, p, sha, files.json_value(p, text))
-        elif fmt == "jsonl":
-            records = files.jsonl_objects(p, text)
-        elif fmt == "csv":
-            records = files.csv_rows(p, text)
-        else:
-            records = files.parquet_rows(p)
     return _tabular(spec, p, fmt, sha, records)
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from llmbench.core.errors import UserError
-from llmbench.workloads.prompts import MAX_PROMPT_TOKENS
+from llmbench.workloads.limits import MAX_PROMPT_TOKENS
 
 Records = Iterator[tuple[str, dict]]  # (where: ``file:line`` or ``file: row i``, the record)
 

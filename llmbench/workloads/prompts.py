@@ -10,17 +10,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from llmbench.core.errors import UserError, read_user_file
-from llmbench.workloads import promptsets
+from llmbench.workloads import formats, promptsets
+
+# re-exported: the rest of the workloads import the bounds from here
+from llmbench.workloads.limits import MAX_PROMPT_TOKENS as MAX_PROMPT_TOKENS
+from llmbench.workloads.limits import MAX_REQUESTS as MAX_REQUESTS
 
 if TYPE_CHECKING:
     from llmbench.workloads.request import Request
 
-# Bounds of what llmbench makes, reads or plans: far above any real model or run, and far below what would
-# overflow, exhaust memory or spin for hours while prompts are made (a typo'd 10**20 is one line, not a hang).
-MAX_PROMPT_TOKENS = 10_000_000  # no model reads (or writes) more: the longest contexts are 10M tokens
-MAX_REQUESTS = 1_000_000  # prompts made, turns expanded, arrivals drawn, requests planned
 # files workloads.dataset reads: load_prompts refuses them (a .json or .csv read a line a prompt is never meant)
-DATASET_SUFFIXES = (".json", ".csv", ".parquet", ".arrow")
+DATASET_SUFFIXES = formats.dataset_suffixes()
 
 
 def check_whole(option: str, value: int, low: int = 1, high: int = MAX_REQUESTS, what: str = "") -> int:
