@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from llmbench.analysis.compare import GATED_BY_DEFAULT, Comparison, GateCheck, parse_fail_on
+from llmbench.analysis.compare import GATED_BY_DEFAULT, Comparison, GateCheck, check_percent, parse_fail_on
 
 
 @dataclass
@@ -61,7 +61,9 @@ def gate(
                                  f"its minimum detectable change is {mdc:.1f}% (more pairs: --repeats, or more "
                                  "processes: --processes)")  # fmt: skip
     if require_mdc is not None:
-        wanted = {x.metric for k in checks for x in k} or set(GATED_BY_DEFAULT)
+        check_percent("--require-mdc", require_mdc, zero=False)  # a NaN would switch it off, 0 fail every run
+        gated = [x.metric for k in checks for x in k] or list(GATED_BY_DEFAULT)
+        wanted = list(dict.fromkeys(gated))  # in the gates' order, each once: the line reads the same every time
         verdict.short = [(m, c.row(m, stat).stat, mdc) for c in comps  # type: ignore[union-attr]
                          for m, mdc, _ in c.blind_spots(dict.fromkeys(wanted, require_mdc), stat)]  # fmt: skip
     return verdict

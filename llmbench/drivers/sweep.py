@@ -28,13 +28,17 @@ from llmbench.engines.hf.generation import generation_thread
 from llmbench.engines.hf.models import LoadedModel
 from llmbench.engines.hf.quantize import forced_dtype
 from llmbench.options import ModelOptions, RunOptions
-from llmbench.results.schema import COMPARE, Run, differences, must_match, utc_now
+from llmbench.results.schema import (
+    COMPARE,
+    SWEEP_VERSION,
+    Run,
+    differences,
+    must_match,
+    utc_now,
+)
 from llmbench.results.storage import prepare_output, save_run, write_record
 from llmbench.runner.loop import NullReporter, Reporter, Track, execute, new_track
 from llmbench.workloads.prompts import PromptSet, check_whole
-
-SWEEP_VERSION = 1  # sweep.json; history: 1 (llmbench 0.1.0) first version; 0.2.0 adds "varied" and
-# (with --quality) kld_mean, kld_p99, top1_agreement, greedy_identical_share, excluded_by_max_kld, quality_notes
 
 
 @dataclass(frozen=True)

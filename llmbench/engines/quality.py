@@ -27,8 +27,8 @@ import numpy as np
 import torch
 
 from llmbench.core.errors import UserError, read_user_file
+from llmbench.results.schema import QUALITY_VERSION
 
-QUALITY_VERSION = 1
 TOP_K = 256  # reference log-probabilities kept per position in a cache file
 
 

@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from llmbench.core.errors import UserError
+from llmbench.core.version import __version__
+from llmbench.results.schema import QUALITY_VERSION, SWEEP_VERSION
 
 KINDS = ("run", "sweep", "scan", "load", "quality", "ab")
 RECORDS = ("sweep.json", "scan.json", "load.json")  # a driver folder's summary file, looked for in this order
@@ -45,6 +47,13 @@ def _json(path: Path) -> Any:
         return None
 
 
+def _check_version(p: Path, data: dict, key: str, version: int) -> None:
+    """UserError for a record of another format version (a bool is none: ``true == 1`` in Python)."""
+    v = data.get(key, version)
+    if type(v) is not int or v != version:
+        raise UserError(f"{p} has {key} {v!r}; this llmbench ({__version__}) reads version {version}")
+
+
 def kind_of(path: str | Path, among: tuple[str, ...] = KINDS) -> FileKind:
     """The kind of ``path``, looking only for the kinds ``among`` (a run is always the answer left: its reader
     says what is wrong with a file that is none of them). A folder is an ab run or a driver's folder when
@@ -70,7 +79,9 @@ def kind_of(path: str | Path, among: tuple[str, ...] = KINDS) -> FileKind:
         data = _json(p)
         if isinstance(data, dict):
             if "sweep" in among and ("sweep_version" in data or p.name == "sweep.json"):
+                _check_version(p, data, "sweep_version", SWEEP_VERSION)
                 return FileKind("sweep", p, data)
             if "quality" in among and "quality_version" in data:
+                _check_version(p, data, "quality_version", QUALITY_VERSION)
                 return FileKind("quality", p, data)
     return FileKind("run", p)

@@ -46,6 +46,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 SCHEMA_VERSION = 1
 SCAN_VERSION = 1  # scan.json (llmbench scan); history: 1 (llmbench 0.2.0) first version
 LOAD_VERSION = 1  # load.json (llmbench load); history: 1 (llmbench 0.2.0) first version
+SWEEP_VERSION = 1  # sweep.json; history: 1 (llmbench 0.1.0) first version; 0.2.0 adds "varied" and
+# (with --quality) kld_mean, kld_p99, top1_agreement, greedy_identical_share, excluded_by_max_kld, quality_notes
+QUALITY_VERSION = 1  # quality.json and quality's reference cache; history: 1 (llmbench 0.2.0) first version
 
 # Which fields of the setup must be equal, and for what. A field's ``match`` says it: RESUME (a resumed run
 # continues the same measurement), COMPARE (compare lists it as "setup differs"), ENV (compare lists it as

@@ -461,7 +461,7 @@ def _read_record(path: str | Path, key: str, version: int) -> dict | None:
         return None
     if not isinstance(data, dict) or key not in data:
         return None
-    if data[key] != version:
+    if type(data[key]) is not int or data[key] != version:  # true == 1 in Python: a bool is no version
         raise UserError(f"{path} has {key} {data[key]!r}; this llmbench ({llmbench_version()}) reads version "
                         f"{version}")  # fmt: skip
     return data
