@@ -247,6 +247,20 @@ def test_show_and_report_say_what_is_wrong_in_one_line(cli, tmp_path):
         assert "Traceback" not in r.stderr and "internal error" not in r.stderr, r.stderr
 
 
+def test_a_cut_scan_or_load_record_is_one_line_in_show_report_and_compare(cli, tmp_path):
+    """A record with only its version (hand-edited, or cut short) once ended in "internal error: KeyError"."""
+    write_record(tmp_path / "load.json", {"load_version": LOAD_VERSION, "results": []})
+    write_record(tmp_path / "scan.json", {"scan_version": SCAN_VERSION})
+    load, scan = tmp_path / "load.json", tmp_path / "scan.json"
+    for args in (["show", load], ["show", scan], ["report", scan, "-o", tmp_path / "r.html"],
+                 ["report", load, "-o", tmp_path / "r.html"], ["compare", load, load]):  # fmt: skip
+        r = cli(*args)
+        assert r.returncode == 2, (args, r.stderr)
+        assert r.stderr.startswith("llmbench: error:") and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert "not a complete record" in r.stderr and "internal error" not in r.stderr, r.stderr
+    assert not (tmp_path / "r.html").exists()  # nothing written for a record that could not be drawn
+
+
 def test_show_reads_a_run_as_a_run(cli, tmp_path):
     r = cli("show", _run(tmp_path / "r.json", n=8))
     assert r.returncode == 0 and "TTFT" in r.stdout + r.stderr

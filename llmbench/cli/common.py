@@ -30,6 +30,16 @@ def user_errors() -> Iterator[None]:
         die(str(e), 2)
 
 
+@contextmanager
+def written_record(path: object) -> Iterator[None]:
+    """Rendering a scan.json or load.json: a hand-edited or cut record that lacks what llmbench writes is one
+    UserError naming the file, not an internal error (its reader checks only its version)."""
+    try:
+        yield
+    except (KeyError, TypeError, IndexError, AttributeError) as e:
+        raise UserError(f"{path}: not a complete record as llmbench writes it ({type(e).__name__}: {e})") from None
+
+
 def die(message: str, code: int) -> None:
     from llmbench.core.redact import scrub  # the last guard: no URL's credentials or query on the error line
 

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from llmbench.cli.common import user_errors
+from llmbench.cli.common import user_errors, written_record
 from llmbench.cli.params import (
     CompareFormat,
     FailOnOpt,
@@ -44,7 +44,8 @@ def compare(
             if gates or require_mdc is not None:  # refused, not ignored: a gate that can't fail is off
                 raise UserError("--fail-on-regression, --fail-on and --require-mdc gate run files, not load.json: "
                                 "compare two runs at one rate (BASE/rate-R.json NEW/rate-R.json)")  # fmt: skip
-            _compare_loads(first.record or {}, runs)
+            with written_record(", ".join(str(p) for p in runs)):
+                _compare_loads(first.record or {}, runs)
             return
         stamps = ("token_times_ms",) if gate_stat is Stat.gaps else ()  # read only when the statistic needs them
         loaded = [load_run(p, scalars_only=True, request_fields=stamps) for p in runs]

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from llmbench.cli.common import print_lines, user_errors
+from llmbench.cli.common import print_lines, user_errors, written_record
 from llmbench.cli.params import ExportFormat, OverwriteOpt
 from llmbench.core.errors import UserError
 
@@ -23,11 +23,13 @@ def show(run_file: Annotated[Path, typer.Argument(help="A run JSON, a scan.json 
         found = kind_of(run_file, among=("scan", "load"))
         record = found.record or {}
         if found.kind == "scan":
-            print_lines(display.scan_lines(record))
+            with written_record(run_file):
+                print_lines(display.scan_lines(record))
             return
         if found.kind == "load":
-            display.out.print(display.load_table(record))
-            print_lines(display.load_lines(record))
+            with written_record(run_file):
+                display.out.print(display.load_table(record))
+                print_lines(display.load_lines(record))
             return
         run = load_run(run_file, scalars_only=True)  # the summary table needs no token stamps
     for w in run.warnings:
@@ -82,9 +84,10 @@ def report(
         if scan_record is not None or loads:
             if loads and len(loads) != len(runs):
                 raise UserError("report draws load.json files alone, or run files alone: not both at once")
+            with written_record(runs[0] if scan_record is not None else ", ".join(str(p) for p, _ in loads)):
+                page = build_scan_report(scan_record) if scan_record is not None else build_load_report(
+                    [(_short_name(p, runs), r) for p, r in loads])  # fmt: skip
             path = prepare_output(output, overwrite)
-            page = build_scan_report(scan_record) if scan_record is not None else build_load_report(
-                [(_short_name(p, runs), r) for p, r in loads])  # fmt: skip
             write_text(path, page)
             typer.echo(f"wrote {path} ({path.stat().st_size / 1024:.0f} KiB)")
             return
