@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable, Hashable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import psutil
 
@@ -569,22 +569,12 @@ def _wake(fut: asyncio.Future | None) -> None:
 
 
 async def execute(
-    tracks: Sequence[Track],
-    plan: Sequence[tuple[Track, Request]],
-    prompts: PromptSet,
-    *,
-    warmup: int = 0,
-    concurrency: int = 1,
-    stop: Stop | None = None,
-    reporter: Reporter | None = None,
-    start_at: Callable[[], Awaitable[float]] | None = None,
-    survive_backend_loss: bool = False,
+    tracks: Sequence[Track], plan: Sequence[tuple[Track, Request]], prompts: PromptSet, **loop_options: Any
 ) -> list[Run]:
-    """Run ``plan`` with a new :class:`RunLoop`; the runs, in the order of ``tracks``. ``survive_backend_loss``:
-    tracks are independent (a sweep's setups), so one whose backend dies ends alone."""
-    loop = RunLoop(tracks, prompts, warmup=warmup, concurrency=concurrency, stop=stop, reporter=reporter,
-                   start_at=start_at, survive_backend_loss=survive_backend_loss)  # fmt: skip
-    return await loop.run(plan)
+    """Run ``plan`` with a new :class:`RunLoop` (``loop_options``: its keyword arguments: ``warmup``,
+    ``concurrency``, ``stop``, ``reporter``, ``start_at``, ``survive_backend_loss``); the runs, in the order of
+    ``tracks``."""
+    return await RunLoop(tracks, prompts, **loop_options).run(plan)
 
 
 def _units(todo: list[tuple[Track, Request]]) -> list[list[tuple[Track, Request]]]:
