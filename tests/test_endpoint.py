@@ -63,7 +63,9 @@ def test_serve_and_the_client_agree_on_tpot_when_the_model_stops_at_eos(cli, qwe
     true_tpot = statistics.mean((b - a) / 1e6 for (ka, a), (kb, b) in itertools.pairwise(steps) if ka == kb == "decode")
     for q in load_run(out).requests:
         assert q.output_tokens == 6 and q.chunks == 5 and q.tokens_from == "usage" and q.eos_ms is not None
-        assert q.tpot_ms == pytest.approx(true_tpot, abs=2.0)  # was 4/5 of it: 5 events' 4 gaps over 5 steps
+        # was 4/5 of it (5 events' 4 gaps over 5 steps); 12% holds beside 4 CPU burners (9.7% seen there) and still
+        # tells that 20% error apart
+        assert q.tpot_ms == pytest.approx(true_tpot, rel=0.12)
     local = llmbench.measure(prompt_file, model=lm, max_new_tokens=10, ignore_eos=False, warmup=0)
     assert all(q.output_tokens == 6 for q in local.requests)  # in-process, the EOS is a stamped token too
 
