@@ -274,7 +274,7 @@ def test_ab_spreads_each_side_over_processes_used_in_turn(cli, tiny_model_dir, p
             "--max-new-tokens", "3", "--repeats", "2", "-o", tmp_path / "p", "-q", "--format", "json")  # fmt: skip
     assert r.returncode in (0, 1), r.stderr
     base, head = load_run(tmp_path / "p" / "base.json"), load_run(tmp_path / "p" / "head.json")
-    assert base.config.ab.processes == 2 and len(set(base.config.engine_settings["worker_pids"])) == 2
+    assert base.config.ab.processes == 2 and len({p["pid"] for p in base.config.engine_settings["processes"]}) == 2
     for run in (base, head):
         assert {(q.prompt_index, q.repeat): q.process for q in run.requests} == {
             (i, rep): (rep * 3 + i) % 2 for i in range(3) for rep in range(2)}  # fmt: skip

@@ -73,10 +73,12 @@ def test_a_real_shift_is_flagged_with_its_interval():
     base = synthetic_run(n=20, noise=0.1, seed=1)
     new = synthetic_run(n=20, noise=0.1, seed=2, tpot_ms=25.0)  # +25% per token
     comp = compare_runs(base, new)
-    tpot = _row(comp, "tpot_ms")
-    assert tpot.significant and tpot.verdict == "slower"
+    tpot = _row(comp, "tpot_ms", "p50")
+    assert tpot.significant and tpot.speaks and tpot.verdict == "slower"
     assert tpot.ci_low_pct < 25 < tpot.ci_high_pct + 1 and tpot.ci_low_pct > 15
-    tps = _row(comp, "decode_tokens_per_s")
+    mean = _row(comp, "tpot_ms")  # information: its change and interval, no verdict word
+    assert mean.significant and not mean.speaks and mean.verdict == "(information)"
+    tps = _row(comp, "decode_tokens_per_s", "p50")
     assert tps.verdict == "slower" and tps.change_pct < -15  # fewer tokens/s is slower too
     failed = {(c.metric, c.stat) for c in comp.gate(fail_on_regression=10)}
     assert ("tpot_ms", "mean") in failed and ("ttft_ms", "mean") not in failed  # TTFT did not move
@@ -91,10 +93,10 @@ def test_faster_is_never_a_regression_and_small_shifts_pass_the_gate():
     faster = synthetic_run(n=30, noise=0.05, seed=2, tpot_ms=15.0)
     comp = compare_runs(base, faster)
     assert comp.gate(fail_on_regression=10) == []
-    assert _row(comp, "tpot_ms").verdict == "faster"
+    assert _row(comp, "tpot_ms", "p50").verdict == "faster"
     slightly = synthetic_run(n=30, noise=0.01, seed=3, tpot_ms=21.0)  # +5%: significant, under 10%
     comp = compare_runs(base, slightly)
-    row = _row(comp, "tpot_ms")
+    row = _row(comp, "tpot_ms", "p50")
     assert row.significant and row.verdict == "slower" and comp.gate(fail_on_regression=10) == []
     assert [c.metric for c in comp.gate(fail_on_regression=3)] == ["tpot_ms", "e2e_ms"]
 

@@ -1,14 +1,33 @@
 """compare: is NEW really slower than BASE, how sure is it, and is it the code, the setup or the machine?
 
-For each metric and statistic (mean, p50, p90) the change is ``stat(new) / stat(base) - 1`` with a 95%
-bootstrap confidence interval (scipy.stats.bootstrap, percentile method). Requests are paired by
-(prompt_index, repeat) when both runs used the same prompt file (same sha256): the paired bootstrap
-resamples pairs, which cancels the prompt-to-prompt spread; otherwise each run is resampled on its own.
-A change is *significant* when its interval excludes 0; a *regression* is a significant change in the bad
-direction larger than the threshold. No torch here: compare starts fast.
+A row per metric and statistic (mean, p50, p90; TPOT's gaps): NEW's change over BASE, a 95% interval, a verdict.
+Requests pair by (prompt_index, repeat) when both runs used the same prompt file (sha256). TTFT's rows pool
+``requests`` with ``ttft_requests`` (ab's one-token requests, keyed apart); the others read ``requests`` alone.
+With b_i, n_i pair i's figures and N processes (``ab --processes``; else the bootstrap):
 
-Why one module of 600-odd lines: the rows, their pairing, the gaps statistic, the gate's verdict and the
-checks that refuse impossible figures all read the same paired populations; the file is the comparison.
+    mean, p90, unpaired p50:  change = stat(n) / stat(b) - 1;  percentile bootstrap (scipy.stats.bootstrap's
+        resamples, in numpy), paired: one index set for both runs; processes: each one's change c_p, Student t
+        over them: change +- t_{0.975,N-1} sd(c_p) / sqrt(N)
+    paired p50:  d_i = ln(n_i / b_i),  change = expm1(median_i d_i);  bootstrap of the pairs' median; processes:
+        each one's median m_p, t in logs: expm1(median d +- t_{0.975,N-1} sd(m_p) / sqrt(N)). base, new: medians
+    TPOT gaps (stamps):  the same, d_i of the pair's mean gaps over the positions both reached (:func:`_gaps_row`)
+
+``significant``: the row's 95% interval excludes 0 (every row; a study counts how often on A/A runs). Only rows
+that *speak* say a verdict word: the p50 rows of TTFT, TPOT, E2E and decode tok/s, TPOT's gaps, and any row a
+gate decides on (``--gate-stat mean``: the gated means); the others read "(information)" and never make compare
+or the gate say anything changed. Why: a mean or p90 of per-request times is set by the few requests a stall
+hit, and a t interval over a handful of processes is not honest under such tails (an A/A run: TTFT p90 -79%
+[-155, -2.7], "faster"), while a paired median of log ratios cancels the prompts' spread and each pair's shared
+drift, ignores the stalled pairs and swaps exactly ((1 + c(b, n)) (1 + c(n, b)) = 1). Unpaired p50 rows speak
+too (robust; no pairs to exploit). And the words must hold together: TTFT, TPOT and E2E are three tests (TPOT's
+p50, gaps and decode tok/s are one), and three at 95% speak by chance in ~10% of A/A runs. So a word needs the
+interval at 1 - 0.05/3 (Bonferroni, :func:`variance.widen`) to exclude 0: A/A runs then speak in <= 5%. What
+says "what changed" (:meth:`Comparison.changed`, the machine notes) reads the words. A *regression*: a gated
+row significant (95%) in the bad direction by more than its threshold. Where the noise is: :mod:`.variance`.
+
+Why one module of 750-odd lines (over 600): the rows, their pairing, the gaps statistic, the gate's verdict and
+the checks that refuse impossible figures all read the same paired populations; the file is the comparison. No
+torch here: compare starts fast.
 """
 
 from __future__ import annotations
@@ -20,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from llmbench.analysis import variance
 from llmbench.core.errors import UserError
 from llmbench.results.schema import COMPARE, ENV, Environment, Run, RunScalars, differences, must_match
 
@@ -33,12 +53,9 @@ METRICS: dict[str, tuple[str, int]] = {
 }
 GATED_BY_DEFAULT = ("ttft_ms", "tpot_ms", "e2e_ms")
 STATS = ("mean", "p50", "p90")
-# TPOT from per-token gaps paired by position (see _gaps_row for the formula): per pair, head's mean gap over the
-# token positions both requests reached, over base's; the change is the median of those ratios over the pairs
-# (in logs, so base and head swap exactly). A mean gap is the span of those positions over their count, so tokens
-# that arrive in bundles (zero gaps, then one long) leave it unchanged, and a burst that hits a few pairs moves
-# the median over pairs little. Only for paired runs with stamps; as a gate statistic it applies to TPOT, and
-# TTFT and E2E are then gated on their median.
+# TPOT from per-token gaps paired by position (:func:`_gaps_row`): bundled tokens leave a mean gap unchanged, a
+# burst that hits a few pairs moves the median over pairs little. Paired runs with stamps; as a gate statistic it
+# applies to TPOT, and TTFT and E2E are then gated on their median.
 GAPS = "gaps"
 GATE_STATS = (*STATS, GAPS)
 GAPS_MIN_TOKENS = 3  # a request's TPOT over 2+ gaps
@@ -50,7 +67,12 @@ PROBE_FOR = {
     "e2e_ms": "mem_read_gbps",
     "decode_tokens_per_s": "mem_read_gbps",
 }
-CONFIDENCE = 0.95
+CONFIDENCE = variance.CONFIDENCE
+# the rows that speak (a verdict word) whatever is gated: robust statistics of the speed metrics
+SPEAKING_STATS = ("p50", GAPS)
+SPEAKING_METRICS = ("ttft_ms", "tpot_ms", "e2e_ms", "decode_tokens_per_s")
+INFORMATION = "(information)"  # the verdict of a row that does not speak
+NO_CHANGE = "no significant change"
 
 
 @dataclass
@@ -62,11 +84,14 @@ class Row:
     change_pct: float
     ci_low_pct: float
     ci_high_pct: float
-    significant: bool
-    verdict: str  # "faster" | "slower" | "more" | "fewer" | "no significant change"
+    significant: bool  # the interval excludes 0, whether the row speaks or not
+    # "faster" | "slower" | "more" | "fewer" | "no significant change" when the row speaks, else "(information)"
+    verdict: str
     # the requests the row was computed on: the pairs (both the same) when paired, else each run's own
     n_base: int
     n_new: int
+    speaks: bool = False  # a robust row (see the module's docstring) or a gated one: its verdict is a finding
+    processes: int = 0  # the processes its interval is over (Student t, N - 1 df); 0: a bootstrap
 
 
 @dataclass
@@ -94,6 +119,7 @@ class MachineNote:
     steal_base: float | None
     steal_new: float | None
     explanation: str
+    stat: str = "p50"  # the row whose change it explains
 
 
 @dataclass
@@ -117,6 +143,10 @@ class Comparison:
     quality: dict[str, list[float | None]] = field(default_factory=dict)
     quality_note: str | None = None
     workload: list[str] = field(default_factory=list)  # what each run sent, for a dataset's runs
+    n_ttft_pairs: int = 0  # the pairs of ttft_requests (ab's one-token requests) TTFT's rows pool in as well
+    # {metric: where its speaking row's noise is} (``ab --processes``): see :func:`variance.noise`
+    variance: dict[str, dict[str, Any]] = field(default_factory=dict)
+    _notes: list[MachineNote] = field(default_factory=list, repr=False)  # every row's; ``machine``: the spoken
 
     def row(self, metric: str, stat: str) -> Row | None:
         """The row of ``metric``'s ``stat``; for ``gaps`` (a TPOT statistic) the median's row of other metrics."""
@@ -124,10 +154,27 @@ class Comparison:
             stat = "p50"
         return next((r for r in self.rows if r.metric == metric and r.stat == stat), None)
 
+    def spoken_stat(self, metric: str) -> str:
+        """The statistic of ``metric``'s robust speaking row: TPOT's gaps when there are stamps, else the p50."""
+        return GAPS if metric == "tpot_ms" and self.row(metric, GAPS) is not None else "p50"
+
+    def changed(self) -> list[Row]:
+        """The rows that speak and found a change: what compare says changed (never a row of information)."""
+        return [r for r in self.rows if r.speaks and r.verdict not in (INFORMATION, NO_CHANGE)]
+
+    def speak(self, row: Row) -> None:
+        """``row`` speaks from now on (the gate decides on it): its verdict is a finding, its machine note shown.
+        A gated row's word is the gate's own test (its 95% interval), so the row and the gate never disagree; the
+        other speaking rows keep the joint level (:func:`_spoken`)."""
+        row.speaks = True
+        row.verdict = _verdict(METRICS[row.metric][1], row.change_pct, row.significant)
+        self.machine = _spoken_notes(self.rows, self._notes)
+
     def detectable_pct(self, metric: str, stat: str = "mean") -> float | None:
-        """The minimum detectable change of ``metric``'s ``stat`` at this sample size: half the width of its
-        95% interval. A change larger than this would be called significant; one much smaller can't be told
-        from noise. (About 1.4 times it is detected with 80% power.)"""
+        """The minimum detectable change of ``metric``'s ``stat`` (the gate's default statistic unless told; compare
+        shows its speaking rows') at this sample size: half the width of its 95% interval. A change larger than
+        this would be called significant; one much smaller can't be told from noise. (About 1.4 times it is
+        detected with 80% power.)"""
         row = self.row(metric, stat)
         if row is None or row.ci_low_pct != row.ci_low_pct:  # NaN: too few requests for an interval
             return None
@@ -149,7 +196,7 @@ class Comparison:
     ) -> list[GateCheck]:
         """Every gated (metric, ``stat``) with its verdict: ``fail_on_regression`` PCT applies to TTFT, TPOT and
         E2E, ``fail_on`` sets {metric: PCT} one by one. A regression is significant (its 95% CI excludes 0)
-        *and* worse than its threshold."""
+        *and* worse than its threshold. The gated rows speak from then on (:meth:`speak`), a mean's too."""
         thresholds = thresholds_of(fail_on_regression, fail_on)
         if stat not in GATE_STATS:
             raise UserError(f"unknown gate statistic '{stat}'; expected mean, p50, p90 or gaps")
@@ -160,6 +207,7 @@ class Comparison:
         for metric in METRICS:
             r = self.row(metric, stat) if metric in thresholds else None
             if r is not None:
+                self.speak(r)
                 worse = r.change_pct * -METRICS[r.metric][1]  # positive when worse
                 regression = r.significant and worse > thresholds[r.metric]
                 out.append(GateCheck(r.metric, r.stat, r.change_pct, r.ci_low_pct, r.ci_high_pct,
@@ -175,10 +223,12 @@ class Comparison:
     def to_dict(self, checks: list[GateCheck] | None = None) -> dict[str, Any]:
         """A JSON-ready dict (``--format json``), with the gate's checks when given."""
         d = asdict(self)
+        del d["_notes"]
         d["config_diffs"] = [{"key": k, "base": b, "new": n} for k, b, n in self.config_diffs]
         d["env_diffs"] = [{"key": k, "base": b, "new": n} for k, b, n in self.env_diffs]
         d["gate"] = [asdict(c) for c in checks or []]
         d["regression"] = any(c.regression for c in checks or [])
+        d["verdict_confidence"] = variance.VERDICT_CONFIDENCE
         return d
 
 
@@ -257,9 +307,14 @@ def check_gaps_gate(stat: str, thresholds: dict[str, float], max_new_tokens: int
                         "prompts or --repeats")  # fmt: skip
 
 
+def _requests(run: Run | RunScalars, metric: str) -> list[Any]:
+    """The requests ``metric``'s rows read: TTFT's pool ab's one-token ``ttft_requests`` in."""
+    return [*run.requests, *(getattr(run, "ttft_requests", None) or [])] if metric == "ttft_ms" else run.requests
+
+
 def _values(run: Run | RunScalars, metric: str) -> dict[tuple[int, int], float]:
     out = {}
-    for r in run.requests:
+    for r in _requests(run, metric):
         # decode tokens/s = (n - 1) / (last - first) == 1000 / tpot_ms
         v = (1000.0 / r.tpot_ms if r.tpot_ms else None) if metric == "decode_tokens_per_s" else getattr(r, metric)
         if v is not None:
@@ -353,12 +408,12 @@ def _cluster_interval(base: np.ndarray, new: np.ndarray, clusters: np.ndarray, f
     (4 processes give 35 distinct resamples), and one odd process must widen the interval, not decide it."""
     point = 100.0 * (f(new) / f(base) - 1.0)
     per = np.array([100.0 * (f(new[clusters == c]) / f(base[clusters == c]) - 1.0) for c in np.unique(clusters)])
-    return _t_interval(point, per)
+    return variance.t_interval(point, per, CONFIDENCE)
 
 
 def _verdict(direction: int, change: float, significant: bool) -> str:
     if not significant:
-        return "no significant change"
+        return NO_CHANGE
     if direction == 0:
         return "more" if change > 0 else "fewer"
     better = (change > 0) == (direction > 0)
@@ -424,16 +479,18 @@ def _check_requests(run: Run | RunScalars, name: str) -> None:
     holds twice: compare would otherwise compute from it (a negative TPOT read as -125%, "faster"; a duplicate
     silently dropped from the pairs)."""
     seen: set[tuple[int, int]] = set()
-    requests: list[Any] = run.requests  # RequestResult or a scalar reader's rows: the same fields
-    for i, r in enumerate(requests):
-        key = (r.prompt_index, r.repeat)
-        if key in seen:
-            raise UserError(f"{name}: requests[{i}] is a second request of prompt {key[0]}, repeat {key[1]}: a run "
-                            "measures each (prompt_index, repeat) once (a hand-edited or merged file?)")  # fmt: skip
-        seen.add(key)
-        if (problem := _bad_figure(r)) is not None:
-            raise UserError(f"{name}: requests[{i}] (prompt {key[0]}, repeat {key[1]}) holds {problem}: not a "
-                            "figure a run records (a corrupted or hand-edited file?)")  # fmt: skip
+    for kind in ("requests", "ttft_requests"):  # ttft_requests' keys are their own: none is a request's too
+        requests: list[Any] = getattr(run, kind, None) or []  # RequestResult or a scalar reader's rows
+        for i, r in enumerate(requests):
+            key = (r.prompt_index, r.repeat)
+            if key in seen:
+                raise UserError(f"{name}: {kind}[{i}] is a second request of prompt {key[0]}, repeat {key[1]}: "
+                                "a run measures each (prompt_index, repeat) once (a hand-edited or merged "
+                                "file?)")  # fmt: skip
+            seen.add(key)
+            if (problem := _bad_figure(r)) is not None:
+                raise UserError(f"{name}: {kind}[{i}] (prompt {key[0]}, repeat {key[1]}) holds {problem}: not a "
+                                "figure a run records (a corrupted or hand-edited file?)")  # fmt: skip
 
 
 def compare_runs(
@@ -451,54 +508,44 @@ def compare_runs(
         _check_requests(run, name)
     paired = base.config.prompt_sha256 == new.config.prompt_sha256
     rows: list[Row] = []
-    n_pairs = 0
-    processes = {
-        (r.prompt_index, r.repeat): r.process for r in base.requests if getattr(r, "process", None) is not None
-    }
-    for metric, (_label, direction) in METRICS.items():
+    logs: dict[tuple[str, str], tuple[np.ndarray, np.ndarray | None]] = {}  # (metric, stat): each pair's ln(n/b)
+    processes = {(r.prompt_index, r.repeat): r.process for r in _requests(base, "ttft_ms")
+                 if getattr(r, "process", None) is not None}  # fmt: skip
+    for metric in METRICS:
         bv, nv = _values(base, metric), _values(new, metric)
         clusters = None
         if paired:
             keys = sorted(bv.keys() & nv.keys())
             b = np.array([bv[k] for k in keys])
             n = np.array([nv[k] for k in keys])
-            n_pairs = max(n_pairs, len(keys))
             if processes and all(k in processes for k in keys):
                 clusters = np.array([processes[k] for k in keys])
         else:
             b, n = np.array(list(bv.values())), np.array(list(nv.values()))
         if len(b) == 0 or len(n) == 0:
             continue
-        intervals = change_intervals(b, n, STATS, paired and len(b) == len(n), clusters=clusters)
-        for stat in STATS:
-            change, low, high = intervals[stat]
-            significant = bool(np.isfinite(low) and (low > 0 or high < 0))
-            verdict = _verdict(direction, change, significant)
-            rows.append(Row(metric, stat, float(_stat(stat)(b)), float(_stat(stat)(n)), change, low, high,
-                            significant, verdict, len(b), len(n)))  # fmt: skip
+        intervals = change_intervals(b, n, ("mean", "p90") if paired else STATS, paired, clusters=clusters)
+        if paired:  # the median of the pairs' log ratios (see the module's docstring)
+            logs[(metric, "p50")] = (np.log(n / b), clusters)
+            intervals["p50"] = variance.median_change(*logs[(metric, "p50")], _resamples(len(b)), CONFIDENCE)
+        rows += [_row(metric, stat, float(_stat(stat)(b)), float(_stat(stat)(n)), *intervals[stat], len(b), len(n),
+                      variance.units(clusters)) for stat in STATS]  # fmt: skip
 
-    if paired and (gap_row := _gaps_row(base, new, processes)) is not None:
+    if paired and (gaps := _gaps_row(base, new, processes)) is not None:
         at = max(i for i, r in enumerate(rows) if r.metric == "tpot_ms") + 1 if any(
             r.metric == "tpot_ms" for r in rows) else len(rows)  # fmt: skip
-        rows.insert(at, gap_row)
+        rows.insert(at, gaps[0])
+        logs[("tpot_ms", GAPS)] = gaps[1]
 
     compared, changed, note = _outputs(base, new, paired)
     comp = Comparison(
-        base=base_name,
-        new=new_name,
-        paired=paired,
-        n_base=len(base.requests),
-        n_new=len(new.requests),
-        n_pairs=n_pairs if paired else 0,
+        base=base_name, new=new_name, paired=paired, n_base=len(base.requests), n_new=len(new.requests),
+        n_pairs=len(_keys(base.requests) & _keys(new.requests)) if paired else 0,
         config_diffs=differences(base.config.model_dump(), new.config.model_dump(), must_match(COMPARE)),
-        env_diffs=differences(
-            base.environment.model_dump(), new.environment.model_dump(), must_match(ENV, Environment)
-        ),
-        rows=rows,
-        outputs_compared=compared,
-        outputs_changed=changed,
-        outputs_note=note,
-    )
+        env_diffs=differences(base.environment.model_dump(), new.environment.model_dump(),
+                              must_match(ENV, Environment)),
+        rows=rows, outputs_compared=compared, outputs_changed=changed, outputs_note=note,
+    )  # fmt: skip
     comp.quality, comp.quality_note = _quality(base, new)
     comp.workload = _workload(base, new)
     if paired and (ids := _prompt_ids_differ(base, new)) is not None:
@@ -507,12 +554,41 @@ def compare_runs(
     comp.auto_diffs = [k for k, _, _ in comp.config_diffs if k in both_auto]
     # probes are comparable when made the same way (torch on the run's threads, or numpy on one)
     method = _probe_method(base) if _probe_method(base) == _probe_method(new) else None
-    comp.probes = {
-        k: {"base": _probe_speed(base, k, method), "new": _probe_speed(new, k, method)}
-        for k in ("mem_read_gbps", "matmul_gflops")
-    }
-    comp.machine = _machine_notes(base, new, rows, comp)
+    comp.probes = {k: {"base": _probe_speed(base, k, method), "new": _probe_speed(new, k, method)}
+                   for k in ("mem_read_gbps", "matmul_gflops")}  # fmt: skip
+    comp._notes = _machine_notes(base, new, rows, comp)
+    comp.machine = _spoken_notes(rows, comp._notes)
+    one_token = [_keys(getattr(run, "ttft_requests", None) or []) for run in (base, new)]
+    comp.n_ttft_pairs = len(one_token[0] & one_token[1]) if paired else 0
+    for metric in ("ttft_ms", "tpot_ms") if paired else ():  # where the noise of their speaking rows is
+        pair = logs.get((metric, stat := comp.spoken_stat(metric)))
+        if pair is not None and (v := variance.noise(*pair, comp.detectable_pct(metric, stat))) is not None:
+            comp.variance[metric] = {"stat": stat, **v}
     return comp
+
+
+def _keys(requests: list[Any]) -> set[tuple[int, int]]:
+    return {(r.prompt_index, r.repeat) for r in requests}
+
+
+def _row(
+    metric: str, stat: str, b: float, n: float, change: float, low: float, high: float, nb: int, nn: int, units: int
+) -> Row:
+    """A row; it speaks when its statistic is robust (see the module's docstring), else its verdict is
+    ``(information)``, whatever its interval says (``significant`` keeps that)."""
+    significant = bool(np.isfinite(low) and (low > 0 or high < 0))
+    row = Row(metric, stat, b, n, change, low, high, significant, INFORMATION, nb, nn, False, units)
+    if stat in SPEAKING_STATS and metric in SPEAKING_METRICS:
+        row.speaks, row.verdict = True, _spoken(row)
+    return row
+
+
+def _spoken(row: Row) -> str:
+    """A speaking row's verdict word: its change is a finding when its interval at the verdicts' level (95% over
+    the metrics that speak together: :func:`variance.widen`) excludes 0."""
+    low, high = variance.widen(row.change_pct, row.ci_low_pct, row.ci_high_pct, row.processes,
+                               row.stat in SPEAKING_STATS)  # fmt: skip
+    return _verdict(METRICS[row.metric][1], row.change_pct, bool(low > 0 or high < 0))
 
 
 def _pair_gaps(b: Any, n: Any) -> tuple[float, float] | None:
@@ -530,15 +606,9 @@ def _pair_gaps(b: Any, n: Any) -> tuple[float, float] | None:
     return None if gb is None or gn is None or gb <= 0 or gn <= 0 else (float(gb), float(gn))
 
 
-def _t_interval(point: float, per: np.ndarray) -> tuple[float, float]:
-    """A Student t interval (N - 1 degrees of freedom) around ``point`` from the N processes' own changes."""
-    from scipy import stats as st
-
-    half = float(st.t.ppf((1 + CONFIDENCE) / 2, per.size - 1)) * float(per.std(ddof=1) / np.sqrt(per.size))
-    return point - half, point + half
-
-
-def _gaps_row(base: Run | RunScalars, new: Run | RunScalars, processes: dict) -> Row | None:
+def _gaps_row(
+    base: Run | RunScalars, new: Run | RunScalars, processes: dict
+) -> tuple[Row, tuple[np.ndarray, np.ndarray | None]] | None:
     """TPOT's change from per-token gaps paired by position. For pair i (the same prompt_index and repeat in both
     runs) whose shorter request has m + 1 tokens, stamped t_0 .. t_m at the positions both reached:
 
@@ -553,9 +623,10 @@ def _gaps_row(base: Run | RunScalars, new: Run | RunScalars, processes: dict) ->
     Endpoint runs whose events carry several tokens each (fewer stamps than tokens) use each request's TPOT instead.
     A pair a side of which measured no decode time is skipped, on either side alike.
 
-    The 95% interval is made as the other rows' are: a percentile bootstrap over pairs, or (``ab --processes``)
-    Student t over the processes' own changes. ``base``: base's median mean gap; ``new``: base times (1 + change),
-    so the table's change = new / base - 1 holds. None without stamps, or with fewer than 2 usable pairs."""
+    The 95% interval is the paired p50 rows' (:func:`variance.median_change`): a percentile bootstrap over pairs, or
+    (``ab --processes``) Student t in logs over the processes' own medians. ``base``: base's median mean gap;
+    ``new``: base times (1 + change), so the table's change = new / base - 1 holds. With the row, its pairs' logs
+    and processes (for :mod:`~llmbench.analysis.variance`); None without stamps, or with fewer than 2 usable pairs."""
     by_key = [{(r.prompt_index, r.repeat): r for r in run.requests} for run in (base, new)]
     kept, gb, gn = [], [], []
     for k in sorted(by_key[0].keys() & by_key[1].keys()):
@@ -566,22 +637,11 @@ def _gaps_row(base: Run | RunScalars, new: Run | RunScalars, processes: dict) ->
     if len(kept) < GAPS_MIN_PAIRS:
         return None
     logs = np.log(np.asarray(gn) / np.asarray(gb))
-    point = 100.0 * math.expm1(float(np.median(logs)))
     clusters = np.array([processes[k] for k in kept]) if processes and all(k in processes for k in kept) else None
-    if clusters is not None and len(np.unique(clusters)) > 1:
-        per = np.array([100.0 * math.expm1(float(np.median(logs[clusters == c]))) for c in np.unique(clusters)])
-        low, high = _t_interval(point, per)
-    elif np.ptp(logs) == 0:
-        low = high = point
-    else:
-        rng = np.random.default_rng(0)
-        idx = rng.integers(0, len(logs), (_resamples(len(logs)), len(logs)))
-        dist = 100.0 * np.expm1(np.median(logs[idx], axis=-1))
-        low, high = (float(x) for x in np.quantile(dist, [(1 - CONFIDENCE) / 2, (1 + CONFIDENCE) / 2]))
-    significant = bool(low > 0 or high < 0)
-    b50 = float(np.median(gb))
-    return Row("tpot_ms", GAPS, b50, b50 * (1 + point / 100), point, low, high, significant,
-               _verdict(METRICS["tpot_ms"][1], point, significant), len(kept), len(kept))  # fmt: skip
+    point, low, high = variance.median_change(logs, clusters, _resamples(logs.size), CONFIDENCE)
+    b50, m = float(np.median(gb)), len(kept)
+    return _row("tpot_ms", GAPS, b50, b50 * (1 + point / 100), point, low, high, m, m, variance.units(clusters)), (
+        logs, clusters)  # fmt: skip
 
 
 def _outputs(base: Run | RunScalars, new: Run | RunScalars, paired: bool) -> tuple[int, int, str]:
@@ -645,12 +705,14 @@ def _gpu_reasons(base: Run | RunScalars, new: Run | RunScalars) -> list[str]:
 def _machine_notes(
     base: Run | RunScalars, new: Run | RunScalars, rows: list[Row], comp: Comparison
 ) -> list[MachineNote]:
-    """For each significant change of a speed metric's mean (5% or more): does the machine explain it?"""
+    """For each significant change of a speed metric's statistic (5% or more): does the machine explain it? Every
+    row's, spoken or not; :func:`_spoken_notes` picks those compare shows."""
     notes = []
     bs, ns = (base.machine.summary if base.machine else None), (new.machine.summary if new.machine else None)
     same_probe = _probe_threads(base) == _probe_threads(new)
+    setup = "the setup differs (" + ", ".join(k for k, _, _ in comp.config_diffs) + "): that can explain it"
     for row in rows:
-        if row.stat != "mean" or row.metric not in PROBE_FOR or not row.significant:
+        if row.metric not in PROBE_FOR or not row.significant:
             continue
         worse_pct = row.change_pct * -METRICS[row.metric][1]  # + when slower
         if abs(worse_pct) < MACHINE_NOTE_MIN_PCT:
@@ -670,12 +732,12 @@ def _machine_notes(
         if busier and worse_pct > 0:
             text = f"the machine was busier ({moved}): " + "; ".join(busier)
         elif comp.config_diffs and not same_probe:
-            text = "the setup differs (" + ", ".join(k for k, _, _ in comp.config_diffs) + "): that can explain it"
+            text = setup
         elif slowdown is not None and slowdown * worse_pct > 0 and abs(slowdown) >= 0.5 * abs(worse_pct):
             word = "slower" if slowdown > 0 else "faster"
             text = f"the machine explains it ({moved}): the {key} probe was {abs(slowdown):.0f}% {word} too"
         elif comp.config_diffs:
-            text = "the setup differs (" + ", ".join(k for k, _, _ in comp.config_diffs) + "): that can explain it"
+            text = setup
         elif slowdown is None:
             text = f"{moved}; no calibration probe in one of the runs: the machine can't be ruled out"
         else:
@@ -683,5 +745,16 @@ def _machine_notes(
                 f"{moved}, while the {key} probe moved {-slowdown:+.0f}% and no other load was seen: the machine's "
                 "measured state doesn't explain it (the code, the setup, or drift the probe can't see)"
             )
-        notes.append(MachineNote(row.metric, float(row.change_pct), key, slowdown, ob, on, sb, sn, text))
+        notes.append(MachineNote(row.metric, float(row.change_pct), key, slowdown, ob, on, sb, sn, text, row.stat))
     return notes
+
+
+def _spoken_notes(rows: list[Row], notes: list[MachineNote]) -> list[MachineNote]:
+    """The machine notes of rows that speak and found a change (a verdict word), one per metric: a gated mean's or
+    p90's first (the gate decided on it), then the gaps', then the median's."""
+    spoke = {(r.metric, r.stat) for r in rows if r.speaks and r.verdict not in (INFORMATION, NO_CHANGE)}
+    out: dict[str, MachineNote] = {}
+    rank = {GAPS: 1, "p50": 2}  # a gated mean or p90: 0
+    for note in sorted((n for n in notes if (n.metric, n.stat) in spoke), key=lambda n: rank.get(n.stat, 0)):
+        out.setdefault(note.metric, note)
+    return sorted(out.values(), key=lambda n: list(METRICS).index(n.metric))

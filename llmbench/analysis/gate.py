@@ -50,7 +50,8 @@ def gate(
 ) -> GateVerdict:
     """Gate ``comps``: each one's checks (``fail_on_regression`` PCT for TTFT, TPOT and E2E; ``fail_on``
     METRIC=PCT items), the blind spots of the gated metrics, and ``require_mdc``'s shortfalls. UserError for a
-    gate that can't be applied (an unknown metric, ``gaps`` without stamps)."""
+    gate that can't be applied (an unknown metric, ``gaps`` without stamps). The rows a gate decides on speak
+    (:meth:`Comparison.speak`): with ``stat`` mean, the gated means show their verdict."""
     thresholds = parse_fail_on(fail_on)
     checks = [c.checks(fail_on_regression, thresholds, stat) for c in comps]
     verdict = GateVerdict(checks, require_mdc=require_mdc)
@@ -64,6 +65,9 @@ def gate(
         check_percent("--require-mdc", require_mdc, zero=False)  # a NaN would switch it off, 0 fail every run
         gated = [x.metric for k in checks for x in k] or list(GATED_BY_DEFAULT)
         wanted = list(dict.fromkeys(gated))  # in the gates' order, each once: the line reads the same every time
+        for c in comps:  # the gate decides on these rows' widths: they speak (a mean's too)
+            for row in filter(None, (c.row(m, stat) for m in wanted)):
+                c.speak(row)
         verdict.short = [(m, c.row(m, stat).stat, mdc) for c in comps  # type: ignore[union-attr]
                          for m, mdc, _ in c.blind_spots(dict.fromkeys(wanted, require_mdc), stat)]  # fmt: skip
     return verdict

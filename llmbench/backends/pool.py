@@ -1,17 +1,27 @@
-"""One side of ``ab`` spread over N worker processes, used in turn (``ab --processes N``).
+"""One side of ``ab`` spread over N worker processes, one after another (``ab --processes N``).
 
 Two identical processes can differ by several percent for the life of the process (memory layout, hash seeds,
 where the allocator put the weights): with one process per side, that difference is a constant offset inside
 every pair, and a paired interval calls it real. With N processes per side, pair k is measured by process
 k mod N on both sides; each result records its ``process``, and compare's interval is taken over the
 processes' own changes (Student t, N - 1 degrees of freedom), so a difference that only one process shows stays
-noise. All processes start (load, warm up) before the first timed request; a warm-up warms every process.
+noise.
+
+The processes live one at a time: process k starts (and is warmed up, as the first was) when the first pair of
+its group comes, after process k - 1 has exited, so 32 processes a side cost the memory of one. The run loop
+makes both sides ready for a pair at once and untimed (``ready``), so the two sides' processes k start
+together and nothing is measured while a process starts. Each process gets its own setup (:class:`Setup`): a
+hash seed and an environment of its own size, drawn at random, so what such things do to a process is sampled
+over the N processes rather than fixed for the run; process k has the same setup on both sides.
 """
 
 from __future__ import annotations
 
-import asyncio
+import os
+import random
+import time
 from collections.abc import Hashable
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from llmbench.backends import Request
@@ -22,36 +32,103 @@ from llmbench.options import RunOptions
 from llmbench.results.schema import Probe, RequestResult, Run
 from llmbench.workloads.prompts import PromptSet
 
+ENV_PAD_MAX = 4096  # bytes of environment padding: moves the initial stack by up to a page
+
+
+@dataclass(frozen=True)
+class Setup:
+    """How one worker process is started: ``PYTHONHASHSEED`` and ``LLMBENCH_ENV_PAD`` (that many bytes, which
+    shift where the process's stack and environment land; Mytkowicz et al., ASPLOS 2009). A worker command's own
+    ``env PYTHONHASHSEED=...`` wins over it."""
+
+    hash_seed: int
+    env_pad: int
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "PYTHONHASHSEED": str(self.hash_seed), "LLMBENCH_ENV_PAD": "x" * self.env_pad}
+
+
+def random_setups(n: int, seed: int | None = None) -> list[Setup]:
+    """``n`` setups drawn at random (``seed``: reproducibly)."""
+    rng = random.Random(seed) if seed is not None else random.SystemRandom()
+    return [Setup(rng.randint(1, 2**32 - 1), rng.randrange(ENV_PAD_MAX)) for _ in range(n)]
+
 
 class PoolBackend:
-    """N :class:`WorkerBackend` of the same command; request (prompt i, repeat r) goes to process
-    (r * prompts + i) mod N, the same rule on both sides of an ab pair."""
+    """N :class:`WorkerBackend` of the same command, one alive at a time; request (prompt i, repeat r) goes to
+    process (r * prompts + i) mod N, the same rule on both sides of an ab pair."""
 
     cancel_on_stop = False
 
-    def __init__(self, command: list[str], options: RunOptions, processes: int, *, label: str = "") -> None:
+    def __init__(
+        self, command: list[str], options: RunOptions, processes: int, *, label: str = "",
+        setups: list[Setup] | None = None,
+    ) -> None:  # fmt: skip
         if processes < 1:
             raise UserError(f"--processes must be at least 1, not {processes}")
-        self.workers = [WorkerBackend(command, options, label=label) for _ in range(processes)]
-        self.label = label
+        self.command, self.options, self.label = command, options, label
+        self.setups = setups or random_setups(processes)
+        if len(self.setups) != processes:
+            raise UserError(f"{processes} processes need {processes} setups, not {len(self.setups)}")
+        self.workers: list[WorkerBackend | None] = [None] * processes
+        self.current: int | None = None
         self.n_prompts = 1
+        self.prompts: PromptSet | None = None
+        self.warmups: list[Request] = []  # the loop's warm-ups, replayed on every later process
+        self.timings: dict[int, dict[str, Any]] = {}  # process -> start-up and warm-up seconds
+        self._stop = Stop()
 
     def early_config(self, prompts: PromptSet) -> dict[str, Any]:
-        return self.workers[0].early_config(prompts)
+        return WorkerBackend(self.command, self.options).early_config(prompts)
 
     async def start(self, prompts: PromptSet) -> None:
-        """Start every process (their loads overlap; nothing is timed yet); if one fails, close them all."""
-        self.n_prompts = len(prompts.prompts)
-        results = await asyncio.gather(*(w.start(prompts) for w in self.workers), return_exceptions=True)
-        errors = [r for r in results if isinstance(r, BaseException)]
-        if errors:
-            await self.close()
-            raise errors[0]
+        """Start process 0 (the run's record comes from it); the others start when their pairs come."""
+        self.n_prompts, self.prompts = len(prompts.prompts), prompts
+        await self._enter(0, warm=False)
+
+    async def _enter(self, k: int, warm: bool = True) -> None:
+        """Process k becomes the live one: the previous one exits first, then k starts and is warmed up."""
+        if self.current == k:
+            return
+        if self.current is not None:
+            await self._live().close()
+        assert self.prompts is not None, "start() first"
+        worker = WorkerBackend(self.command, self.options, label=self.label, name=f"{self.label}process {k}")
+        worker.env = self.setups[k].env()
+        self.workers[k], self.current = worker, k
+        await worker.start(self.prompts)
+        t = time.perf_counter()
+        for req in self.warmups if warm else ():
+            if await worker.measure(req, self._stop, 0.0) is None:
+                break
+        self.timings[k] = {"pid": worker.pid, "spawn_s": worker.spawn_s, "startup_s": worker.startup_s,
+                           "warmup_s": round(time.perf_counter() - t, 3) if warm and self.warmups else None,
+                           **asdict(self.setups[k])}  # fmt: skip
+
+    def resize(self, processes: int) -> None:
+        """Use the first ``processes`` only (ab --budget, once it chose; before the first pair)."""
+        if not 1 <= processes <= len(self.workers) or (self.current or 0) >= processes:
+            raise UserError(f"cannot resize {len(self.workers)} processes to {processes}")
+        self.workers, self.setups = self.workers[:processes], self.setups[:processes]
+
+    @property
+    def live(self) -> WorkerBackend:
+        """The process alive now."""
+        return self._live()
+
+    @property
+    def start_s(self) -> float | None:
+        """Process 0's start, spawn to ready (what each later process costs again)."""
+        return self.timings.get(0, {}).get("spawn_s")
+
+    def _live(self) -> WorkerBackend:
+        w = self.workers[self.current] if self.current is not None else None
+        assert w is not None, "start() first"
+        return w
 
     def new_run(self, prompts: PromptSet) -> Run:
-        run = self.workers[0].new_run(prompts)
-        pids = [w.pid for w in self.workers]
-        run.config.engine_settings = {**(run.config.engine_settings or {}), "worker_pids": pids}
+        run = self._live().new_run(prompts)
+        run.config.engine_settings = {**(run.config.engine_settings or {}), "worker_processes": len(self.workers)}
         return run
 
     async def activate(self) -> None:
@@ -60,16 +137,19 @@ class PoolBackend:
     def process_of(self, request: Request) -> int:
         return (request.repeat * self.n_prompts + request.prompt_index) % len(self.workers)
 
+    async def ready(self, request: Request) -> None:
+        """Before ``request``'s pair is timed: its process is the live one (started and warmed up if not)."""
+        if request.repeat >= 0:
+            await self._enter(self.process_of(request))
+
     async def measure(self, request: Request, stop: Stop, started_s: float) -> RequestResult | None:
-        if request.repeat < 0:  # a warm-up warms every process
-            result = None
-            for w in self.workers:
-                result = await w.measure(request, stop, started_s)
-                if result is None:
-                    return None
-            return result
+        self._stop = stop
+        if request.repeat < 0:  # the loop's warm-up: this process now, every later one when it starts
+            self.warmups.append(request)
+            return await self._live().measure(request, stop, started_s)
         k = self.process_of(request)
-        result = await self.workers[k].measure(request, stop, started_s)
+        await self._enter(k)
+        result = await self._live().measure(request, stop, started_s)
         if result is not None:
             result.process = k
         return result
@@ -78,13 +158,16 @@ class PoolBackend:
         return ("pool", id(self))
 
     async def probe(self) -> Probe | None:
-        return await self.workers[0].probe()
+        return await self._live().probe()
 
     def finish(self, run: Run) -> list[str]:
         seen: list[str] = []
         for w in self.workers:
-            seen += [x for x in w.finish(run) if x not in seen]
+            seen += [x for x in (w.finish(run) if w is not None else []) if x not in seen]
+        run.config.engine_settings = {**(run.config.engine_settings or {}),
+                                      "processes": [self.timings[k] for k in sorted(self.timings)]}  # fmt: skip
         return seen
 
     async def close(self) -> None:
-        await asyncio.gather(*(w.close() for w in self.workers), return_exceptions=True)
+        if self.current is not None:
+            await self._live().close()

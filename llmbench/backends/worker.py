@@ -10,6 +10,7 @@ import contextlib
 import json
 import os
 import signal
+import time
 from collections.abc import Hashable
 from typing import Any
 
@@ -72,6 +73,9 @@ class WorkerBackend:
         self._record: Run | None = None
         self._warnings: list[str] = []
         self._remove_stop: Any = None
+        self.env: dict[str, str] | None = None  # the worker's environment (None: this process's)
+        self.startup_s: float | None = None  # the worker's own count, process start to ready
+        self.spawn_s: float | None = None  # this side's count, spawn to ready (what a pool waits for)
 
     # -- the pipe ---------------------------------------------------------------------------------------------
 
@@ -128,9 +132,10 @@ class WorkerBackend:
         """Start the worker, wait until its model is loaded, hand it the prompts and the run options."""
         try:
             # a session of its own: a terminal's Ctrl-C reaches the parent only, which forwards it (see stop)
+            spawned = time.perf_counter()
             self.proc = await asyncio.create_subprocess_exec(
                 *self.command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE, start_new_session=True,
+                stderr=asyncio.subprocess.PIPE, start_new_session=True, env=self.env,
             )  # fmt: skip
         except OSError as e:
             raise UserError(
@@ -139,7 +144,9 @@ class WorkerBackend:
         self.pid = self.proc.pid
         self._stderr_task = asyncio.ensure_future(self._read_stderr())
         try:
-            await self._receive()  # ready
+            ready = await self._receive()
+            self.spawn_s = round(time.perf_counter() - spawned, 3)
+            self.startup_s = ready.get("startup_s")
             o = self.options
             options = {k: getattr(o, k) for k in ("max_new_tokens", "ignore_eos", "warmup", "repeats", "sample",
                                                   "seed", "temperature", "top_p", "system_prompt", "chat_template",
@@ -152,6 +159,8 @@ class WorkerBackend:
             await self.close()
             raise UserError(f"{self.label}{e}") from None
         self._record = Run.model_validate(msg["run"])
+        if self._record.load is not None:
+            self._record.load.startup_s = self.startup_s
 
     def new_run(self, prompts: PromptSet) -> Run:
         assert self._record is not None, "start() first"
@@ -173,7 +182,10 @@ class WorkerBackend:
 
     async def measure(self, request: Request, stop: Stop, started_s: float) -> RequestResult | None:
         self._forward_stop(stop)
-        msg = await self._ask(op="measure", prompt_index=request.prompt_index, repeat=request.repeat)
+        extra: dict[str, int] = {} if request.cpu is None else {"cpu": request.cpu}
+        if request.ttft_only:
+            extra["max_new_tokens"] = 1
+        msg = await self._ask(op="measure", prompt_index=request.prompt_index, repeat=request.repeat, **extra)
         event = msg.get("event")
         if event == "stopped":
             return None

@@ -6,12 +6,13 @@ model as ``run`` does (offload check included) and then answers JSON lines on st
 Stamps are taken here, in the worker, so the pipe costs nothing per token. Protocol (version ``PROTOCOL``;
 every message carries ``"v"``):
 
-    worker -> {"v": 1, "event": "ready", "llmbench_version": ..., "pid": ...}        once loaded
+    worker -> {"v": 1, "event": "ready", "llmbench_version": ..., "pid": ..., "startup_s": ...}    once loaded
               {"v": 1, "event": "error", "message": ...}                            a load or input error; exit 2
     parent -> {"v": 1, "op": "prepare", "prompts": [...], "prompt_file": ..., "prompt_sha256": ..., "options": {...},
               "output_tokens": [...] | null, "source": {...} | null}  (the last two: a dataset's, optional)
     worker -> {"v": 1, "event": "prepared", "run": {run record: config, environment, load, warnings}}
-    parent -> {"v": 1, "op": "measure", "prompt_index": i, "repeat": r}
+    parent -> {"v": 1, "op": "measure", "prompt_index": i, "repeat": r, "max_new_tokens": n | absent,
+               "cpu": c | absent}     (n: this request's own output length; c: pin every thread to CPU c first)
     worker -> {"v": 1, "event": "result", "result": {...}, "warnings": [...]}  (what it saw so far: recompiles)
               | {"v": 1, "event": "stopped"}                 SIGINT stopped it (after the token in flight)
     parent -> {"v": 1, "op": "probe"}     worker -> {"v": 1, "event": "probe", "probe": {...}}
@@ -63,7 +64,7 @@ def serve_forever(spec: Any, cache: str, compile_: bool, inp: IO[str], out: IO[s
             send(event="error", message=str(e))
             return 2
         freeze_now()
-        send(event="ready", llmbench_version=__version__, pid=os.getpid())
+        send(event="ready", llmbench_version=__version__, pid=os.getpid(), startup_s=_since_start())
         backend: Any = None
         prompts: PromptSet | None = None
         for line in inp:
@@ -86,11 +87,9 @@ def serve_forever(spec: Any, cache: str, compile_: bool, inp: IO[str], out: IO[s
                     send(event="prepared", run=json.loads(backend.new_run(prompts).model_dump_json()))
                 elif op == "measure":
                     assert backend is not None and prompts is not None, "prepare first"
-                    i, rep = int(msg["prompt_index"]), int(msg["repeat"])
                     try:
-                        result = None if stop.requested else thread.run(
-                            backend.measure_now, prompts.request(i, rep), stop
-                        )  # fmt: skip
+                        request = _request(prompts, msg)
+                        result = None if stop.requested else thread.run(backend.measure_now, request, stop)
                     except (RuntimeError, ValueError, OSError) as e:  # the engine failed this request
                         send(event="failed", error=f"{type(e).__name__}: {str(e).strip()[:300]}")
                         continue
@@ -108,6 +107,33 @@ def serve_forever(spec: Any, cache: str, compile_: bool, inp: IO[str], out: IO[s
                 send(event="error", message=str(e))
                 return 2
     return 0
+
+
+def _since_start() -> float | None:
+    """Seconds since this process started (imports, load, checks: what a worker costs before it measures)."""
+    import time
+
+    import psutil
+
+    try:
+        return round(time.time() - psutil.Process().create_time(), 3)
+    except psutil.Error:
+        return None
+
+
+def _request(prompts: Any, msg: dict[str, Any]) -> Any:
+    """The request a ``measure`` message names: its prompt and repeat, and (optional) its own output length (ab's
+    TTFT-only requests: 1) and the CPU to measure it on (ab --duet: every thread pinned there first, untimed)."""
+    import dataclasses
+
+    from llmbench.core.process import pin_to_cpu
+
+    request = prompts.request(int(msg["prompt_index"]), int(msg["repeat"]))
+    if (n := msg.get("max_new_tokens")) is not None:
+        request = dataclasses.replace(request, max_new_tokens=int(n))
+    if (cpu := msg.get("cpu")) is not None:
+        pin_to_cpu(int(cpu))
+    return request
 
 
 def _backend(spec: Any, options: Any, loaded: Any) -> Any:

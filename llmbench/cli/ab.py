@@ -32,10 +32,44 @@ from llmbench.cli.shared import DATASET, takes
 from llmbench.core.errors import UserError
 from llmbench.drivers import workload
 
+# ab's own design options (declared here, beside the command)
+ProcessesOpt = Annotated[
+    int,
+    typer.Option(
+        help="Worker processes per side, one after another, each with its own random hash seed and "
+        "environment size: a difference only one process shows stays noise (the interval is taken over the "
+        "processes' own changes)."
+    ),
+]
+TtftPairsOpt = Annotated[
+    int,
+    typer.Option(
+        help="Extra pairs of one output token each, spread over the processes: more TTFT samples for the time "
+        "(kept in ttft_requests; TTFT rows only)."
+    ),
+]
+DuetOpt = Annotated[
+    bool,
+    typer.Option(
+        "--duet",
+        help="Both sides at the same moment, each pinned to its own CPU, the CPUs swapped pair by pair (the "
+        "workers need --threads 1): the machine's noise lands on both.",
+    ),
+]
+BudgetOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        help="Wall time to fill (300s, 5m, 1h): processes, rounds and TTFT-only pairs are chosen for the "
+        "smallest detectable change, from this run's measured costs; the choice is printed. Replaces "
+        "--processes, --repeats and --ttft-pairs."
+    ),
+]
+
 
 @takes("prompts", "base", "head", "output", *DATASET, "seed", "tokenizer", "repeats", "warmup", "max_new_tokens",
        "ignore_eos", "system_prompt", "fail_on_regression", "fail_on", "gate_stat", "fmt", "resume", "processes",
-       "require_mdc", "history", "anchor", "head_ref", "move_anchor", "quiet")  # fmt: skip
+       "ttft_pairs", "duet", "budget", "require_mdc", "history", "anchor", "head_ref", "move_anchor",
+       "quiet")  # fmt: skip
 def ab(
     ctx: typer.Context,
     prompts: DataArg,
@@ -56,13 +90,10 @@ def ab(
     gate_stat: AbGateStatOpt = Stat.p50,
     fmt: FormatOpt = CompareFormat.table,
     resume: Annotated[bool, typer.Option("--resume", help="Continue the interrupted ab run in -o's folder.")] = False,
-    processes: Annotated[
-        int,
-        typer.Option(
-            help="Worker processes per side, used in turn: a difference only one process shows stays noise "
-            "(the interval is taken over the processes' own changes)."
-        ),
-    ] = 1,
+    processes: ProcessesOpt = 1,
+    ttft_pairs: TtftPairsOpt = 0,
+    duet: DuetOpt = False,
+    budget: BudgetOpt = None,
     require_mdc: RequireMdcOpt = None,
     history: HistoryOpt = None,
     anchor: Annotated[
@@ -108,11 +139,12 @@ def ab(
         options = RunOptions(max_new_tokens=max_new_tokens, ignore_eos=ignore_eos, warmup=warmup, repeats=repeats,
                              system_prompt=system_prompt)  # fmt: skip
         options.validate()
+        design = _design(ctx, processes, repeats, ttft_pairs, duet, budget)
         prompt_set = workload.prompt_list(workload.Workload.of(args), options, tokenizer)
         check_gaps_gate(gate_stat.value, gates, max_new_tokens, len(prompt_set.prompts) * repeats)
         with measuring(quiet) as (stop, reporter):
             coro = ab_driver(prompt_set, base, head, options, output, resume=resume, stop=stop, reporter=reporter,
-                             processes=processes)  # fmt: skip
+                             design=design)  # fmt: skip
             base_run, head_run, folder = run_async(coro)
         comp = compare_runs(base_run, head_run, base_name=str(folder / "base.json"), new_name=str(folder / "head.json"))
         verdict = gate([comp], fail_on_regression, fail_on, gate_stat.value, require_mdc)
@@ -122,3 +154,21 @@ def ab(
             result = ab_result(base_run, head_run, folder, anchor=anchor, head_ref=head_ref, moves_anchor=move_anchor)
             history_line(history, [result], str(folder))
     render_verdict([comp], verdict, fmt)
+
+
+def _design(ctx: typer.Context, processes: int, repeats: int, ttft_pairs: int, duet: bool, budget: str | None) -> Any:
+    """The ab design the options give; --budget leaves processes, rounds and TTFT-only pairs to the planner."""
+    from llmbench.drivers.ab import Design
+    from llmbench.drivers.ab_budget import parse_budget
+
+    if budget is None:
+        design = Design(processes=processes, repeats=repeats, ttft_pairs=ttft_pairs, duet=duet)
+        design.validate()
+        return design
+    from click.core import ParameterSource
+
+    given = [f"--{k.replace('_', '-')}" for k in ("processes", "repeats", "ttft_pairs")
+             if ctx.get_parameter_source(k) == ParameterSource.COMMANDLINE]  # fmt: skip
+    if given:
+        raise UserError(f"--budget chooses {', '.join(given)} itself: give one or the other")
+    return Design(duet=duet, budget_s=parse_budget(budget))

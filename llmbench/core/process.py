@@ -106,3 +106,34 @@ def freeze_now() -> None:
     if _frozen.is_set():
         gc.collect()
         gc.freeze()
+
+
+def pin_to_cpu(cpu: int) -> None:
+    """Every thread of this process onto ``cpu`` alone (``ab --duet``). ``os.sched_setaffinity(0, ...)`` moves
+    the calling thread only (Linux), so each thread in /proc/self/task is moved; one started later inherits the
+    mask of the thread that starts it. A thread that ended meanwhile is skipped. ValueError for a CPU this
+    process may not use."""
+    import os
+
+    if cpu not in os.sched_getaffinity(0) and not _allowed(cpu):
+        raise ValueError(f"CPU {cpu} is not one this process may run on")
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            os.sched_setaffinity(int(tid), {cpu})
+        except (ProcessLookupError, FileNotFoundError):
+            continue
+
+
+def _allowed(cpu: int) -> bool:
+    """Whether ``cpu`` is in the process's cpuset (a thread pinned elsewhere narrowed the caller's own mask)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            text = f.read()
+    except OSError:
+        return False
+    line = next((x for x in text.splitlines() if x.startswith("Cpus_allowed_list:")), "")
+    for part in line.split(":", 1)[-1].strip().split(","):
+        lo, _, hi = part.partition("-")
+        if lo.strip().isdigit() and int(lo) <= cpu <= int(hi or lo):
+            return True
+    return False

@@ -10,14 +10,19 @@ ordinary run JSONs (``DIR/base.json``, ``DIR/head.json``) whose ``config.ab`` na
 from __future__ import annotations
 
 import asyncio
+import random
 import re
 import shlex
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from llmbench.backends import Backend, Request
+from llmbench.backends.pool import PoolBackend, Setup, random_setups
 from llmbench.core.errors import UserError
 from llmbench.core.process import Stop
+from llmbench.drivers.ab_budget import MAX_PROCESSES
 from llmbench.options import EndpointOptions, RunOptions
 from llmbench.results.schema import ABConfig, Run
 from llmbench.results.storage import claim, default_dir, load_run, prepare_dir
@@ -33,8 +38,11 @@ def is_url(side: str) -> bool:
     return side.strip().lower().startswith(("http://", "https://"))
 
 
-def side_backend(side: str, options: RunOptions, role: str, processes: int = 1) -> Backend:
-    """The backend of one side: a server URL, or a worker command line (``processes`` of them, used in turn)."""
+def side_backend(
+    side: str, options: RunOptions, role: str, processes: int = 1, setups: list[Setup] | None = None
+) -> Backend:
+    """The backend of one side: a server URL, or a worker command line (``processes`` of them, one after
+    another, process k started with ``setups[k]``)."""
     label = f"{role}: "
     if not side.strip():
         raise UserError(f"--{role} is empty: give a server URL or an `llmbench worker ...` command line")
@@ -53,7 +61,7 @@ def side_backend(side: str, options: RunOptions, role: str, processes: int = 1) 
     if processes > 1:
         from llmbench.backends.pool import PoolBackend
 
-        return PoolBackend(command, options, processes, label=label)
+        return PoolBackend(command, options, processes, label=label, setups=setups)
     if processes < 1:
         raise UserError(f"--processes must be at least 1, not {processes}")
     return WorkerBackend(command, options, label=label)
@@ -71,18 +79,65 @@ def recorded_side(side: str) -> str:
 
 
 def abba(base: Track, head: Track, prompts: PromptSet, repeats: int, processes: int = 1) -> list[tuple[Track, Request]]:
-    """The plan: every (prompt, repeat) on both sides back to back, who goes first alternating pair by pair and,
-    with ``processes`` N (pair k on process k mod N), also within each process's own pairs: base first when
-    (k mod N + k div N) is even. (With k alone, an even N would give each process one order for its whole
-    life, and an order effect would pass for a process effect.)"""
-    plan: list[tuple[Track, Request]] = []
-    k = 0
-    for rep in range(repeats):
-        for i in range(len(prompts.prompts)):
-            first, second = (base, head) if (k % processes + k // processes) % 2 == 0 else (head, base)
-            plan += [(first, prompts.request(i, rep)), (second, prompts.request(i, rep))]
-            k += 1
-    return plan
+    """The plain ABBA plan (no TTFT-only pairs, no duet, the orders fixed): see :func:`plan`."""
+    return plan(base, head, prompts, repeats, processes)
+
+
+def plan(
+    base: Track, head: Track, prompts: PromptSet, repeats: int, processes: int = 1, *, ttft_pairs: int = 0,
+    duet: tuple[int, int] | None = None, base_first: list[bool] | None = None,
+) -> list[tuple[Track, Request]]:  # fmt: skip
+    """The plan: every (prompt, repeat) on both sides as one pair, pair k measured by process k mod N, the
+    pairs grouped by process (process 0's first: a side's processes live one at a time).
+
+    ``ttft_pairs`` more pairs of one output token (``ttft_only``), keyed (prompt j mod n, repeat ``repeats`` + j
+    div n) so they never collide with the full pairs, spread evenly among their process's full pairs.
+    ABBA (``duet`` None): within each process who goes first alternates pair by pair, starting with
+    ``base_first[p]`` (default: base, then head for odd processes...: (p + i) even, i the pair's place in its
+    process). ``duet`` (two CPUs): both requests of a pair start at the same moment, base on the first CPU and
+    head on the second, swapped pair by pair."""
+    n = len(prompts.prompts)
+    keys = [(i, rep, False) for rep in range(repeats) for i in range(n)]
+    keys += [(j % n, repeats + j // n, True) for j in range(ttft_pairs)]
+    groups: list[list[tuple[int, int, bool]]] = [[] for _ in range(processes)]
+    for i, rep, short in keys:
+        groups[(rep * n + i) % processes].append((i, rep, short))
+    out: list[tuple[Track, Request]] = []
+    for p, group in enumerate(groups):
+        full, shorts = [g for g in group if not g[2]], [g for g in group if g[2]]
+        first = base_first[p] if base_first is not None else p % 2 == 0
+        for place, (i, rep, short) in enumerate(_spread(full, shorts)):
+            pair = len(out) // 2
+            if duet is not None:
+                cpus = duet if place % 2 == 0 else duet[::-1]
+                sides = [(base, cpus[0]), (head, cpus[1])]
+                sides = sides if place % 2 == 0 else sides[::-1]  # who is sent first alternates too
+                out += [(t, prompts.request(i, rep, ttft_only=short, pair=pair, simultaneous=True, cpu=c))
+                        for t, c in sides]  # fmt: skip
+            else:
+                order = (base, head) if first == (place % 2 == 0) else (head, base)
+                out += [(t, prompts.request(i, rep, ttft_only=short, pair=pair)) for t in order]
+    return out
+
+
+def _spread(full: list, shorts: list) -> list:
+    """``full`` in order with ``shorts`` spread evenly among them (so drift within a process hits both kinds)."""
+    if not shorts or not full:
+        return full + shorts
+    merged = [(k / len(full), 0, x) for k, x in enumerate(full)] + [
+        ((k + 0.5) / len(shorts), 1, x) for k, x in enumerate(shorts)
+    ]
+    return [x for _, _, x in sorted(merged, key=lambda m: (m[0], m[1]))]
+
+
+def balanced_firsts(processes: int, rng: random.Random) -> list[bool]:
+    """Which side goes first in each process's first pair: half the processes base, half head, in random order
+    (one process: base)."""
+    if processes == 1:
+        return [True]
+    firsts = [p < processes // 2 for p in range(processes)]
+    rng.shuffle(firsts)
+    return firsts
 
 
 def prepare_ab_dir(out: Path | None, resume: bool) -> Path:
@@ -116,6 +171,35 @@ async def _start_all(backends: list[Backend], prompts: PromptSet) -> None:
         raise errors[0]
 
 
+def duet_cpus() -> tuple[int, int]:
+    """The two CPUs a duet pins its sides to: the first two this process may use; UserError with fewer."""
+    import os
+
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        raise UserError(f"--duet runs the two sides on two CPUs at once; this process may use {len(cpus)}")
+    return cpus[0], cpus[1]
+
+
+@dataclass
+class Design:
+    """How an ab run measures: ``processes`` a side, ``repeats`` rounds of the prompts, ``ttft_pairs`` one-token
+    pairs for TTFT, ABBA or ``duet``; ``seed`` draws each process's setup and first side (None: at random)."""
+
+    processes: int = 1
+    repeats: int = 1
+    ttft_pairs: int = 0
+    duet: bool = False
+    seed: int | None = None
+    budget_s: float | None = None  # --budget: the design was chosen to fill it (llmbench.drivers.ab_budget)
+
+    def validate(self) -> None:
+        for name, value, least in (("--processes", self.processes, 1), ("--repeats", self.repeats, 1),
+                                   ("--ttft-pairs", self.ttft_pairs, 0)):  # fmt: skip
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise UserError(f"{name} must be a whole number of at least {least}, not {value!r}")
+
+
 async def ab(
     prompts: PromptSet,
     base: str,
@@ -127,35 +211,86 @@ async def ab(
     stop: Stop | None = None,
     reporter: Reporter | None = None,
     processes: int = 1,
+    design: Design | None = None,
 ) -> tuple[Run, Run, Path]:
-    """Measure ``prompts`` on both sides in ABBA pairs; (base run, head run, their folder). ``processes``: worker
-    processes per side, pair k measured by process k mod N on both sides (see :mod:`llmbench.backends.pool`)."""
+    """Measure ``prompts`` on both sides in pairs; (base run, head run, their folder). ``design``: processes a
+    side, rounds, TTFT-only pairs, ABBA or duet (default: ``processes`` a side, ``options.repeats`` rounds, ABBA);
+    with ``design.budget_s`` the rest of the design is chosen to fill that wall time (see
+    :mod:`llmbench.drivers.ab_budget`)."""
     options.validate()
+    d = design or Design(processes=processes, repeats=options.repeats)
+    d.validate()
+    rng = random.Random(d.seed) if d.seed is not None else random.Random(random.SystemRandom().getrandbits(64))
+    cpus = duet_cpus() if d.duet else None
     sides = {"base": base, "head": head}
-    backends = [side_backend(sides[r], options, r, processes) for r in ROLES]
     folder = prepare_ab_dir(out, resume)
     previous = {r: load_run(folder / f"{r}.json") if resume else None for r in ROLES}
+    budgeted = d.budget_s is not None
+    servers = [r for r in ROLES if is_url(sides[r])]
+    for flag, on in (("--duet pins worker processes to CPUs", d.duet),
+                     ("--budget chooses how many worker processes", budgeted)):  # fmt: skip
+        if servers and on:
+            raise UserError(f"{flag}; --{servers[0]} is a server")
+    if budgeted and resume:
+        raise UserError("--budget chooses a new design; resume with the options it printed instead")
+    most = 1 if servers else MAX_PROCESSES if budgeted else d.processes
+    setups = random_setups(most, rng.getrandbits(64))
+    backends = [side_backend(sides[r], options, r, most, setups) for r in ROLES]
     for r, b in zip(ROLES, backends, strict=True):
         if previous[r] is not None:
             check_resumable(previous[r], folder / f"{r}.json", b.early_config(prompts))  # type: ignore[arg-type]
+    t0 = time.perf_counter()
     await _start_all(backends, prompts)
     try:
+        if budgeted:
+            from llmbench.drivers.ab_budget import choose
+
+            d = await choose(d, backends, prompts, options, time.perf_counter() - t0, cpus, reporter,
+                             max_processes=most)  # fmt: skip
+            for b in backends:
+                if isinstance(b, PoolBackend):
+                    b.resize(d.processes)
         tracks = [
             new_track(b, prompts, folder / f"{r}.json", previous[r]) for r, b in zip(ROLES, backends, strict=True)
         ]
+        if cpus is not None:
+            _check_duet(tracks)
+        firsts = balanced_firsts(d.processes, rng)
+        setup = {"hash_seed": [s.hash_seed for s in setups[: d.processes]],
+                 "env_pad": [s.env_pad for s in setups[: d.processes]], "base_first": firsts} if d.processes > 1 \
+            else None  # fmt: skip
         for t, r in zip(tracks, ROLES, strict=True):
+            t.run.config.repeats = d.repeats  # the design's rounds (a budget chose them after the workers started)
             other = tracks[1] if r == "base" else tracks[0]
             t.run.config.ab = ABConfig(role=r, side=recorded_side(sides[r]), other_file=f"{_other(r)}.json",
-                                       other_run_id=other.run.run_id, processes=processes)  # fmt: skip
+                                       other_run_id=other.run.run_id, processes=d.processes,
+                                       order="duet" if cpus else "ABBA", ttft_pairs=d.ttft_pairs,
+                                       budget_s=d.budget_s, setup=setup)  # fmt: skip
         if reporter is not None:
-            spread = f", {processes} processes a side in turn" if processes > 1 else ""
-            reporter.status(f"{len(prompts.prompts) * options.repeats} pairs, ABBA{spread} -> {folder}")
-        plan = abba(tracks[0], tracks[1], prompts, options.repeats, processes)
-        runs = await execute(tracks, plan, prompts, warmup=options.warmup, stop=stop, reporter=reporter)
+            reporter.status(describe(d, len(prompts.prompts), folder))
+        the_plan = plan(tracks[0], tracks[1], prompts, d.repeats, d.processes, ttft_pairs=d.ttft_pairs, duet=cpus,
+                        base_first=None if d.processes == 1 else firsts)  # fmt: skip
+        runs = await execute(tracks, the_plan, prompts, warmup=options.warmup, stop=stop, reporter=reporter)
     finally:
         for b in backends:
             await b.close()
     return runs[0], runs[1], folder
+
+
+def describe(d: Design, n_prompts: int, folder: Path) -> str:
+    """The one status line: what will be measured, how."""
+    spread = f", {d.processes} processes a side one after another" if d.processes > 1 else ""
+    short = f" + {d.ttft_pairs} TTFT-only pairs" if d.ttft_pairs else ""
+    how = "duet (both sides at once, one CPU each, swapped pair by pair)" if d.duet else "ABBA"
+    return f"{n_prompts * d.repeats} pairs{short}, {how}{spread} -> {folder}"
+
+
+def _check_duet(tracks: list[Track]) -> None:
+    """A duet pins each side to one CPU: a side computing on more threads would fight itself there."""
+    for t, r in zip(tracks, ROLES, strict=True):
+        threads = t.run.config.threads
+        if threads != 1:
+            raise UserError(f"--duet runs each side on one CPU: give the {r} worker --threads 1 (it has {threads})")
 
 
 def _other(role: Role) -> Role:

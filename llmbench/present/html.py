@@ -333,7 +333,7 @@ def summary_html(name: str, run: Run) -> str:
 
 
 def verdicts_html(runs: list[tuple[str, Run]]) -> str:
-    """compare's mean rows for each run against the first."""
+    """compare's rows that speak (medians, TPOT's gaps) for each run against the first."""
     from llmbench.analysis.compare import compare_runs
 
     out = ""
@@ -341,17 +341,18 @@ def verdicts_html(runs: list[tuple[str, Run]]) -> str:
     for name, run in runs[1:]:
         comp = compare_runs(base, run, base_name=base_name, new_name=name)
         rows = "".join(
-            f"<tr><th>{html.escape(r.metric)}</th><td>{r.base:.2f}</td><td>{r.new:.2f}</td><td>{r.change_pct:+.1f}%</td>"
-            f"<td>{r.ci_low_pct:+.1f}% .. {r.ci_high_pct:+.1f}%</td><td>{r.verdict}</td></tr>"
+            f"<tr><th>{html.escape(r.metric)} {r.stat}</th><td>{r.base:.2f}</td><td>{r.new:.2f}</td>"
+            f"<td>{r.change_pct:+.1f}%</td><td>{r.ci_low_pct:+.1f}% .. {r.ci_high_pct:+.1f}%</td>"
+            f"<td>{r.verdict}</td></tr>"
             for r in comp.rows
-            if r.stat == "mean"
+            if r.speaks
         )
         notes = "".join(f"<li>{html.escape(n.metric)}: {html.escape(n.explanation)}</li>" for n in comp.machine)
         diffs = "".join(f"<li>setup differs: {html.escape(f'{k}: {b} -> {n}')}</li>" for k, b, n in comp.config_diffs)
         out += (
             f"<h3>{html.escape(base_name)} → {html.escape(name)}"
             f" ({'paired' if comp.paired else 'unpaired'})</h3><ul>{diffs}{notes}</ul>"
-            "<table><tr><th>mean of</th><th>base</th><th>new</th><th>change</th><th>95% CI</th><th>verdict</th>"
+            "<table><tr><th>statistic</th><th>base</th><th>new</th><th>change</th><th>95% CI</th><th>verdict</th>"
             f"</tr>{rows}</table>"
         )
     return out

@@ -1,6 +1,6 @@
 """Terminal output: warnings, the live progress bar and the summary table (rich). No measuring here.
 
-Why one module of 700-odd lines (over 600): every command's terminal rendering shares one console, one set of
+Why one module of 800-odd lines (over 600): every command's terminal rendering shares one console, one set of
 number formats and one table style; the pieces are short functions, one per thing shown, and splitting them by
 command would write the formats twice."""
 
@@ -182,10 +182,13 @@ def compare_lines(comp, checks: list[Any]) -> tuple[list[str], list[str]]:
     """The facts above and below compare's table (shared by the table and markdown formats). Plain text:
     the terminal escapes it."""
     pairing = f"paired by (prompt_index, repeat): {comp.n_pairs} pairs" if comp.paired else "unpaired"
+    if comp.n_ttft_pairs:
+        pairing += f" (and {comp.n_ttft_pairs} one-token pairs in TTFT's rows)"
     head = [f"{comp.n_base} -> {comp.n_new} requests, {pairing}", *comp.workload]
-    # the statistic the gate tests for each metric (gaps: TPOT's own; TTFT then on the median), else the mean
-    stat_of = {c.metric: c.stat for c in checks}
-    detectable = [(label, stat_of.get(m, "mean"), comp.detectable_pct(m, stat_of.get(m, "mean")))
+    # the statistic the gate tests for each metric (gaps: TPOT's own; TTFT then on the median), else the one
+    # that speaks for it (TPOT's gaps when stamped, else the median)
+    stat_of = {m: comp.spoken_stat(m) for m in ("ttft_ms", "tpot_ms")} | {c.metric: c.stat for c in checks}
+    detectable = [(label, stat_of[m], comp.detectable_pct(m, stat_of[m]))
                   for m, label in (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"))]  # fmt: skip
     known = [(label, st, d) for label, st, d in detectable if d is not None]
     if known:
@@ -216,6 +219,7 @@ def compare_lines(comp, checks: list[Any]) -> tuple[list[str], list[str]]:
             f"({100 * (mm['new'] / mm['base'] - 1):+.0f}%)"
         )
     tail += [f"{note.metric}: {note.explanation}" for note in comp.machine]
+    tail += [changed_line(comp), *noise_lines(comp)]
     for c in checks:
         status = "REGRESSION" if c.regression else "ok"
         tail.append(
@@ -225,7 +229,41 @@ def compare_lines(comp, checks: list[Any]) -> tuple[list[str], list[str]]:
     return head, tail
 
 
+def changed_line(comp) -> str:
+    """What compare says changed: the rows that speak and found a change (never a row of information)."""
+    from llmbench.analysis.compare import METRICS
+
+    found = [f"{METRICS[r.metric][0]} {r.stat} {_pct(r.change_pct)} ({r.verdict})" for r in comp.changed()]
+    if found:
+        return "changed: " + ", ".join(found)
+    return "changed: nothing significant in the rows that speak (medians, TPOT gaps, gated rows)"
+
+
+def noise_lines(comp) -> list[str]:
+    """Where the noise of TTFT's and TPOT's speaking rows is (``ab --processes``): between processes or between
+    pairs within one, and what more of either would buy."""
+    out = []
+    for metric, v in comp.variance.items():
+        label = {"ttft_ms": "TTFT", "tpot_ms": "TPOT"}.get(metric, metric)
+        out.append(
+            f"noise ({label} {v['stat']}, {v['processes']} processes x {v['pairs_per_process']:g} pairs): sd between "
+            f"processes {v['sd_between_processes_pct']:.1f}%, between pairs within one "
+            f"{v['sd_within_process_pct']:.1f}%; {v['advice']} (MDC {v['mdc_pct']:.1f}%; 2x processes "
+            f"~{v['mdc_2x_processes_pct']:.1f}%, 2x pairs ~{v['mdc_2x_pairs_pct']:.1f}%)"
+        )
+    return out
+
+
 COMPARE_COLUMNS = ["metric", "stat", "base", "new", "change", "95% CI", "verdict"]
+
+
+def compare_caption() -> str:
+    """What compare's table's columns mean: its change, the verdicts' level, its rows of information."""
+    from llmbench.analysis.variance import VERDICT_CONFIDENCE
+
+    return (f"change = stat(new)/stat(base) - 1 (paired p50, gaps: the median over pairs of new/base); verdicts "
+            f"hold at 95% over TTFT, TPOT and E2E together (each CI widened to {100 * VERDICT_CONFIDENCE:.1f}%): "
+            "n.s. = that CI includes 0; (information): a mean or p90, shown, never a verdict")  # fmt: skip
 
 
 def _row_cells(r, regression: bool, first: bool = True, short: bool = False) -> list[str]:
@@ -262,8 +300,9 @@ def compare_table(comp, checks: list[Any]) -> Table:
         last = i + 1 == len(comp.rows) or comp.rows[i + 1].metric != r.metric
         regression = (r.metric, r.stat) in bad
         style = "bold red" if regression else {"slower": "red", "faster": "green"}.get(r.verdict)
-        table.add_row(*_row_cells(r, regression, first, short=True), style=style, end_section=last)
-    table.caption = "change = stat(new)/stat(base) - 1; n.s. = not significant (the 95% CI includes 0)"
+        table.add_row(*_row_cells(r, regression, first, short=True), style=style if r.speaks else "dim",
+                      end_section=last)  # fmt: skip
+    table.caption = compare_caption()
     return table
 
 
@@ -291,7 +330,7 @@ def comparison_markdown(comp, checks: list[Any]) -> str:
         if regression:
             cells[-1] = f"**{cells[-1]}**"
         lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", *[f"- {x}" for x in tail]]
+    lines += ["", f"_{compare_caption()}_", "", *[f"- {x}" for x in tail]]
     return "\n".join(lines) + "\n"
 
 

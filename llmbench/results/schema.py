@@ -31,9 +31,14 @@ Schema history (bump ``SCHEMA_VERSION`` on any change a reader of the old versio
     config.prompt_source (0.3.0, datasets as prompt sources); config.endpoint.arrival.trace and process "trace"
     (0.3.0, --trace replay); requests[].cached_tokens/cold, summary.cached_tokens_share/
     ttft_cold_ms/ttft_warm_ms (0.3.0, the server's prefix-cache hits);
-    config.sessions, requests[].conversation/turn (0.3.0, --turns).
+    config.sessions, requests[].conversation/turn (0.3.0, --turns);
+    ttft_requests, requests[].ttft_only (0.4.0, ab's TTFT-only requests: one output token each, kept apart so
+    that no other figure, and no older reader, counts them); config.ab.order "duet"/ttft_pairs/budget_s/
+    setup, load.weights_cache/weights_mmapped/startup_s (0.4.0, the regression gate's fast workers).
 
-No torch here: compare, show and the endpoint client read and write runs without it.
+No torch here: compare, show and the endpoint client read and write runs without it. Why one module of
+600-odd lines: the schema is one versioned contract (the version, its history and every model it covers change
+together); split over files, a change could bump one part and not the other.
 """
 
 from __future__ import annotations
@@ -175,8 +180,14 @@ class ABConfig(_Model):
     side: str  # the worker command (VAR=redacted for assignments) or the server URL (no credentials)
     other_file: str  # the other run, in the same folder
     other_run_id: str
-    order: str = "ABBA"  # each (prompt, repeat) on both sides back to back; who goes first alternates
-    processes: int = 1  # worker processes per side, used in turn (pair k on process k mod N on both sides)
+    # "ABBA": each (prompt, repeat) on both sides back to back, who goes first alternating; "duet": both sides
+    # at the same moment, each pinned to its own CPU, the CPUs swapped pair by pair
+    order: str = "ABBA"
+    processes: int = 1  # worker processes per side (pair k on process k mod N on both sides)
+    ttft_pairs: int = 0  # extra one-token pairs that measure TTFT alone (ttft_requests)
+    budget_s: float | None = None  # --budget: the wall time the plan was chosen to fill
+    # how each process was set up: {"hash_seed": [...], "env_pad": [...], "first": [...]} per process (randomized)
+    setup: dict | None = None
 
 
 class RunConfig(_Model):
@@ -280,6 +291,10 @@ class LoadInfo(_Model):
     compile_s: float | None = None  # --compile: wall time of a 2-token generate() that compiles (untimed)
     convert_s: float | None = None  # --engine: converting the model for the engine (0 when cached; untimed)
     converted: dict | None = None  # --engine: {steps: [{from, to, tool, seconds, cached}], path, cache_key}
+    # --weights random: the content-addressed safetensors file the weights came from {path, key, hit, build_s}
+    weights_cache: dict | None = None
+    weights_mmapped: bool | None = None  # the weights' memory is the file's pages (shared), not a private copy
+    startup_s: float | None = None  # a worker: from its process's start to ready (imports, load, checks)
 
 
 class RequestResult(_Model):
@@ -329,6 +344,7 @@ class RequestResult(_Model):
     output_tokens_server: int | None = None
     output_tokens_client: int | None = None
     process: int | None = None  # ab --processes: which of the side's worker processes measured it (0-based)
+    ttft_only: bool = False  # one output token, for TTFT alone: kept in Run.ttft_requests, never in requests
     cpu_ms: float | None = None  # in-process runs: this process's CPU time (user + system) during the request
     # in-process runs: the input ids' hash (equal across engines when they were fed the same ids)
     prompt_token_ids_sha256: str | None = None
@@ -488,6 +504,9 @@ class Run(_Model):
     warnings: list[str] = []
     requests: list[RequestResult] = []
     warmup_requests: list[RequestResult] = []
+    # ab's TTFT-only requests (one output token each): compare's TTFT rows pool them with ``requests``; every
+    # other figure, the summary included, is over ``requests`` alone
+    ttft_requests: list[RequestResult] = []
     summary: Summary | None = None
     machine: MachineState | None = None
     sessions: list[Session] = []
@@ -520,6 +539,7 @@ class RequestScalars(_Lean):
     prompt_token_ids_sha256: str | None = None
     process: int | None = None
     tokenize_ms: float = 0.0
+    ttft_only: bool = False
 
 
 class RunScalars(_Lean):
@@ -536,6 +556,7 @@ class RunScalars(_Lean):
     machine: MachineState | None = None
     summary: Summary | None = None
     requests: list[RequestScalars] = []
+    ttft_requests: list[RequestScalars] = []
     quality: dict | None = None
     warnings: list[str] = []
     cpu: dict | None = None

@@ -238,7 +238,7 @@ class RunWriter:
         save_run(run, self.path)
         with open(self.journal, "wb") as f:
             os.fsync(f.fileno())
-        self._last_n = len(run.requests) + len(run.failed_requests)
+        self._last_n = len(run.requests) + len(run.ttft_requests) + len(run.failed_requests)
         self.snapshot_seconds += self._clock() - t
         self.snapshots += 1
 
@@ -253,7 +253,7 @@ class RunWriter:
             f.flush()
             os.fsync(f.fileno())
         self.journal_seconds += self._clock() - t
-        n = len(run.requests) + len(run.failed_requests)
+        n = len(run.requests) + len(run.ttft_requests) + len(run.failed_requests)
         if n <= self.always or n - self._last_n >= self.growth * self._last_n:
             if summarize:
                 summarize()
@@ -279,7 +279,7 @@ def merge_journal(run: Run, path: str | Path) -> int:
         return 0
     data = jp.read_bytes()
     lines = data.split(b"\n")
-    have = {(r.prompt_index, r.repeat) for r in run.requests}
+    have = {(r.prompt_index, r.repeat) for r in (*run.requests, *run.ttft_requests)}
     failed = {(f.prompt_index, f.repeat, f.session) for f in run.failed_requests}
     added = 0
     for number, line in enumerate(lines, start=1):
@@ -288,7 +288,7 @@ def merge_journal(run: Run, path: str | Path) -> int:
         torn = number == len(lines)  # the last line has no newline: it was being written when the run died
         item = _journal_item(jp, number, line, run.run_id, torn)
         if isinstance(item, RequestResult) and (item.prompt_index, item.repeat) not in have:
-            run.requests.append(item)
+            (run.ttft_requests if item.ttft_only else run.requests).append(item)
             have.add((item.prompt_index, item.repeat))
             added += 1
         elif isinstance(item, FailedRequest) and (item.prompt_index, item.repeat, item.session) not in failed:

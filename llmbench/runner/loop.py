@@ -250,7 +250,8 @@ class RunLoop:
                 if w not in run.warnings:
                     run.warnings.append(w)
                 self._warn(w)
-        done = {id(t): {(r.prompt_index, r.repeat) for r in t.run.requests} for t in self.tracks}
+        done = {id(t): {(r.prompt_index, r.repeat) for r in (*t.run.requests, *t.run.ttft_requests)}
+                for t in self.tracks}  # fmt: skip
         todo = []
         for t, req in plan:
             t.expected.add((req.prompt_index, req.repeat))
@@ -340,8 +341,10 @@ class RunLoop:
         await asyncio.gather(*(worker() for _ in range(min(self.concurrency, len(queue)))))
 
     async def _unit(self, unit: list[tuple[Track, Request]]) -> bool:
-        """One request, or a conversation: each turn sent with the conversation so far (the replies it got), after
-        its think time; a failed turn ends the conversation. False when the run must end."""
+        """One request, an ab pair, or a conversation: each turn sent with the conversation so far (the replies
+        it got), after its think time; a failed turn ends the conversation. False when the run must end."""
+        if unit[0][1].pair is not None:
+            return await self._pair(unit)
         history: list[dict[str, str]] = []
         for t, req in unit:
             if id(t) in self.lost or self.stop.requested:
@@ -357,6 +360,24 @@ class RunLoop:
                 if reply is None:  # the turn failed: there is no reply to go on from
                     return True
                 history += [{"role": "user", "content": req.prompt}, {"role": "assistant", "content": reply}]
+        return True
+
+    async def _pair(self, unit: list[tuple[Track, Request]]) -> bool:
+        """An ab pair: every side made ready for it first, untimed and at once (a backend that starts a worker
+        process per group of pairs starts it here: ``ready``), then measured one after the other, or at the same
+        moment (``simultaneous``: ab --duet, each on its own CPU)."""
+        try:
+            await asyncio.gather(*(fn(req) for t, req in unit if (fn := getattr(t.backend, "ready", None))))
+        except (UserError, BackendUnavailable) as e:
+            self.fatal = e if isinstance(e, UserError) else UserError(str(e))
+            return False
+        if self.stop.requested:
+            return False
+        if unit[0][1].simultaneous:
+            return all(await asyncio.gather(*(self._one(t, req) for t, req in unit)))
+        for t, req in unit:
+            if not await self._one(t, req):
+                return False
         return True
 
     async def _measure_open(self, todo: list[tuple[Track, Request]]) -> None:
@@ -425,6 +446,7 @@ class RunLoop:
                 r.cold = req.cold
             if req.conversation is not None:
                 r.conversation, r.turn = req.conversation, req.turn
+            r.ttft_only = req.ttft_only
             await self._record(t, r)
         self.done += 1
         self.reporter.request(results[-1], self.done, self.total)
@@ -463,7 +485,7 @@ class RunLoop:
         item.session = t.session
         run = t.run
         if isinstance(item, RequestResult):
-            run.requests.append(item)
+            (run.ttft_requests if item.ttft_only else run.requests).append(item)
         else:
             run.failed_requests.append(item)
         if t.path is None:
@@ -476,7 +498,9 @@ class RunLoop:
                 await loop.run_in_executor(self._disk, t.writer.add, run, item, lambda: self._summarize(t))
         except OSError as e:  # a full disk, a folder made read-only: what was saved before stays readable
             # not on disk, so not kept: the run's count must say what the file holds
-            (run.requests if isinstance(item, RequestResult) else run.failed_requests).remove(item)  # type: ignore[arg-type]
+            kept = run.failed_requests if isinstance(item, FailedRequest) else run.ttft_requests if item.ttft_only \
+                else run.requests  # fmt: skip
+            kept.remove(item)  # type: ignore[arg-type]
             raise UserError(_unsaved(t.path, e)) from None
 
     # -- the end --------------------------------------------------------------------------------------------
@@ -526,7 +550,7 @@ class RunLoop:
                     self._warn(w)
             if stopped:
                 run.sessions[t.session].interrupted_by = stopped
-            have = {(r.prompt_index, r.repeat) for r in run.requests}
+            have = {(r.prompt_index, r.repeat) for r in (*run.requests, *run.ttft_requests)}
             run.complete = not stopped and self.fatal is None and id(t) not in self.lost and t.expected <= have
             self._save(t)
 
@@ -578,12 +602,14 @@ async def execute(
 
 
 def _units(todo: list[tuple[Track, Request]]) -> list[list[tuple[Track, Request]]]:
-    """Consecutive turns of one conversation (same track and repeat) as one unit; every other request alone."""
+    """Consecutive turns of one conversation (same track and repeat) as one unit, and an ab pair's requests (the
+    same ``pair``) as one; every other request alone."""
     units: list[list[tuple[Track, Request]]] = []
     for t, req in todo:
         last = units[-1][-1] if units else None
-        if (req.conversation is not None and last is not None and last[0] is t
-                and last[1].conversation == req.conversation and last[1].repeat == req.repeat):  # fmt: skip
+        same_pair = last is not None and req.pair is not None and last[1].pair == req.pair
+        if same_pair or (req.conversation is not None and last is not None and last[0] is t
+                         and last[1].conversation == req.conversation and last[1].repeat == req.repeat):  # fmt: skip
             units[-1].append((t, req))
         else:
             units.append([(t, req)])

@@ -28,3 +28,7 @@ class Request:
     turn: int | None = None
     messages: tuple[dict[str, str], ...] = ()
     think_s: float = 0.0
+    ttft_only: bool = False  # ab's short request: one output token, recorded in Run.ttft_requests
+    cpu: int | None = None  # ab --duet: the CPU the worker measures this request on (its threads pinned there)
+    pair: int | None = None  # ab: which pair it belongs to (the loop measures a pair's requests as one unit)
+    simultaneous: bool = False  # ab --duet: the pair's requests start at the same moment

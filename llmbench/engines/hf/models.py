@@ -31,7 +31,7 @@ import psutil
 import torch
 
 from llmbench.core.errors import UserError
-from llmbench.engines.hf import autodtype, builtin
+from llmbench.engines.hf import autodtype, builtin, weights_cache
 from llmbench.engines.hf.quantize import check_quantize, forced_dtype, quantize_model, quantized_weight_bytes
 from llmbench.machine.envinfo import cpu_flags
 from llmbench.options import ModelOptions
@@ -376,17 +376,21 @@ def load_model(spec: ModelOptions) -> LoadedModel:
 
     t0 = time.perf_counter()
     folder, gguf = _model_files(spec, source, path)
-    config, tokenizer = _config_and_tokenizer(spec, source, folder, gguf)
+    config, tokenizer = _config_and_tokenizer(spec, source, folder, gguf, warnings)
     n_params = count_parameters(config)
     weights_bytes = n_params * torch.tensor([], dtype=dtype).element_size()
     check_fits(weights_bytes, device, spec.allow_offload or spec.device_map is not None)
     if spec.weights == "random":
         if spec.device_map is not None:
             warnings.append("--device-map is ignored with --weights random: the weights are built on the device")
-        model = _random_model(config, dtype, device)
+        weights = _random_weights(config, dtype, device, warnings)
         warnings.insert(0, "RANDOM WEIGHTS: the architecture is real, the outputs are meaningless; timings only")
     else:
-        model = _pretrained_model(spec, source, folder, gguf, dtype, device)
+        weights = _pretrained_weights(spec, source, folder, gguf, dtype, device)
+    model = weights.value
+    # Whether the weights are the files' pages (shared between processes, file-backed) or a private copy; asked of
+    # the kernel, not assumed. Quantized linears are new private tensors: not mapped, whatever the file was.
+    mmapped = weights_cache.file_backed(model.parameters(), weights.files) if spec.quantize is None else False
     model.eval()
     if spec.attn is not None:
         set_attention(model, spec.attn)
@@ -414,6 +418,8 @@ def load_model(spec: ModelOptions) -> LoadedModel:
         weights_bytes=weights_bytes,
         decode_weight_bytes=None if moe else decode_weight_bytes(model),
         quantize_s=quantize_s,
+        weights_cache=weights.record,
+        weights_mmapped=mmapped,
     )
     _prepare_generation(model, tokenizer)
     return LoadedModel(
@@ -474,14 +480,16 @@ def _model_files(spec: ModelOptions, source: str, path: Path | None) -> tuple[Pa
     return None, {}
 
 
-def _config_and_tokenizer(spec: ModelOptions, source: str, folder: Path | None, gguf: dict[str, Any]):
+def _config_and_tokenizer(
+    spec: ModelOptions, source: str, folder: Path | None, gguf: dict[str, Any], warnings: list[str] | None = None
+):
     from transformers import AutoConfig, AutoTokenizer
 
     try:
         if source == "builtin":
             facts = builtin.builtin_config(spec.model)
             assert facts is not None  # classify_source said builtin
-            return AutoConfig.for_model(**facts), builtin.qwen_tokenizer()
+            return AutoConfig.for_model(**facts), _builtin_tokenizer([] if warnings is None else warnings)
         assert folder is not None
         if source in ("folder", "hub") and not (folder / "config.json").is_file():
             raise UserError(f"{folder} has no config.json: not a transformers model folder")
@@ -494,6 +502,42 @@ def _config_and_tokenizer(spec: ModelOptions, source: str, folder: Path | None, 
         raise
     except Exception as e:  # config.json or tokenizer files unreadable: transformers raises many types
         raise UserError(f"cannot load the config/tokenizer of {spec.model}: {_first_line(e)}") from None
+
+
+def _builtin_tokenizer(warnings: list[str]):
+    """:func:`builtin.qwen_tokenizer`, kept in the cache: building it converts the BPE vocabulary (~4 s a process),
+    loading its saved ``tokenizer.json`` takes about a second. The key holds everything the build reads."""
+    import hashlib
+
+    import tokenizers
+    import transformers
+    from transformers import PreTrainedTokenizerFast
+
+    from llmbench.core.version import __version__
+
+    vocab = builtin.qwen_vocab_file()  # first: without dashscope this is the one clear error, cache or not
+    parts = {"kind": "qwen-tokenizer", "vocab_sha256": hashlib.sha256(vocab.read_bytes()).hexdigest(),
+             "pattern": builtin.QWEN_PATTERN, "special": builtin.QWEN_SPECIAL_TOKENS,
+             "template": builtin.QWEN_CHAT_TEMPLATE, "llmbench": __version__,
+             "transformers": transformers.__version__, "tokenizers": tokenizers.__version__}  # fmt: skip
+    return weights_cache.cached(
+        "tokenizers",
+        parts,
+        build=builtin.qwen_tokenizer,
+        save=lambda tok, folder: tok.save_pretrained(folder),
+        load=PreTrainedTokenizerFast.from_pretrained,
+        what="the Qwen tokenizer",
+        warnings=warnings,
+    ).value
+
+
+def _pretrained_weights(
+    spec: ModelOptions, source: str, folder: Path | None, gguf: dict[str, Any], dtype, device: str
+) -> weights_cache.Cached[Any]:
+    """The pretrained model, with the safetensors files it was loaded from (to ask whether it maps them)."""
+    model = _pretrained_model(spec, source, folder, gguf, dtype, device)
+    files = sorted(folder.glob("*.safetensors")) if folder is not None and source in ("folder", "hub") else []
+    return weights_cache.Cached(model, None, files)
 
 
 def _pretrained_model(spec: ModelOptions, source: str, folder: Path | None, gguf: dict[str, Any], dtype, device: str):
@@ -584,6 +628,16 @@ def _device_map_arg(device_map: str | dict[str, Any] | None, device: str) -> Any
     if text in ("auto", "balanced", "balanced_low_0", "sequential"):
         return text
     raise UserError(f"unknown --device-map '{device_map}'; expected auto, balanced, sequential or a JSON object")
+
+
+def _random_weights(config, dtype: torch.dtype, device: str, warnings: list[str]) -> weights_cache.Cached[Any]:
+    """:func:`_random_model`'s weights. On the CPU through the weights cache: built (and checked) once per machine,
+    then memory-mapped from its safetensors file, bit for bit the same. Elsewhere built on the device as before:
+    a GPU's generator draws other numbers than the CPU's, and mapped pages would be copied to the card anyway. A
+    remote-code config is built as before too (loading it back would run its code from the cache folder)."""
+    if device != "cpu" or getattr(config, "auto_map", None):
+        return weights_cache.Cached(_random_model(config, dtype, device))
+    return weights_cache.random_model(config, dtype, RANDOM_SEED, lambda: _random_model(config, dtype, "cpu"), warnings)
 
 
 def _random_model(config, dtype: torch.dtype, device: str):

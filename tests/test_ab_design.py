@@ -1,0 +1,230 @@
+"""ab's design: processes one after another with setups of their own, TTFT-only pairs, the duet and the budget.
+The plan and the planner are checked as functions; the rest with real `llmbench worker` processes on a tiny Qwen2."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+
+import pytest
+
+from llmbench.results.storage import load_run
+from tests.test_ab import _worker
+
+# --- the plan ---------------------------------------------------------------------------------------------------
+
+
+def _plan(n_prompts=5, repeats=2, processes=1, **kw):
+    from llmbench.drivers.ab import plan
+    from llmbench.runner.loop import Track
+    from llmbench.workloads.prompts import PromptSet
+
+    prompts = PromptSet.from_list([f"p{i}" for i in range(n_prompts)])
+    base, head = Track(None, None, None), Track(None, None, None)  # type: ignore[arg-type]
+    return base, head, plan(base, head, prompts, repeats, processes, **kw)
+
+
+def _process(req, n_prompts, processes):
+    return (req.repeat * n_prompts + req.prompt_index) % processes
+
+
+def test_the_plan_groups_pairs_by_process_and_keeps_every_pair_together():
+    base, head, p = _plan(5, 4, 3)
+    pairs = [p[k : k + 2] for k in range(0, len(p), 2)]
+    assert all({a[0], b[0]} == {base, head} and a[1].prompt_index == b[1].prompt_index
+               and a[1].repeat == b[1].repeat and a[1].pair == b[1].pair for a, b in pairs)  # fmt: skip
+    procs = [_process(a[1], 5, 3) for a, _ in pairs]
+    assert procs == sorted(procs)  # process 0's pairs, then 1's...: a side's processes live one at a time
+    assert sorted((a[1].prompt_index, a[1].repeat) for a, _ in pairs) == [(i, r) for i in range(5) for r in range(4)]
+    assert len({a[1].pair for a, _ in pairs}) == 20
+
+
+def test_ttft_only_pairs_have_keys_of_their_own_spread_over_processes_and_among_the_full_pairs():
+    _, _, p = _plan(5, 2, 2, ttft_pairs=8)
+    keys = [(r.prompt_index, r.repeat, r.ttft_only) for _, r in p[::2]]
+    full = {(i, rep) for i, rep, short in keys if not short}
+    short = [(i, rep) for i, rep, s in keys if s]
+    assert len(full) == 10 and len(short) == 8 and not full & set(short)
+    assert all(rep >= 2 for _, rep in short)  # after the full rounds: no key shared with a full pair
+    assert Counter(_process(r, 5, 2) for _, r in p[::2] if r.ttft_only) == {0: 4, 1: 4}
+    # within a process the short pairs are among the full ones, not all at its end
+    first_process = [r.ttft_only for _, r in p[::2] if _process(r, 5, 2) == 0]
+    assert first_process != sorted(first_process)  # not all at the process's end
+
+
+def test_each_process_starts_with_the_side_it_was_given_then_alternates():
+    import random
+
+    from llmbench.drivers.ab import balanced_firsts
+
+    for n in (2, 3, 4, 7):
+        firsts = balanced_firsts(n, random.Random(n))
+        assert sum(firsts) == n // 2  # half the processes base first
+        base, _, p = _plan(5, 3, n, base_first=firsts)
+        for proc in range(n):
+            mine = [t is base for t, r in p[::2] if _process(r, 5, n) == proc]
+            assert mine[0] == firsts[proc] and all(a != b for a, b in itertools.pairwise(mine))
+    assert balanced_firsts(1, random.Random(0)) == [True]
+
+
+def test_a_duet_starts_both_at_once_on_two_cpus_swapped_pair_by_pair():
+    base, head, p = _plan(4, 1, 1, duet=(0, 1))
+    assert all(r.simultaneous for _, r in p)
+    base_cpus = [r.cpu for t, r in p if t is base]
+    head_cpus = [r.cpu for t, r in p if t is head]
+    assert base_cpus == [0, 1, 0, 1] and head_cpus == [1, 0, 1, 0]
+
+
+# --- the budget -------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text", ["", "5x", "-5m", "0", "0s", "nan", "inf", "1e9", "999999h", "5 m m"])
+def test_a_budget_that_is_no_duration_is_refused(text):
+    from llmbench.core.errors import UserError
+    from llmbench.drivers.ab_budget import parse_budget
+
+    with pytest.raises(UserError, match="--budget"):
+        parse_budget(text)
+
+
+def test_budgets_read_as_seconds():
+    from llmbench.drivers.ab_budget import parse_budget
+
+    assert [parse_budget(x) for x in ("300", "300s", "5m", "1.5h", " 2m ")] == [300, 300, 300, 5400, 120]
+
+
+def test_the_planner_fills_the_budget_and_more_time_never_buys_a_worse_design():
+    from llmbench.core.errors import UserError
+    from llmbench.drivers.ab_budget import RESERVE, Costs, best_design
+
+    costs = Costs(start_s=1.5, warmup_s=0.5, pair_s=1.0, ttft_pair_s=0.1)
+    last = None
+    for budget in (60, 120, 300, 600):
+        n, r, s, mt, mf = best_design(budget, 5.0, costs, 20, 2)
+        spent = 5.0 + (n - 1) * costs.start_s + n * 2 * costs.warmup_s + r * 20 * costs.pair_s + s * costs.ttft_pair_s
+        assert spent <= budget * (1 - RESERVE) + 1e-9 and 2 <= n <= 32 and r >= 1 and s >= 0
+        score = max(mt / 1.5, mf / 3.0)
+        assert last is None or score <= last + 1e-12
+        last = score
+    with pytest.raises(UserError, match="too short"):
+        best_design(20, 5.0, costs, 20, 2)
+
+
+def test_ab_refuses_a_budget_with_the_knobs_it_chooses_and_a_duet_with_a_server(cli, prompt_file, tmp_path):
+    w = f"{sys.executable} -m llmbench worker"
+    r = cli("ab", prompt_file, "--base", w, "--head", w, "--budget", "5m", "--processes", "4", "-o", tmp_path / "a")
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        "llmbench: error: --budget chooses --processes itself: give one or the other"
+    ]
+    r = cli("ab", prompt_file, "--base", "http://127.0.0.1:9/v1", "--head", w, "--duet", "-o", tmp_path / "b")
+    assert r.returncode == 2 and "--duet pins worker processes to CPUs; --base is a server" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    r = cli("ab", prompt_file, "--base", w, "--head", w, "--budget", "nan", "-o", tmp_path / "c")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "--budget 'nan'" in r.stderr
+    assert not (tmp_path / "a").exists() or not any((tmp_path / "a").iterdir())
+
+
+# --- pinning ----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.subprocess
+def test_pinning_moves_every_thread_of_the_process():
+    code = (
+        "import os, threading, time\n"
+        "from llmbench.core.process import pin_to_cpu\n"
+        "ev = threading.Event()\n"
+        "ts = [threading.Thread(target=ev.wait) for _ in range(3)]\n"
+        "[t.start() for t in ts]\n"
+        "cpu = sorted(os.sched_getaffinity(0))[-1]\n"
+        "pin_to_cpu(cpu)\n"
+        "masks = {tid: sorted(os.sched_getaffinity(int(tid))) for tid in os.listdir('/proc/self/task')}\n"
+        "ev.set()\n"
+        "print(cpu, len(masks), all(m == [cpu] for m in masks.values()))\n"
+        "try:\n    pin_to_cpu(10**6)\nexcept ValueError as e:\n    print('refused', e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
+    _cpu, n, ok = out[0].split()
+    assert int(n) >= 4 and ok == "True"
+    assert out[1].startswith("refused CPU 1000000")
+
+
+# --- real workers -----------------------------------------------------------------------------------------------
+
+
+def _logging_worker(tiny_model_dir, log, threads=1) -> str:
+    """A worker command that first writes its hash seed and environment padding size to ``log``."""
+    inner = _worker(tiny_model_dir, threads=threads)
+    return f"sh -c 'echo $$ $PYTHONHASHSEED ${{#LLMBENCH_ENV_PAD}} >> {log}; exec {inner}'"
+
+
+@pytest.mark.subprocess
+def test_processes_live_one_after_another_each_with_its_own_setup_and_ttft_pairs_kept_apart(
+    cli, tiny_model_dir, prompt_file, tmp_path
+):
+    logs = {r: tmp_path / f"{r}.log" for r in ("base", "head")}
+    r = cli("ab", prompt_file, "--base", _logging_worker(tiny_model_dir, logs["base"]), "--head",
+            _logging_worker(tiny_model_dir, logs["head"]), "--processes", "3", "--ttft-pairs", "6",
+            "--max-new-tokens", "4", "--repeats", "2", "-o", tmp_path / "p", "-q", "--format", "json")  # fmt: skip
+    assert r.returncode in (0, 1), r.stderr
+    base, head = (load_run(tmp_path / "p" / f"{x}.json") for x in ("base", "head"))
+    setup = base.config.ab.setup
+    assert base.config.ab.ttft_pairs == 6 and setup == head.config.ab.setup
+    for role, run in (("base", base), ("head", head)):
+        lines = [line.split() for line in logs[role].read_text().splitlines()]
+        # one start per process, in order, each under its own drawn setup (the same on both sides)
+        assert [(int(s), int(p)) for _, s, p in lines] == list(zip(setup["hash_seed"], setup["env_pad"], strict=True))
+        procs = run.config.engine_settings["processes"]
+        assert [p["hash_seed"] for p in procs] == setup["hash_seed"] and len({p["pid"] for p in procs}) == 3
+        assert all(p["startup_s"] > 0 and p["spawn_s"] > 0 for p in procs)
+        assert all(p["warmup_s"] is not None for p in procs[1:])  # later processes warmed up as the first was
+        assert len(run.requests) == 6 and all(q.output_tokens == 4 and not q.ttft_only for q in run.requests)
+        assert len(run.ttft_requests) == 6 and all(q.output_tokens == 1 and q.ttft_only for q in run.ttft_requests)
+        assert {q.repeat for q in run.ttft_requests} >= {2} and all(q.process is not None for q in run.ttft_requests)
+        assert run.summary.requests == 6 and run.summary.ttft_ms.n == 6  # the summary is over the full requests alone
+        assert run.complete
+    assert len(set(setup["hash_seed"])) == 3
+    comp = json.loads(r.stdout)[0]
+    ttft = next(row for row in comp["rows"] if row["metric"] == "ttft_ms" and row["stat"] == "p50")
+    e2e = next(row for row in comp["rows"] if row["metric"] == "e2e_ms" and row["stat"] == "p50")
+    assert ttft["n_base"] == 12 and e2e["n_base"] == 6  # TTFT pools the one-token pairs, E2E does not
+
+
+@pytest.mark.subprocess
+def test_a_duet_measures_both_sides_at_once_and_needs_one_thread_a_side(cli, tiny_model_dir, prompt_file, tmp_path):
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("a duet needs two CPUs")
+    r = cli("ab", prompt_file, "--base", _worker(tiny_model_dir), "--head", _worker(tiny_model_dir), "--duet",
+            "--max-new-tokens", "4", "--repeats", "2", "-o", tmp_path / "d", "-q")  # fmt: skip
+    assert r.returncode in (0, 1), r.stderr
+    base, head = (load_run(tmp_path / "d" / f"{x}.json") for x in ("base", "head"))
+    assert base.config.ab.order == head.config.ab.order == "duet"
+    by_key = {(q.prompt_index, q.repeat): q for q in head.requests}
+    for q in base.requests:
+        other = by_key[(q.prompt_index, q.repeat)]
+        # sent at the same moment: both stamped before either finished (ABBA's second starts after the first's E2E)
+        assert abs(q.started_s - other.started_s) * 1000 < min(q.e2e_ms, other.e2e_ms)
+    r = cli("ab", prompt_file, "--base", _worker(tiny_model_dir, threads=2), "--head", _worker(tiny_model_dir),
+            "--duet", "--max-new-tokens", "4", "-o", tmp_path / "e", "-q")  # fmt: skip
+    assert r.returncode == 2 and r.stderr.strip().splitlines()[-1] == (
+        "llmbench: error: --duet runs each side on one CPU: give the base worker --threads 1 (it has 2)"
+    )
+
+
+@pytest.mark.subprocess
+def test_a_budget_chooses_the_design_says_so_and_records_it(cli, tiny_model_dir, prompt_file, tmp_path):
+    r = cli("ab", prompt_file, "--base", _worker(tiny_model_dir), "--head", _worker(tiny_model_dir), "--budget",
+            "75s", "--max-new-tokens", "4", "--warmup", "1", "-o", tmp_path / "b")  # fmt: skip
+    assert r.returncode in (0, 1), r.stderr
+    chose = [line for line in r.stderr.splitlines() if line.startswith("--budget 75s:")]
+    assert len(chose) == 1 and "processes a side" in chose[0] and "projected MDC" in chose[0]
+    base = load_run(tmp_path / "b" / "base.json")
+    ab = base.config.ab
+    assert ab.budget_s == 75 and ab.processes >= 2
+    assert f"{ab.processes} processes a side" in chose[0] and f"+ {ab.ttft_pairs} TTFT-only pairs" in chose[0]
+    assert len(base.config.engine_settings["processes"]) == ab.processes
+    assert base.config.repeats >= 1 and len(base.requests) == base.config.repeats * 3  # rounds of the 3 prompts
+    assert len(base.ttft_requests) == ab.ttft_pairs
