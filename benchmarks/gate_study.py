@@ -1,26 +1,34 @@
 """Can the regression job's gate be trusted on this machine? Its exact `llmbench ab` run many times: A/A runs (how
-often unchanged code fails, how far A/A changes spread, how often they exceed the printed minimum detectable
-change) and heads slowed by a known share per token (how often the gate catches them), with the minutes each
-run took. Extends ab_noise.py (its helpers); the job's settings come from noxfile.py.
+often unchanged code fails, row by row how often a change is called significant, whether the printed minimum
+detectable change matches the A/A changes' spread) and heads slowed by a known share (how often the gate catches
+them, and the change measured at that size), with the minutes each run took. Extends ab_noise.py; the job's
+settings come from noxfile.py.
 
-    HF_HUB_OFFLINE=1 python benchmarks/gate_study.py [--aa 20] [--slow 3,5,10] [--per-slow 5] [-o DIR]
-                     [--ab-args "--processes 4 ..."]    (extra ab options: the job's settings under study)
-                     [--arm NAME:AA:PER_SLOW:AB_ARGS ...] (several settings, their runs alternating; later
-                                                          options win: "--max-new-tokens 32" overrides the job's)
-    python benchmarks/gate_study.py --report DIR [DIR ...]  (the table again, pooled over the folders' runs of one
-                                                          setting, each run's gate re-decided from its base/head
-                                                          at the job's gate now: noxfile's REGRESSION_GATE)
+    HF_HUB_OFFLINE=1 python benchmarks/gate_study.py [--aa 20] [--slow 1,2,3,5] [--per-slow 5] [-o DIR]
+                     [--ab-args "--duet --budget 5m ..."]  (extra ab options: the settings under study; an option
+                                                          the job sets is replaced, not repeated: "--processes 1")
+                     [--arm NAME:AA:PER_SLOW:AB_ARGS ...] (several settings, their runs alternating)
+    python benchmarks/gate_study.py --report DIR [DIR ...]  (the tables again, pooled over the folders' runs of
+                                                          one setting, each run's gate re-decided from its
+                                                          base/head at the job's gate now: REGRESSION_GATE)
 
-A slowed head sleeps a fixed time after each model forward (benchmarks/inject, through its worker's
-environment): sleep = PCT% of the TPOT measured by a short calibration run first. Every run's figures go to
-DIR/gate_study.json (appended as they come, so an interrupted study keeps its runs); the summary is printed as a
-markdown table.
+A slowed head busy-waits after each model forward for PCT% of that forward's own measured time
+(benchmarks/inject's LLMBENCH_INJECT_SLOW_PCT, through its worker's environment; benchmarks/inject_check.py
+checks that this makes a token PCT x (forward share, ~0.99) slower), and logs what it measured and spun
+(LLMBENCH_INJECT_LOG, one file per head worker in the run's folder). Studies from before it slowed heads by a
+sleep of PCT% of a calibration TPOT, which measured far more than nominal: --report pools their A/A runs but
+skips their slowed heads. Every run's figures, every comparison row included, go to DIR/gate_study.json
+(appended as they come, so an interrupted study keeps its runs); the summary is printed as markdown tables.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import math
+import os
+import platform
 import shlex
 import statistics
 import subprocess
@@ -36,66 +44,25 @@ from noxfile import REGRESSION_AB, REGRESSION_GATE, REGRESSION_WORKER  # noqa: E
 
 WORKER = shlex.join([sys.executable, "-m", "llmbench", "worker", *REGRESSION_WORKER])
 INJECT = ROOT / "benchmarks" / "inject"
+GATED = ("ttft_ms", "tpot_ms")  # the job's thresholds (E2E follows from them)
+Z = 1.959964
 
 
-def calibrate_tpot_ms(out: Path) -> float:
-    """The job's TPOT on this machine now: a short run of the same setup."""
-    path = out / "calibration.json"
-    if not path.exists():
-        subprocess.run([sys.executable, "-m", "llmbench", "run", str(ROOT / REGRESSION_AB[0]), *REGRESSION_WORKER,
-                        "--max-new-tokens", "16", "--ignore-eos", "-o", str(path), "-q"], check=True,
-                       cwd=ROOT)  # fmt: skip
-    return float(llmbench.load_run(path).summary.tpot_ms.p50)
+# ------------------------------------------------------------------------------------------------- one run
 
 
-def one_ab(folder: Path, head_sleep_ms: float, ab_args: list[str]) -> dict:
-    head = WORKER if not head_sleep_ms else (f"env PYTHONPATH={INJECT} LLMBENCH_INJECT_SLEEP_MS={head_sleep_ms:.3f} "
-                                              f"{WORKER}")  # fmt: skip
-    t = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "llmbench", "ab", *REGRESSION_AB[0:1], *REGRESSION_AB[1:],
-                           "--base", WORKER, "--head", head, *job_gate(ab_args), *ab_args, "-o", str(folder), "-q",
-                           "--format", "json"], capture_output=True, text=True, cwd=ROOT)  # fmt: skip
-    minutes = (time.perf_counter() - t) / 60
-    if proc.returncode not in (0, 1):
-        raise SystemExit(f"ab failed ({proc.returncode}): {proc.stderr.strip().splitlines()[-1:]}")
-    comp = json.loads(proc.stdout)[0]
-    out = {"exit": proc.returncode, "minutes": round(minutes, 2), "pairs": comp["n_pairs"], "sleep_ms": head_sleep_ms}
-    stat = gate_options(ab_args).gate_stat  # the gate's own statistic
-    for row in comp["rows"]:
-        want = stat if row["metric"] == "tpot_ms" else ("p50" if stat == "gaps" else stat)
-        if row["stat"] == want and row["metric"] in ("ttft_ms", "tpot_ms"):
-            out[row["metric"]] = [
-                round(row["change_pct"], 3),
-                round(row["ci_low_pct"], 3),
-                round(row["ci_high_pct"], 3),
-            ]
-            out[f"{row['metric']}_mdc"] = round((row["ci_high_pct"] - row["ci_low_pct"]) / 2, 3)
-    out["gate_failed"] = proc.returncode == 1
-    out["stderr_tail"] = proc.stderr.strip().splitlines()[-3:]
+def job_ab(ab_args: list[str]) -> list[str]:
+    """The job's ab options (REGRESSION_AB after its prompt file), less those ``ab_args`` set again: an arm's
+    ``--processes 1`` replaces the job's ``--processes 4`` rather than following it."""
+    own = {a.split("=", 1)[0] for a in ab_args if a.startswith("--")}
+    opts, out = REGRESSION_AB[1:], []
+    i = 0
+    while i < len(opts):
+        takes_value = i + 1 < len(opts) and not opts[i + 1].startswith("--")
+        if opts[i] not in own:
+            out += opts[i : i + 1 + takes_value]
+        i += 1 + takes_value
     return out
-
-
-def summarize(runs: list[dict], slow: list[float]) -> list[str]:
-    lines = ["| case | runs | gate failed | TPOT change (the gate's statistic): mean, sd, min..max | A/A change beyond "
-             "printed MDC (TTFT / TPOT) | mean MDC (TTFT / TPOT) | minutes per run |",
-             "|---|---|---|---|---|---|---|"]  # fmt: skip
-    for pct in [0.0, *slow]:
-        rs = [r for r in runs if r["pct"] == pct]
-        if not rs:
-            continue
-        tp = [r["tpot_ms"][0] for r in rs]
-        # only an A/A knows its true change (0); a slowed head's true change is its measured mean, not the nominal
-        beyond = (f"{sum(abs(r['ttft_ms'][0]) > r['ttft_ms_mdc'] for r in rs)} / "
-                  f"{sum(abs(r['tpot_ms'][0]) > r['tpot_ms_mdc'] for r in rs)}") if pct == 0 else "-"  # fmt: skip
-        sd = statistics.stdev(tp) if len(tp) > 1 else 0.0
-        name = "A/A" if pct == 0 else f"head +{pct:g}% per token"
-        lines.append(
-            f"| {name} | {len(rs)} | {sum(r['gate_failed'] for r in rs)} | {statistics.mean(tp):+.2f}%, {sd:.2f}, "
-            f"{min(tp):+.2f}..{max(tp):+.2f} | {beyond} | "
-            f"{statistics.mean(r['ttft_ms_mdc'] for r in rs):.2f}% / "
-            f"{statistics.mean(r['tpot_ms_mdc'] for r in rs):.2f}% | {statistics.mean(r['minutes'] for r in rs):.1f} |"
-        )  # fmt: skip
-    return lines
 
 
 def job_gate(ab_args: list[str]) -> list[str]:
@@ -114,29 +81,253 @@ def gate_options(ab_args: list[str]) -> argparse.Namespace:
     return ap.parse_known_args([*job_gate(ab_args), *ab_args])[0]
 
 
-def regate(folder: Path, ab_args: list[str]) -> bool:
-    """Would the job's gate now (or the arm's own, see :func:`job_gate`) fail this kept run?
-    Re-decided from its base.json/head.json with compare's own code, so runs made under an older threshold pool."""
+def gated_stat(metric: str, gate_stat: str) -> str:
+    """The row the gate reads for ``metric``: gaps is TPOT's statistic, the others are then gated on p50."""
+    return gate_stat if metric == "tpot_ms" or gate_stat != "gaps" else "p50"
+
+
+def worker(ab_args: list[str]) -> str:
+    """The job's worker; a duet's runs one thread (each side is pinned to one CPU)."""
+    if "--duet" not in ab_args:
+        return WORKER
+    args = list(REGRESSION_WORKER)
+    args[args.index("--threads") + 1] = "1"
+    return shlex.join([sys.executable, "-m", "llmbench", "worker", *args])
+
+
+def head_command(folder: Path, pct: float, ab_args: list[str]) -> str:
+    if not pct:
+        return worker(ab_args)
+    log = folder / "inject-head-{pid}.json"  # one a head worker (--processes N starts N)
+    env = shlex.join([f"PYTHONPATH={INJECT}", f"LLMBENCH_INJECT_SLOW_PCT={pct:g}", f"LLMBENCH_INJECT_LOG={log}"])
+    return f"env {env} {worker(ab_args)}"
+
+
+def injected(folder: Path) -> dict:
+    """The head workers' logs summed: forwards, their measured time and the time spun (share in percent)."""
+    logs = [json.loads(p.read_text(encoding="utf-8")) for p in sorted(folder.glob("inject-head-*.json"))]
+    fwd, spun = sum(x["forward_s"] for x in logs), sum(x["injected_s"] for x in logs)
+    return {"workers": len(logs), "forwards": sum(x["forwards"] for x in logs), "forward_s": round(fwd, 3),
+            "injected_s": round(spun, 3), "injected_pct": round(100 * spun / fwd, 3) if fwd else None}  # fmt: skip
+
+
+def compact_rows(rows: list[dict]) -> list[dict]:
+    keep = ("metric", "stat", "base", "new", "change_pct", "ci_low_pct", "ci_high_pct", "significant", "verdict",
+            "speaks")  # fmt: skip
+    return [{k: row[k] for k in keep if k in row} for row in rows]
+
+
+def gated_figures(rows: list[dict], gate_stat: str) -> dict:
+    """{metric: [change, low, high], metric_mdc: half the interval's width} of the rows the gate reads."""
+    out: dict = {}
+    for row in rows:
+        if row["metric"] in GATED and row["stat"] == gated_stat(row["metric"], gate_stat):
+            out[row["metric"]] = [round(row[k], 3) for k in ("change_pct", "ci_low_pct", "ci_high_pct")]
+            out[f"{row['metric']}_mdc"] = round((row["ci_high_pct"] - row["ci_low_pct"]) / 2, 3)
+    return out
+
+
+def one_ab(folder: Path, pct: float, ab_args: list[str]) -> dict:
+    folder.mkdir(parents=True, exist_ok=True)
+    t = time.perf_counter()
+    cmd = [sys.executable, "-m", "llmbench", "ab", REGRESSION_AB[0], *job_ab(ab_args), "--base", worker(ab_args),
+           "--head", head_command(folder, pct, ab_args), *job_gate(ab_args), *ab_args, "-o", str(folder), "-q",
+           "--format", "json"]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    minutes = (time.perf_counter() - t) / 60
+    if proc.returncode not in (0, 1):
+        raise SystemExit(f"ab failed ({proc.returncode}): {proc.stderr.strip().splitlines()[-1:]}")
+    comp = json.loads(proc.stdout)[0]
+    rows = compact_rows(comp["rows"])
+    out = {"exit": proc.returncode, "minutes": round(minutes, 2), "pairs": comp["n_pairs"], "inject": "slow_pct",
+           "rows": rows, **gated_figures(rows, gate_options(ab_args).gate_stat)}  # fmt: skip
+    out["gate_failed"] = proc.returncode == 1
+    design = json.loads((folder / "base.json").read_text(encoding="utf-8"))["config"]
+    out["design"] = {k: design["ab"].get(k) for k in ("order", "processes", "ttft_pairs", "budget_s")}
+    out["design"]["rounds"] = design.get("repeats")
+    out["variance"] = comp.get("variance")
+    out["gate"] = [c for c in comp.get("gate", []) if c.get("regression")]
+    if pct:
+        out["injected"] = injected(folder)
+    out["stderr_tail"] = proc.stderr.strip().splitlines()[-3:]
+    return out
+
+
+# ------------------------------------------------------------------------------------------------- the tables
+
+
+def wilson(k: int, n: int) -> tuple[float, float]:
+    """The Wilson 95% interval of a rate of k in n, in percent (0 of 20: 0 to 16%)."""
+    if not n:
+        return math.nan, math.nan
+    p, z2 = k / n, Z * Z
+    centre, half = (p + z2 / (2 * n)) / (1 + z2 / n), Z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
+    return 100 * max(0.0, centre - half), 100 * min(1.0, centre + half)
+
+
+def rate(k: int, n: int) -> str:
+    lo, hi = wilson(k, n)
+    return f"{k}/{n} = {100 * k / n:.0f}% [{lo:.0f}, {hi:.0f}]" if n else "-"
+
+
+def mean_sd(xs: list[float]) -> str:
+    if not xs:
+        return "-"
+    sd = f", sd {statistics.stdev(xs):.2f}" if len(xs) > 1 else ""
+    return f"{statistics.fmean(xs):+.2f}%{sd}"
+
+
+def gate_table(runs: list[dict]) -> list[str]:
+    """Per case: the gate's verdicts (false alarms for A/A, detection for a slowed head) with a 95% interval, the
+    change measured (a slowed head's true size, as the job sees it), the injected share, MDC and minutes."""
+    lines = ["| case | runs | gate failed: rate [Wilson 95%] | TPOT change (gate's stat): mean, sd | TTFT change: "
+             "mean, sd | injected / forward time | printed MDC TTFT / TPOT (mean) | minutes per run |",
+             "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for pct in sorted({r["pct"] for r in runs}):
+        rs = [r for r in runs if r["pct"] == pct]
+        name = "A/A (false alarms)" if pct == 0 else f"head +{pct:g}% of each forward (detection)"
+        shares = [r["injected"]["injected_pct"] for r in rs if (r.get("injected") or {}).get("injected_pct")]
+        share = f"{statistics.fmean(shares):.2f}%" if shares else "-"
+        mdc = " / ".join(f"{statistics.fmean(v):.2f}%" if (v := [r[f'{m}_mdc'] for r in rs if f'{m}_mdc' in r])
+                         else "-" for m in GATED)  # fmt: skip
+        lines.append(f"| {name} | {len(rs)} | {rate(sum(r['gate_failed'] for r in rs), len(rs))} | "
+                     f"{mean_sd([r['tpot_ms'][0] for r in rs if 'tpot_ms' in r])} | "
+                     f"{mean_sd([r['ttft_ms'][0] for r in rs if 'ttft_ms' in r])} | {share} | {mdc} | "
+                     f"{statistics.fmean(r['minutes'] for r in rs):.1f} |")  # fmt: skip
+    return lines
+
+
+def honesty_table(aa: list[dict]) -> list[str]:
+    """Is the printed interval honest? Over A/A runs (true change 0): the sd of the gated changes against the sd
+    the printed MDC implies (MDC / 1.96), and how often a change lies beyond its MDC (about 5% if honest)."""
+    lines = ["| metric (gated row) | A/A runs | sd of A/A changes | mean printed MDC | MDC / 1.96 | sd / (MDC / 1.96) "
+             "| beyond printed MDC [Wilson 95%] | MDC min..max |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for m in GATED:
+        rs = [r for r in aa if m in r and math.isfinite(r[f"{m}_mdc"])]
+        if len(rs) < 2:
+            continue
+        sd, mdc = statistics.stdev(r[m][0] for r in rs), statistics.fmean(r[f"{m}_mdc"] for r in rs)
+        beyond = sum(abs(r[m][0]) > r[f"{m}_mdc"] for r in rs)
+        lines.append(f"| {m} | {len(rs)} | {sd:.2f}% | {mdc:.2f}% | {mdc / Z:.2f}% | {sd / (mdc / Z):.2f} | "
+                     f"{rate(beyond, len(rs))} | {min(r[f'{m}_mdc'] for r in rs):.2f}.."
+                     f"{max(r[f'{m}_mdc'] for r in rs):.2f}% |")  # fmt: skip
+    return lines
+
+
+def row_table(aa: list[dict]) -> list[str]:
+    """Every row of the comparison over the A/A runs: how often it was called significant (each one a false
+    verdict: nothing changed). ``speaks``: rows compare prints as information only, with no verdict."""
+    with_rows = [r for r in aa if r.get("rows")]
+    counts: dict[tuple[str, str], list] = {}
+    has_speaks = any("speaks" in row for r in with_rows for row in r["rows"])
+    for r in with_rows:
+        for row in r["rows"]:
+            c = counts.setdefault((row["metric"], row["stat"]), [0, 0, 0])
+            c[0] += 1
+            c[1] += bool(row["significant"])
+            c[2] += bool(row.get("speaks", True))
+    head = "| metric | stat | " + ("speaks | " if has_speaks else "") + "A/A runs | significant | rate [Wilson 95%] |"
+    rule = "|---|---|" + "---|" * (4 if has_speaks else 3)
+    lines = [f"A/A runs with rows: {len(with_rows)} of {len(aa)}\n", head, rule]
+    for (metric, stat), (n, sig, speaks) in counts.items():
+        sp = ("yes" if speaks == n else "no" if not speaks else f"{speaks} of {n}") if has_speaks else None
+        lines.append(f"| {metric} | {stat} | " + (f"{sp} | " if sp else "") + f"{n} | {sig} | {rate(sig, n)} |")
+    return lines
+
+
+def case_name(pct: float) -> str:
+    return "A/A" if pct == 0 else f"+{pct:g}%"
+
+
+def design_table(runs: list[dict]) -> list[str]:
+    """What --budget chose and where the noise was (compare's variance components), run by run."""
+    lines = ["| run | case | order | processes | rounds | TTFT-only pairs | minutes | TPOT s_b / s_w per pair | "
+             "TTFT s_b / s_w per pair |", "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for r in runs:
+        d, v = r.get("design") or {}, r.get("variance") or {}
+
+        def comp(m: str, v: dict = v) -> str:
+            x = v.get(m)
+            return f"{x['sd_between_processes_pct']:.1f}% / {x['sd_within_process_pct']:.1f}%" if x else "-"
+
+        cells = [r.get("index", "-"), case_name(r["pct"]), *(d.get(k, "-") for k in ("order", "processes", "rounds",
+                 "ttft_pairs")), r["minutes"], comp("tpot_ms"), comp("ttft_ms")]  # fmt: skip
+        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+    return lines
+
+
+def summarize(runs: list[dict]) -> list[str]:
+    aa = [r for r in runs if r["pct"] == 0]
+    return ["### The gate", "", *gate_table(runs), "", "### The printed MDC against the A/A spread", "",
+            *honesty_table(aa), "", "### Every comparison row over the A/A runs (significant = a false verdict)", "",
+            *row_table(aa), "", "### The design each run chose, and where its noise was", "",
+            *design_table(runs)]  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------------------- --report
+
+
+def regated(folder: Path, ab_args: list[str]) -> tuple[bool, list[dict]] | None:
+    """Would the job's gate now (or the arm's own, see :func:`job_gate`) fail this kept run, and its rows as
+    compare computes them now? Re-decided from its base.json/head.json with compare's own code, so runs made
+    under an older threshold (or before rows were kept) pool; None when the run's files are gone."""
     from llmbench.analysis.compare import compare_runs, parse_fail_on
 
+    if not (folder / "head.json").exists():
+        return None
     opts = gate_options(ab_args)
     comp = compare_runs(llmbench.load_run(folder / "base.json"), llmbench.load_run(folder / "head.json"))
-    return bool(comp.gate(opts.fail_on_regression, parse_fail_on(opts.fail_on), opts.gate_stat))
+    rows = compact_rows([dataclasses.asdict(row) for row in comp.rows])
+    return bool(comp.gate(opts.fail_on_regression, parse_fail_on(opts.fail_on), opts.gate_stat)), rows
 
 
-def report(folders: list[Path], slow: list[float]) -> None:
-    """The summary table over several study folders' runs (one setting), each run's gate re-decided: the job's
-    gate now (REGRESSION_GATE), overridden by the arm's own gate options where it had them."""
-    runs: list[dict] = []
+def read_folder(folder: Path) -> tuple[list[str], list[dict], list[str]]:
+    """A study folder's ab args, its comparable runs (gates re-decided) and what was skipped, said in words."""
+    log = json.loads((folder / "gate_study.json").read_text(encoding="utf-8"))
+    args = log.get("ab_args", [])  # the arm's own gate options win over the job's, as they did in its runs
+    kept, sleep, gone, rebuilt = [], [], 0, 0
+    for r in log["runs"]:
+        if r["pct"] and r.get("inject") != "slow_pct":  # a sleep-based head: its size was not its nominal
+            sleep.append(r)
+            continue
+        again = regated(folder / f"run-{r['index']:03d}", args)
+        if again is None:
+            gone += 1
+        else:
+            rebuilt += not r.get("rows")
+            r = {**r, "gate_failed": again[0], "rows": r.get("rows") or again[1]}
+        kept.append({**r, **gated_figures(r["rows"], gate_options(args).gate_stat)} if r.get("rows") else r)
+    notes = []
+    if sleep:
+        sizes = sorted({r["pct"] for r in sleep})
+        notes.append(f"skipped {len(sleep)} sleep-based slowed heads (nominal " +
+                     ", ".join(f"+{p:g}%: measured {mean_sd([r['tpot_ms'][0] for r in sleep if r['pct'] == p])}"
+                               for p in sizes) + ")")  # fmt: skip
+    if rebuilt:
+        notes.append(f"{rebuilt} runs kept no rows: their rows computed again from base/head by compare now")
+    if gone:
+        notes.append(f"{gone} runs' base/head gone: their gate as recorded then, their rows only if kept")
+    return args, kept, notes
+
+
+def report(folders: list[Path]) -> None:
+    """The tables over several study folders' runs, pooled by setting (the same ab args), each run's gate
+    re-decided: the job's gate now (REGRESSION_GATE), overridden by the arm's own gate options where it had them."""
+    settings: dict[tuple[str, ...], list[dict]] = {}
     for folder in folders:
+        args, runs, notes = read_folder(folder)
         log = json.loads((folder / "gate_study.json").read_text(encoding="utf-8"))
-        args = log.get("ab_args", [])  # the arm's own gate options win over the job's, as they did in its runs
-        runs += [{**r, "gate_failed": regate(folder / f"run-{r['index']:03d}", args)} for r in log["runs"]]
-        print(f"{folder}: {len(log['runs'])} runs, calibration TPOT {log['tpot_ms_calibration']:.2f} ms, "
-              f"ab args {' '.join(args) or '(the job as it is)'}")  # fmt: skip
-    pcts = sorted({r["pct"] for r in runs} - {0.0})
-    print(f"\njob's gate now: {' '.join(REGRESSION_GATE)} (an arm with thresholds of its own keeps its own gate)\n")
-    print("\n".join(summarize(runs, pcts or slow)))
+        calib = f", calibration TPOT {log['tpot_ms_calibration']:.2f} ms" if "tpot_ms_calibration" in log else ""
+        print(f"{folder}: {len(log['runs'])} runs{calib}, machine {log.get('machine', '(not recorded)')}, ab args "
+              f"{' '.join(args) or '(the job as it is)'}" + "".join(f"\n  - {n}" for n in notes))  # fmt: skip
+        settings.setdefault(tuple(args), []).extend(runs)
+    print(f"\njob's gate now: {' '.join(REGRESSION_GATE)} (an arm with thresholds of its own keeps its own gate)")
+    for args, runs in settings.items():
+        print(f"\n## ab args {' '.join(args) or '(the job as it is)'}: {len(runs)} runs\n")
+        print("\n".join(summarize(runs)))
+
+
+# ------------------------------------------------------------------------------------------------- a study
 
 
 def study_order(aa: int, slow: list[float], per_slow: int) -> list[float]:
@@ -152,54 +343,74 @@ def study_order(aa: int, slow: list[float], per_slow: int) -> list[float]:
     return order
 
 
+def open_arm(folder: Path, ab_args: list[str]) -> tuple[Path, dict]:
+    """The arm's log and what it already kept (an interrupted study goes on: its runs, an older study's
+    calibration); refuses a folder of other settings."""
+    folder.mkdir(parents=True, exist_ok=True)
+    log = folder / "gate_study.json"
+    old = json.loads(log.read_text(encoding="utf-8")) if log.exists() else {"ab_args": ab_args, "runs": []}
+    if old.get("ab_args", []) != ab_args:
+        raise SystemExit(f"{folder} holds runs of other ab args ({' '.join(old['ab_args'])}): choose another -o")
+    return log, old
+
+
+def progress(name: str, i: int, total: int, pct: float, r: dict) -> str:
+    tp, tt = r.get("tpot_ms", [math.nan] * 3), r.get("ttft_ms", [math.nan])
+    share = f", injected {r['injected']['injected_pct']}% of forward time" if r.get("injected") else ""
+    return (f"{name or 'study'} {i + 1}/{total} +{pct:g}%: TPOT {tp[0]:+.2f}% [{tp[1]:+.2f}, {tp[2]:+.2f}], "
+            f"TTFT {tt[0]:+.2f}%, exit {r['exit']}{share}, {r['minutes']} min")  # fmt: skip
+
+
+def run_study(arms: list[list[str]], slow: list[float], out: Path) -> None:
+    machine = {"node": platform.node(), "cpus": os.cpu_count()}
+    state = []
+    for name, aa, per_slow, extra in arms:
+        folder = out / name if name else out
+        ab_args = shlex.split(extra)
+        log, kept = open_arm(folder, ab_args)
+        kept.update(ab_args=ab_args, machine=machine)
+        state.append((name, folder, log, kept, ab_args, study_order(int(aa), slow, int(per_slow))))
+    # the arms alternate run by run (the order flipped each round), so they share the machine's day
+    k = 0
+    while any(len(kept["runs"]) < len(order) for _, _, _, kept, _, order in state):
+        turn = state if k % 2 == 0 else state[::-1]
+        k += 1
+        for name, folder, log, kept, ab_args, order in turn:
+            runs = kept["runs"]
+            if len(runs) >= len(order):
+                continue
+            i, pct = len(runs), order[len(runs)]
+            r = one_ab(folder / f"run-{i:03d}", pct, ab_args)
+            r.update(pct=pct, index=i)
+            runs.append(r)
+            log.write_text(json.dumps(kept, indent=1), encoding="utf-8")
+            print(progress(name, i, len(order), pct, r), flush=True)
+    for name, _, _, kept, ab_args, _ in state:
+        runs = [r for r in kept["runs"] if not r["pct"] or r.get("inject") == "slow_pct"]
+        skipped = f" ({len(kept['runs']) - len(runs)} sleep-based slowed heads of an older study skipped)"
+        print(f"\n## {name or 'study'}: ab args {' '.join(ab_args) or '(the job as it is)'}"
+              f"{skipped if len(runs) < len(kept['runs']) else ''}\n")  # fmt: skip
+        print("\n".join(summarize(runs)))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--aa", type=int, default=20)
-    ap.add_argument("--slow", default="3,5,10", help="percent slower per token, comma list")
+    ap.add_argument("--slow", default="1,2,3,5", help="percent of each forward a slowed head spins, comma list")
     ap.add_argument("--per-slow", type=int, default=5)
     ap.add_argument("--ab-args", default="", help="extra `llmbench ab` options (the settings under study)")
     ap.add_argument("--arm", action="append", default=[], metavar="NAME:AA:PER_SLOW:AB_ARGS",
                     help="several settings studied side by side, their runs alternating (repeatable); "
                          "replaces --aa/--per-slow/--ab-args")  # fmt: skip
     ap.add_argument("-o", "--output", type=Path, default=Path("results/gate-study"))
-    ap.add_argument("--report", type=Path, nargs="+", metavar="DIR", help="print the pooled table of kept studies")
+    ap.add_argument("--report", type=Path, nargs="+", metavar="DIR", help="print the pooled tables of kept studies")
     args = ap.parse_args()
-    slow = [float(x) for x in args.slow.split(",") if x.strip()]
     if args.report:
-        report(args.report, slow)
+        report(args.report)
         return
-    out = args.output.resolve()
-    out.mkdir(parents=True, exist_ok=True)
+    slow = [float(x) for x in args.slow.split(",") if x.strip()]
     arms = [a.split(":", 3) for a in args.arm] or [["", str(args.aa), str(args.per_slow), args.ab_args]]
-    tpot = calibrate_tpot_ms(out)
-    state = []
-    for name, aa, per_slow, extra in arms:
-        folder = out / name if name else out
-        folder.mkdir(parents=True, exist_ok=True)
-        log = folder / "gate_study.json"
-        runs: list[dict] = json.loads(log.read_text(encoding="utf-8"))["runs"] if log.exists() else []
-        state.append((name, folder, log, runs, shlex.split(extra), study_order(int(aa), slow, int(per_slow))))
-    # the arms alternate run by run (the order flipped each round), so they share the machine's day
-    k = 0
-    while any(len(runs) < len(order) for _, _, _, runs, _, order in state):
-        turn = state if k % 2 == 0 else state[::-1]
-        k += 1
-        for name, folder, log, runs, ab_args, order in turn:
-            if len(runs) >= len(order):
-                continue
-            i, pct = len(runs), order[len(runs)]
-            r = one_ab(folder / f"run-{i:03d}", pct / 100 * tpot, ab_args)
-            r.update(pct=pct, index=i)
-            runs.append(r)
-            log.write_text(json.dumps({"tpot_ms_calibration": tpot, "ab_args": ab_args, "runs": runs}, indent=1),
-                           encoding="utf-8")  # fmt: skip
-            print(f"{name or 'study'} {i + 1}/{len(order)} +{pct:g}%: TPOT p50 {r['tpot_ms'][0]:+.2f}% "
-                  f"[{r['tpot_ms'][1]:+.2f}, {r['tpot_ms'][2]:+.2f}], TTFT {r['ttft_ms'][0]:+.2f}%, exit {r['exit']}, "
-                  f"{r['minutes']} min", flush=True)  # fmt: skip
-    print(f"\ncalibration TPOT {tpot:.2f} ms")
-    for name, _, _, runs, ab_args, _ in state:
-        print(f"\n{name or 'study'}: ab args {' '.join(ab_args) or '(the job as it is)'}\n")
-        print("\n".join(summarize(runs, slow)))
+    run_study(arms, slow, args.output.resolve())
 
 
 if __name__ == "__main__":

@@ -99,13 +99,14 @@ def test_budgets_read_as_seconds():
 
 def test_the_planner_fills_the_budget_and_more_time_never_buys_a_worse_design():
     from llmbench.core.errors import UserError
-    from llmbench.drivers.ab_budget import RESERVE, Costs, best_design
+    from llmbench.drivers.ab_budget import RESERVE, SWITCH_S, Costs, best_design
 
     costs = Costs(start_s=1.5, warmup_s=0.5, pair_s=1.0, ttft_pair_s=0.1)
     last = None
     for budget in (60, 120, 300, 600):
         n, r, s, mt, mf = best_design(budget, 5.0, costs, 20, 2)
-        spent = 5.0 + (n - 1) * costs.start_s + n * 2 * costs.warmup_s + r * 20 * costs.pair_s + s * costs.ttft_pair_s
+        spent = 5.0 + (n - 1) * (costs.start_s + SWITCH_S) + n * 2 * costs.warmup_s
+        spent += r * 20 * costs.pair_s + s * costs.ttft_pair_s
         assert spent <= budget * (1 - RESERVE) + 1e-9 and 2 <= n <= 32 and r >= 1 and s >= 0
         score = max(mt / 1.5, mf / 3.0)
         assert last is None or score <= last + 1e-12
@@ -139,8 +140,10 @@ def test_pinning_moves_every_thread_of_the_process():
         "ev = threading.Event()\n"
         "ts = [threading.Thread(target=ev.wait) for _ in range(3)]\n"
         "[t.start() for t in ts]\n"
-        "cpu = sorted(os.sched_getaffinity(0))[-1]\n"
-        "pin_to_cpu(cpu)\n"
+        "cpus = sorted(os.sched_getaffinity(0))\n"
+        "pin_to_cpu(cpus[0])\n"
+        "cpu = cpus[-1]\n"
+        "pin_to_cpu(cpu)  # from one pinned CPU to another: a duet swaps them pair by pair\n"
         "masks = {tid: sorted(os.sched_getaffinity(int(tid))) for tid in os.listdir('/proc/self/task')}\n"
         "ev.set()\n"
         "print(cpu, len(masks), all(m == [cpu] for m in masks.values()))\n"
@@ -202,6 +205,8 @@ def test_a_duet_measures_both_sides_at_once_and_needs_one_thread_a_side(cli, tin
     assert r.returncode in (0, 1), r.stderr
     base, head = (load_run(tmp_path / "d" / f"{x}.json") for x in ("base", "head"))
     assert base.config.ab.order == head.config.ab.order == "duet"
+    # every pair measured, the CPUs swapped pair by pair (a pin refused on the second pair failed half of them)
+    assert not base.failed_requests and not head.failed_requests and len(base.requests) == len(head.requests) == 6
     by_key = {(q.prompt_index, q.repeat): q for q in head.requests}
     for q in base.requests:
         other = by_key[(q.prompt_index, q.repeat)]
@@ -228,3 +233,20 @@ def test_a_budget_chooses_the_design_says_so_and_records_it(cli, tiny_model_dir,
     assert len(base.config.engine_settings["processes"]) == ab.processes
     assert base.config.repeats >= 1 and len(base.requests) == base.config.repeats * 3  # rounds of the 3 prompts
     assert len(base.ttft_requests) == ab.ttft_pairs
+
+
+def test_an_older_worker_that_would_ignore_a_ttft_only_or_duet_request_is_refused():
+    from llmbench.backends.worker import WorkerBackend
+    from llmbench.backends.worker_main import FEATURES
+    from llmbench.core.errors import UserError
+    from llmbench.drivers.ab import Design, _check_features
+    from llmbench.options import RunOptions
+
+    old, new = (WorkerBackend(["llmbench", "worker"], RunOptions()) for _ in range(2))
+    old.version, new.features = "0.3.0", FEATURES  # an old worker's ready message has no "features"
+    _check_features([old, new], Design())  # plain ABBA asks nothing new of either
+    with pytest.raises(UserError, match=r"the base worker \(llmbench 0.3.0\) predates TTFT-only pairs"):
+        _check_features([old, new], Design(ttft_pairs=4))
+    with pytest.raises(UserError, match="predates --duet"):
+        _check_features([old, new], Design(duet=True))
+    _check_features([new, new], Design(ttft_pairs=4, duet=True))

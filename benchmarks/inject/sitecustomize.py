@@ -2,17 +2,38 @@
 
     env PYTHONPATH=benchmarks/inject LLMBENCH_INJECT_SLEEP_MS=5 llmbench worker ...   # +5 ms per model forward
     env PYTHONPATH=benchmarks/inject LLMBENCH_INJECT_EXIT_AFTER=7 llmbench worker ... # dies at the 7th forward
+    env PYTHONPATH=benchmarks/inject LLMBENCH_INJECT_SLOW_PCT=3 llmbench worker ...   # each forward +3% of itself
+        LLMBENCH_INJECT_LOG=PATH   (with SLOW_PCT, or alone to measure only): at exit, JSON {"forwards": n,
+        "forward_s": measured forward time, "injected_s": time spun, "pct": P} written to PATH ("{pid}" in it
+        is replaced by the process id, so several workers sharing one environment keep a file each)
 
-Python imports ``sitecustomize`` at start-up when it is on the path; this one registers a global forward hook
-on torch modules that acts after each forward pass of a causal LM (one per token): it sleeps, or ends the
-process as a crash would (exit status 9, nothing flushed). Used by tests/test_ab.py and benchmarks/ab_noise.py
-to make a head measurably slower, or a worker die mid-run.
+Python imports ``sitecustomize`` at start-up when it is on the path; this one acts after each forward pass of
+a causal LM (one per token, the prefill's included):
+
+- SLEEP_MS / EXIT_AFTER (a global torch forward hook, on every module, as always): sleeps, or ends the process
+  as a crash would (exit status 9, nothing flushed). Used by tests/test_ab.py, tests/test_history.py and
+  benchmarks/ab_noise.py to make a head measurably slower, or a worker die mid-run.
+- SLOW_PCT=P: BUSY-WAITS (spins on perf_counter, never sleeps: a sleeping CPU may clock down, and a sleep
+  overshoots) for P% of that very forward's own measured wall time, so the head is slower by a known share of
+  the model's work whatever the machine does. Only the outermost ``*ForCausalLM`` module's forward counts: the
+  first one a global pre-hook sees gets hooks of its own (a pre-hook stamps the start, a post-hook spins) and
+  the global hook is removed, so no other module pays for a hook. :func:`set_slow_pct` changes P at run time
+  (benchmarks/inject_check.py flips it between generations); :func:`install` attaches without the environment.
 """
 
 import os
+from time import perf_counter
 
 _SLEEP_S = float(os.environ.get("LLMBENCH_INJECT_SLEEP_MS", "0")) / 1000
 _EXIT_AFTER = int(os.environ.get("LLMBENCH_INJECT_EXIT_AFTER", "0"))
+_LOG = os.environ.get("LLMBENCH_INJECT_LOG", "")
+
+# the SLOW_PCT injection's state: P (changeable at run time) and what was measured and spun
+# ("trace": a list to append each forward's (measured s, spun s) to, for benchmarks/inject_check.py; None: not kept)
+slow = {"pct": float(os.environ.get("LLMBENCH_INJECT_SLOW_PCT", "0")), "forwards": 0, "forward_s": 0.0,
+        "injected_s": 0.0, "trace": None}  # fmt: skip
+_handles: list = []  # the global pre-hook until a causal LM is found, then that model's two hooks
+_start: list[float] = []  # the outermost forward's start (a stack: a model that calls itself stays outermost)
 
 if _SLEEP_S or _EXIT_AFTER:
     import time
@@ -32,3 +53,80 @@ if _SLEEP_S or _EXIT_AFTER:
         return None
 
     torch.nn.modules.module.register_module_forward_hook(_after_forward)
+
+
+def set_slow_pct(pct: float) -> None:
+    """P for the forwards from now on (0: measure only, spin nothing)."""
+    slow["pct"] = float(pct)
+
+
+def stats() -> dict:
+    """What the SLOW_PCT hooks measured and spun so far (the LOG file's content)."""
+    return {"forwards": slow["forwards"], "forward_s": round(slow["forward_s"], 6),
+            "injected_s": round(slow["injected_s"], 6), "pct": slow["pct"]}  # fmt: skip
+
+
+def reset() -> None:
+    """Start the counts again (P unchanged)."""
+    slow.update(forwards=0, forward_s=0.0, injected_s=0.0)
+
+
+def _before(_module, _args):
+    _start.append(perf_counter())
+
+
+def _after(_module, _args, _output):
+    now = perf_counter()
+    elapsed = now - _start.pop()  # (always called: a forward that raised leaves no stamp behind)
+    if _start:  # an inner call of the same model: the outermost one counts
+        return None
+    slow["forwards"] += 1
+    slow["forward_s"] += elapsed
+    until = now + elapsed * slow["pct"] / 100
+    while perf_counter() < until:
+        pass
+    spun = perf_counter() - now
+    slow["injected_s"] += spun
+    if slow["trace"] is not None:
+        slow["trace"].append((elapsed, spun))
+    return None
+
+
+def attach(model) -> None:
+    """Hook ``model`` (a causal LM): its forwards are measured and slowed by P% from now on."""
+    for h in _handles:
+        h.remove()
+    _handles[:] = [model.register_forward_pre_hook(_before), model.register_forward_hook(_after, always_call=True)]
+
+
+def _find(module, args):
+    if type(module).__name__.endswith("ForCausalLM"):
+        attach(module)
+        _before(module, args)  # this first forward counts too
+    return None
+
+
+def install() -> None:
+    """Attach to the first causal LM that runs a forward (a global pre-hook until then)."""
+    import torch
+
+    if not _handles:
+        _handles.append(torch.nn.modules.module.register_module_forward_pre_hook(_find))
+
+
+def _write_log() -> None:
+    import json
+
+    path = _LOG.replace("{pid}", str(os.getpid()))
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(stats(), f)
+    os.replace(tmp, path)
+
+
+if slow["pct"] or _LOG:
+    install()
+    if _LOG:
+        import atexit
+
+        atexit.register(_write_log)

@@ -17,6 +17,8 @@ over the N processes rather than fixed for the run; process k has the same setup
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import random
 import time
@@ -33,6 +35,10 @@ from llmbench.results.schema import Probe, RequestResult, Run
 from llmbench.workloads.prompts import PromptSet
 
 ENV_PAD_MAX = 4096  # bytes of environment padding: moves the initial stack by up to a page
+# Two sides warming their new processes at the same moment, each on several threads, oversubscribe the CPUs:
+# OpenMP's spinning threads then wait for ones that are descheduled (measured: a 4 s warm-up took 15-40 s). They
+# take turns, unless the pair is a duet's (one thread a side, one CPU each).
+_WARMING = asyncio.Lock()
 
 
 @dataclass(frozen=True)
@@ -86,7 +92,7 @@ class PoolBackend:
         self.n_prompts, self.prompts = len(prompts.prompts), prompts
         await self._enter(0, warm=False)
 
-    async def _enter(self, k: int, warm: bool = True) -> None:
+    async def _enter(self, k: int, warm: bool = True, together: bool = False) -> None:
         """Process k becomes the live one: the previous one exits first, then k starts and is warmed up."""
         if self.current == k:
             return
@@ -98,9 +104,12 @@ class PoolBackend:
         self.workers[k], self.current = worker, k
         await worker.start(self.prompts)
         t = time.perf_counter()
-        for req in self.warmups if warm else ():
-            if await worker.measure(req, self._stop, 0.0) is None:
-                break
+        if warm and self.warmups:
+            async with contextlib.nullcontext() if together else _WARMING:
+                t = time.perf_counter()
+                for req in self.warmups:
+                    if await worker.measure(req, self._stop, 0.0) is None:
+                        break
         self.timings[k] = {"pid": worker.pid, "spawn_s": worker.spawn_s, "startup_s": worker.startup_s,
                            "warmup_s": round(time.perf_counter() - t, 3) if warm and self.warmups else None,
                            **asdict(self.setups[k])}  # fmt: skip
@@ -140,7 +149,7 @@ class PoolBackend:
     async def ready(self, request: Request) -> None:
         """Before ``request``'s pair is timed: its process is the live one (started and warmed up if not)."""
         if request.repeat >= 0:
-            await self._enter(self.process_of(request))
+            await self._enter(self.process_of(request), together=request.simultaneous)
 
     async def measure(self, request: Request, stop: Stop, started_s: float) -> RequestResult | None:
         self._stop = stop

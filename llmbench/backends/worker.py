@@ -76,6 +76,8 @@ class WorkerBackend:
         self.env: dict[str, str] | None = None  # the worker's environment (None: this process's)
         self.startup_s: float | None = None  # the worker's own count, process start to ready
         self.spawn_s: float | None = None  # this side's count, spawn to ready (what a pool waits for)
+        self.features: tuple[str, ...] = ()  # what its measure messages may ask (worker_main.FEATURES)
+        self.version: str | None = None
 
     # -- the pipe ---------------------------------------------------------------------------------------------
 
@@ -147,6 +149,7 @@ class WorkerBackend:
             ready = await self._receive()
             self.spawn_s = round(time.perf_counter() - spawned, 3)
             self.startup_s = ready.get("startup_s")
+            self.features, self.version = tuple(ready.get("features") or ()), ready.get("llmbench_version")
             o = self.options
             options = {k: getattr(o, k) for k in ("max_new_tokens", "ignore_eos", "warmup", "repeats", "sample",
                                                   "seed", "temperature", "top_p", "system_prompt", "chat_template",

@@ -6,7 +6,8 @@ model as ``run`` does (offload check included) and then answers JSON lines on st
 Stamps are taken here, in the worker, so the pipe costs nothing per token. Protocol (version ``PROTOCOL``;
 every message carries ``"v"``):
 
-    worker -> {"v": 1, "event": "ready", "llmbench_version": ..., "pid": ..., "startup_s": ...}    once loaded
+    worker -> {"v": 1, "event": "ready", "llmbench_version": ..., "pid": ..., "startup_s": ...,
+               "features": [...]}    once loaded (features: FEATURES; absent from older workers)
               {"v": 1, "event": "error", "message": ...}                            a load or input error; exit 2
     parent -> {"v": 1, "op": "prepare", "prompts": [...], "prompt_file": ..., "prompt_sha256": ..., "options": {...},
               "output_tokens": [...] | null, "source": {...} | null}  (the last two: a dataset's, optional)
@@ -35,6 +36,9 @@ from typing import IO, Any
 from llmbench.core.errors import UserError
 
 PROTOCOL = 1
+# what a measure message may ask beyond protocol 1's first version (an older worker ignores unknown keys, so the
+# parent checks this list before it relies on one): its own output length, a CPU to pin to
+FEATURES = ("max_new_tokens", "cpu")
 
 
 def serve_forever(spec: Any, cache: str, compile_: bool, inp: IO[str], out: IO[str]) -> int:
@@ -64,7 +68,8 @@ def serve_forever(spec: Any, cache: str, compile_: bool, inp: IO[str], out: IO[s
             send(event="error", message=str(e))
             return 2
         freeze_now()
-        send(event="ready", llmbench_version=__version__, pid=os.getpid(), startup_s=_since_start())
+        send(event="ready", llmbench_version=__version__, pid=os.getpid(), startup_s=_since_start(),
+             features=list(FEATURES))  # fmt: skip
         backend: Any = None
         prompts: PromptSet | None = None
         for line in inp:

@@ -165,10 +165,8 @@ def _design(ctx: typer.Context, processes: int, repeats: int, ttft_pairs: int, d
         design = Design(processes=processes, repeats=repeats, ttft_pairs=ttft_pairs, duet=duet)
         design.validate()
         return design
-    from click.core import ParameterSource
-
     given = [f"--{k.replace('_', '-')}" for k in ("processes", "repeats", "ttft_pairs")
-             if ctx.get_parameter_source(k) == ParameterSource.COMMANDLINE]  # fmt: skip
+             if getattr(ctx.get_parameter_source(k), "name", None) == "COMMANDLINE"]  # fmt: skip
     if given:
         raise UserError(f"--budget chooses {', '.join(given)} itself: give one or the other")
     return Design(duet=duet, budget_s=parse_budget(budget))

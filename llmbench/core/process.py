@@ -108,32 +108,22 @@ def freeze_now() -> None:
         gc.freeze()
 
 
+_ALLOWED: set[int] = set()  # the CPUs this process could use before its first pin (pinning narrows the mask)
+
+
 def pin_to_cpu(cpu: int) -> None:
     """Every thread of this process onto ``cpu`` alone (``ab --duet``). ``os.sched_setaffinity(0, ...)`` moves
     the calling thread only (Linux), so each thread in /proc/self/task is moved; one started later inherits the
     mask of the thread that starts it. A thread that ended meanwhile is skipped. ValueError for a CPU this
-    process may not use."""
+    process could not use when it started (the first pin's mask: a later pin may move it to another of those)."""
     import os
 
-    if cpu not in os.sched_getaffinity(0) and not _allowed(cpu):
+    if not _ALLOWED:
+        _ALLOWED.update(os.sched_getaffinity(0))
+    if cpu not in _ALLOWED:
         raise ValueError(f"CPU {cpu} is not one this process may run on")
     for tid in os.listdir("/proc/self/task"):
         try:
             os.sched_setaffinity(int(tid), {cpu})
         except (ProcessLookupError, FileNotFoundError):
             continue
-
-
-def _allowed(cpu: int) -> bool:
-    """Whether ``cpu`` is in the process's cpuset (a thread pinned elsewhere narrowed the caller's own mask)."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as f:
-            text = f.read()
-    except OSError:
-        return False
-    line = next((x for x in text.splitlines() if x.startswith("Cpus_allowed_list:")), "")
-    for part in line.split(":", 1)[-1].strip().split(","):
-        lo, _, hi = part.partition("-")
-        if lo.strip().isdigit() and int(lo) <= cpu <= int(hi or lo):
-            return True
-    return False

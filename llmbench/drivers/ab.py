@@ -250,6 +250,7 @@ async def ab(
             for b in backends:
                 if isinstance(b, PoolBackend):
                     b.resize(d.processes)
+        _check_features(backends, d)
         tracks = [
             new_track(b, prompts, folder / f"{r}.json", previous[r]) for r, b in zip(ROLES, backends, strict=True)
         ]
@@ -283,6 +284,20 @@ def describe(d: Design, n_prompts: int, folder: Path) -> str:
     short = f" + {d.ttft_pairs} TTFT-only pairs" if d.ttft_pairs else ""
     how = "duet (both sides at once, one CPU each, swapped pair by pair)" if d.duet else "ABBA"
     return f"{n_prompts * d.repeats} pairs{short}, {how}{spread} -> {folder}"
+
+
+def _check_features(backends: list[Backend], d: Design) -> None:
+    """An older worker ignores what it does not know: a TTFT-only pair would run full length, a duet unpinned.
+    Refused here, in one line, rather than measured wrong."""
+    from llmbench.backends.worker import WorkerBackend
+
+    needs = [f for f, on in (("max_new_tokens", d.ttft_pairs > 0), ("cpu", d.duet)) if on]
+    for r, b in zip(ROLES, backends, strict=True):
+        w = b.live if isinstance(b, PoolBackend) else b
+        if isinstance(w, WorkerBackend) and (missing := [f for f in needs if f not in w.features]):
+            what = "TTFT-only pairs (--ttft-pairs, --budget)" if "max_new_tokens" in missing else "--duet"
+            raise UserError(f"the {r} worker (llmbench {w.version}) predates {what}: upgrade its llmbench, or "
+                            "measure without")  # fmt: skip
 
 
 def _check_duet(tracks: list[Track]) -> None:

@@ -12,7 +12,8 @@ MDC follows the full pairs; TTFT's follows full and TTFT-only pairs together (on
 requests, not longer ones). The costs are measured here, on this run's own workers (one pilot pair of each kind
 on process 0, untimed, after its start); the variance components are this machine's from the gate study
 (benchmarks/README.md, "The gate's precision"), the defaults below. The design minimizes the larger of
-MDC_TPOT / 1.5% and MDC_TTFT / 3% (the gate's targets) within the budget, 5% held back for the end.
+MDC_TPOT / 1.5% and MDC_TTFT / 3% (the gate's targets) within the budget, 5% held back for the end and 2.5 s
+for each switch of processes (measured here: a 5-minute duet planned without it took 5.5).
 """
 
 from __future__ import annotations
@@ -29,12 +30,18 @@ from llmbench.options import RunOptions
 from llmbench.workloads.prompts import PromptSet
 
 # (s_b, s_w) of a pair's log change, as fractions: measured by the gate study on this project's 2-core VM
-# (benchmarks/README.md); a machine of another kind differs, and the printed MDC is then what to trust
-PRIOR_TPOT = (0.006, 0.02)
-PRIOR_TTFT = (0.01, 0.04)
+# (benchmarks/README.md: TPOT's gaps at 32 tokens, TTFT's median); a machine of another kind differs, and the
+# printed MDC is then what to trust
+# (benchmarks/README.md, issue 34's pilot: ABBA and duet, 2026-12-01)
+PRIORS = {
+    "ABBA": {"tpot": (0.02, 0.065), "ttft": (0.02, 0.045)},
+    "duet": {"tpot": (0.01, 0.025), "ttft": (0.01, 0.035)},  # the machine's noise lands on both: s_w shrinks
+}
+PRIOR_TPOT, PRIOR_TTFT = PRIORS["ABBA"]["tpot"], PRIORS["ABBA"]["ttft"]
 TARGETS_PCT = (1.5, 3.0)  # TPOT, TTFT: what the design aims at
 MAX_PROCESSES = 32
 RESERVE = 0.05  # of the budget, held back: the end's probe, the saving, the closing
+SWITCH_S = 2.5  # per later process beyond its start and warm-ups: the previous one's exit, the first pair's set-up
 
 
 def parse_budget(text: str) -> float:
@@ -72,7 +79,7 @@ def best_design(
     best: tuple[float, tuple[int, int, int, float, float]] | None = None
     for n in range(2, max_processes + 1):
         # process 0 is started already; every later one costs a start and its warm-ups (both sides at once)
-        room = left - (n - 1) * costs.start_s - n * warmup * costs.warmup_s
+        room = left - (n - 1) * (costs.start_s + SWITCH_S) - n * warmup * costs.warmup_s
         rounds = 1
         while room - (rounds + 1) * n_prompts * costs.pair_s >= 0:
             rounds += 1
@@ -126,12 +133,13 @@ async def choose(
     status line."""
     pair_s, ttft_s = await pilot(backends, prompts, duet)
     start_s = max((getattr(b, "start_s", None) or spent_s) for b in backends)
-    # the two sides warm their new processes at once: a warm-up costs one request (ABBA's pair is two in turn)
-    costs = Costs(start_s=start_s, warmup_s=pair_s if duet else pair_s / 2, pair_s=pair_s, ttft_pair_s=ttft_s)
+    # a new process's warm-ups: ABBA's two sides take turns (pair_s is one request of each), a duet's at once
+    costs = Costs(start_s=start_s, warmup_s=pair_s, pair_s=pair_s, ttft_pair_s=ttft_s)
     # the pilot itself is spent too
     used = spent_s + pair_s + ttft_s
+    prior = PRIORS["duet" if duet else "ABBA"]
     n, r, s, mt, mf = best_design(design.budget_s, used, costs, len(prompts.prompts), options.warmup,
-                                  max(2, max_processes))  # fmt: skip
+                                  max(2, max_processes), prior["tpot"], prior["ttft"])  # fmt: skip
     if reporter is not None:
         reporter.status(
             f"--budget {design.budget_s:g}s: {n} processes a side, {r} round(s) of {len(prompts.prompts)} prompts "

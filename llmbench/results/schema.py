@@ -32,9 +32,9 @@ Schema history (bump ``SCHEMA_VERSION`` on any change a reader of the old versio
     (0.3.0, --trace replay); requests[].cached_tokens/cold, summary.cached_tokens_share/
     ttft_cold_ms/ttft_warm_ms (0.3.0, the server's prefix-cache hits);
     config.sessions, requests[].conversation/turn (0.3.0, --turns);
-    ttft_requests, requests[].ttft_only (0.4.0, ab's TTFT-only requests: one output token each, kept apart so
+    ttft_requests, requests[].ttft_only (0.3.0, ab's TTFT-only requests: one output token each, kept apart so
     that no other figure, and no older reader, counts them); config.ab.order "duet"/ttft_pairs/budget_s/
-    setup, load.weights_cache/weights_mmapped/startup_s (0.4.0, the regression gate's fast workers).
+    setup, load.weights_cache/weights_mmapped/startup_s (0.3.0, the regression gate's fast workers).
 
 No torch here: compare, show and the endpoint client read and write runs without it. Why one module of
 600-odd lines: the schema is one versioned contract (the version, its history and every model it covers change

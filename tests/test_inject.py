@@ -1,0 +1,71 @@
+"""benchmarks/inject's LLMBENCH_INJECT_SLOW_PCT: each outermost causal-LM forward is followed by a busy wait of P%
+of its own measured time, and LLMBENCH_INJECT_LOG says what was measured and spun."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import cli
+
+INJECT = Path(__file__).resolve().parents[1] / "benchmarks" / "inject"
+
+
+def _inject_module(monkeypatch):
+    """The hook module under a name of its own (a sitecustomize may already be imported), environment empty."""
+    for var in ("LLMBENCH_INJECT_SLEEP_MS", "LLMBENCH_INJECT_EXIT_AFTER", "LLMBENCH_INJECT_SLOW_PCT",
+                "LLMBENCH_INJECT_LOG"):  # fmt: skip
+        monkeypatch.delenv(var, raising=False)
+    spec = importlib.util.spec_from_file_location("llmbench_inject_test", INJECT / "sitecustomize.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_slow_pct_spins_its_share_of_the_outermost_forward_only(monkeypatch, tiny_model_dir):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    inject = _inject_module(monkeypatch)
+    assert not inject._handles  # nothing set: nothing hooked
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    inject.install()
+    inject.set_slow_pct(50)
+    try:
+        ids = torch.tensor([[1, 2, 3, 4]])
+        with torch.inference_mode():
+            for _ in range(5):
+                model(input_ids=ids)
+        s = inject.stats()
+        assert s["forwards"] == 5 and s["pct"] == 50  # the model's decoder layers, norms, ... are not counted
+        assert 0.5 * s["forward_s"] <= s["injected_s"] <= 0.5 * s["forward_s"] + 0.005
+        # the global hook gave way to the model's own two: no other module pays for a hook
+        assert len(inject._handles) == 2 and not any(
+            h is inject._find for h in torch.nn.modules.module._global_forward_pre_hooks.values()
+        )
+        inject.set_slow_pct(0)
+        inject.reset()
+        with torch.inference_mode():
+            model(input_ids=ids)
+        assert inject.stats()["forwards"] == 1 and inject.stats()["injected_s"] < 0.001
+    finally:
+        for h in inject._handles:
+            h.remove()
+
+
+@pytest.mark.subprocess
+def test_slow_pct_and_its_log_through_the_environment(tiny_model_dir, prompt_file, tmp_path):
+    env = {"PYTHONPATH": str(INJECT), "LLMBENCH_INJECT_SLOW_PCT": "20",
+           "LLMBENCH_INJECT_LOG": str(tmp_path / "inject-{pid}.json")}  # fmt: skip
+    r = cli("run", prompt_file, "-m", tiny_model_dir, "--device", "cpu", "--dtype", "float32", "--threads", "1",
+            "--max-new-tokens", "4", "--warmup", "0", "-o", tmp_path / "run.json", "-q", env=env,
+            process=True)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    [log] = tmp_path.glob("inject-*.json")
+    s = json.loads(log.read_text(encoding="utf-8"))
+    assert s["pct"] == 20 and s["forwards"] == 3 * 4  # three prompts, four tokens each: one forward a token
+    assert 0.2 * s["forward_s"] <= s["injected_s"] <= 0.2 * s["forward_s"] + 0.01
+    assert not list(tmp_path.glob("*.tmp"))  # written atomically
