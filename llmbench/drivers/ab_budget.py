@@ -40,6 +40,7 @@ PRIORS = {
 PRIOR_TPOT, PRIOR_TTFT = PRIORS["ABBA"]["tpot"], PRIORS["ABBA"]["ttft"]
 TARGETS_PCT = (1.5, 3.0)  # TPOT, TTFT: what the design aims at
 MAX_PROCESSES = 32
+MAX_TTFT_PAIRS = 10_000  # a plan holds every pair: bounded, whatever a pilot measured
 RESERVE = 0.05  # of the budget, held back: the end's probe, the saving, the closing
 SWITCH_S = 2.5  # per later process beyond its start and warm-ups: the previous one's exit, the first pair's set-up
 
@@ -80,14 +81,13 @@ def best_design(
     for n in range(2, max_processes + 1):
         # process 0 is started already; every later one costs a start and its warm-ups (both sides at once)
         room = left - (n - 1) * (costs.start_s + SWITCH_S) - n * warmup * costs.warmup_s
-        rounds = 1
-        while room - (rounds + 1) * n_prompts * costs.pair_s >= 0:
-            rounds += 1
-        for r in range(1, rounds + 1):
+        # at most 1,000 rounds: a pair measured at (nearly) no cost must not make the plan endless
+        rounds = max(1, min(1_000, int(room // (n_prompts * max(costs.pair_s, 1e-6)))))
+        for r in sorted({rounds, *range(1, rounds + 1, max(1, rounds // 50))}):  # about 50 candidates at most
             rest = room - r * n_prompts * costs.pair_s
             if rest < 0:
                 break
-            shorts = int(rest // costs.ttft_pair_s) if costs.ttft_pair_s > 0 else 0
+            shorts = min(MAX_TTFT_PAIRS, int(rest // costs.ttft_pair_s)) if costs.ttft_pair_s > 0 else 0
             full = r * n_prompts
             mt = projected_mdc_pct(prior_tpot[0] ** 2, prior_tpot[1] ** 2, n, full / n)
             mf = projected_mdc_pct(prior_ttft[0] ** 2, prior_ttft[1] ** 2, n, (full + shorts) / n)
