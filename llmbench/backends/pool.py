@@ -54,6 +54,12 @@ class Setup:
         return {**os.environ, "PYTHONHASHSEED": str(self.hash_seed), "LLMBENCH_ENV_PAD": "x" * self.env_pad}
 
 
+def process_for(prompt_index: int, repeat: int, n_prompts: int, processes: int) -> int:
+    """The process that measures (prompt, repeat): pair k = repeat * n_prompts + prompt_index on process k mod N,
+    the same rule on both sides (ab's plan groups its pairs by it)."""
+    return (repeat * n_prompts + prompt_index) % processes
+
+
 def random_setups(n: int, seed: int | None = None) -> list[Setup]:
     """``n`` setups drawn at random (``seed``: reproducibly)."""
     rng = random.Random(seed) if seed is not None else random.SystemRandom()
@@ -144,7 +150,7 @@ class PoolBackend:
         pass
 
     def process_of(self, request: Request) -> int:
-        return (request.repeat * self.n_prompts + request.prompt_index) % len(self.workers)
+        return process_for(request.prompt_index, request.repeat, self.n_prompts, len(self.workers))
 
     async def ready(self, request: Request) -> None:
         """Before ``request``'s pair is timed: its process is the live one (started and warmed up if not)."""

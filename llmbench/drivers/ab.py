@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Literal
 
 from llmbench.backends import Backend, Request
-from llmbench.backends.pool import PoolBackend, Setup, random_setups
+from llmbench.backends.pool import PoolBackend, Setup, process_for, random_setups
 from llmbench.core.errors import UserError
 from llmbench.core.process import Stop
 from llmbench.drivers.ab_budget import MAX_PROCESSES
@@ -101,7 +101,7 @@ def plan(
     keys += [(j % n, repeats + j // n, True) for j in range(ttft_pairs)]
     groups: list[list[tuple[int, int, bool]]] = [[] for _ in range(processes)]
     for i, rep, short in keys:
-        groups[(rep * n + i) % processes].append((i, rep, short))
+        groups[process_for(i, rep, n, processes)].append((i, rep, short))
     out: list[tuple[Track, Request]] = []
     for p, group in enumerate(groups):
         full, shorts = [g for g in group if not g[2]], [g for g in group if g[2]]
