@@ -95,11 +95,15 @@ def worker(ab_args: list[str]) -> str:
     return shlex.join([sys.executable, "-m", "llmbench", "worker", *args])
 
 
+INJECT_KIND = "spin"  # --inject-kind: how the study's slowed heads spend their extra time (spin or memory)
+
+
 def head_command(folder: Path, pct: float, ab_args: list[str]) -> str:
     if not pct:
         return worker(ab_args)
     log = folder / "inject-head-{pid}.json"  # one a head worker (--processes N starts N)
-    env = shlex.join([f"PYTHONPATH={INJECT}", f"LLMBENCH_INJECT_SLOW_PCT={pct:g}", f"LLMBENCH_INJECT_LOG={log}"])
+    env = shlex.join([f"PYTHONPATH={INJECT}", f"LLMBENCH_INJECT_SLOW_PCT={pct:g}", f"LLMBENCH_INJECT_LOG={log}",
+                      f"LLMBENCH_INJECT_SLOW_KIND={INJECT_KIND}"])  # fmt: skip
     return f"env {env} {worker(ab_args)}"
 
 
@@ -140,7 +144,8 @@ def one_ab(folder: Path, pct: float, ab_args: list[str]) -> dict:
     comp = json.loads(proc.stdout)[0]
     rows = compact_rows(comp["rows"])
     out = {"exit": proc.returncode, "minutes": round(minutes, 2), "pairs": comp["n_pairs"], "inject": "slow_pct",
-           "rows": rows, **gated_figures(rows, gate_options(ab_args).gate_stat)}  # fmt: skip
+           "inject_kind": INJECT_KIND, "rows": rows,
+           **gated_figures(rows, gate_options(ab_args).gate_stat)}  # fmt: skip
     out["gate_failed"] = proc.returncode == 1
     design = json.loads((folder / "base.json").read_text(encoding="utf-8"))["config"]
     out["design"] = {k: design["ab"].get(k) for k in ("order", "processes", "ttft_pairs", "budget_s")}
@@ -183,9 +188,10 @@ def gate_table(runs: list[dict]) -> list[str]:
     lines = ["| case | runs | gate failed: rate [Wilson 95%] | TPOT change (gate's stat): mean, sd | TTFT change: "
              "mean, sd | injected / forward time | printed MDC TTFT / TPOT (mean) | minutes per run |",
              "|---|---|---|---|---|---|---|---|"]  # fmt: skip
-    for pct in sorted({r["pct"] for r in runs}):
-        rs = [r for r in runs if r["pct"] == pct]
-        name = "A/A (false alarms)" if pct == 0 else f"head +{pct:g}% of each forward (detection)"
+    for pct, kind in sorted({(r["pct"], r.get("inject_kind", "spin") if r["pct"] else "") for r in runs}):
+        rs = [r for r in runs if r["pct"] == pct and (not pct or r.get("inject_kind", "spin") == kind)]
+        how = "" if kind == "spin" else f", {kind}"
+        name = "A/A (false alarms)" if pct == 0 else f"head +{pct:g}% of each forward{how} (detection)"
         shares = [r["injected"]["injected_pct"] for r in rs if (r.get("injected") or {}).get("injected_pct")]
         share = f"{statistics.fmean(shares):.2f}%" if shares else "-"
         mdc = " / ".join(f"{statistics.fmean(v):.2f}%" if (v := [r[f'{m}_mdc'] for r in rs if f'{m}_mdc' in r])
@@ -398,6 +404,12 @@ def main() -> None:
     ap.add_argument("--aa", type=int, default=20)
     ap.add_argument("--slow", default="1,2,3,5", help="percent of each forward a slowed head spins, comma list")
     ap.add_argument("--per-slow", type=int, default=5)
+    ap.add_argument(
+        "--inject-kind",
+        choices=["spin", "memory"],
+        default="spin",
+        help="how a slowed head spends its extra time: spinning, or reading memory (one kind a folder)",
+    )
     ap.add_argument("--ab-args", default="", help="extra `llmbench ab` options (the settings under study)")
     ap.add_argument("--arm", action="append", default=[], metavar="NAME:AA:PER_SLOW:AB_ARGS",
                     help="several settings studied side by side, their runs alternating (repeatable); "
@@ -408,6 +420,8 @@ def main() -> None:
     if args.report:
         report(args.report)
         return
+    global INJECT_KIND
+    INJECT_KIND = args.inject_kind
     slow = [float(x) for x in args.slow.split(",") if x.strip()]
     arms = [a.split(":", 3) for a in args.arm] or [["", str(args.aa), str(args.per_slow), args.ab_args]]
     run_study(arms, slow, args.output.resolve())

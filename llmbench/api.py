@@ -67,14 +67,18 @@ def run_options(
     compile: bool = False,
     turns: int = 1,
     think_time_s: float = 0.0,
+    speculative: str | None = None,
+    prefix_cache: str = "none",
 ) -> RunOptions:
     """:class:`RunOptions` as :func:`measure` and ``llmbench run`` take them: ``ignore_eos`` None is on with random
-    ``weights`` (their text is meaningless, so the length is fixed); ``compile`` decodes on the static cache."""
+    ``weights`` (their text is meaningless, so the length is fixed); ``compile`` decodes on the static cache;
+    ``speculative`` and ``prefix_cache`` as ``--speculative`` and ``--prefix-cache`` spell them."""
     return RunOptions(
         max_new_tokens=max_new_tokens, ignore_eos=(weights == "random") if ignore_eos is None else ignore_eos,
         warmup=warmup, repeats=repeats, sample=sample, seed=seed, temperature=temperature, top_p=top_p,
         system_prompt=system_prompt, chat_template=chat_template, truncate=truncate,
         cache="static" if compile else cache, compile=compile, turns=turns, think_time_s=think_time_s,
+        speculative=speculative, prefix_cache=prefix_cache,
     )  # fmt: skip
 
 
@@ -149,6 +153,8 @@ async def ameasure(
     quantize: str | None = None,
     engine: str = "transformers",
     precision: str | None = None,
+    speculative: str | None = None,
+    prefix_cache: str = "none",
     isolate: bool | None = None,
     device_map: str | dict[str, Any] | None = None,
     allow_offload: bool = False,
@@ -174,15 +180,18 @@ async def ameasure(
     in-process model generates on its own thread. ``engine``: transformers, llama.cpp, openvino or
     onnxruntime (``precision``: the latter's weight format); the latter run in a worker process unless
     ``isolate=False``. ``server_metrics`` (endpoint runs): True scrapes the server's ``/metrics`` during the run,
-    a URL scrapes that page (``run.server_metrics``). Raises :class:`~llmbench.core.errors.UserError` for bad input
-    and :class:`~llmbench.core.errors.RunInterrupted` when ``stop`` was requested.
+    a URL scrapes that page (``run.server_metrics``). ``speculative`` (``prompt-lookup[:N[:MAX_NGRAM]]``,
+    ``draft:MODEL[:K]``) and ``prefix_cache`` (``system``): the levers of ``--speculative`` and ``--prefix-cache``.
+    Raises :class:`~llmbench.core.errors.UserError` for bad input and :class:`~llmbench.core.errors.RunInterrupted`
+    when ``stop`` was requested.
     """
     from llmbench.drivers.run import run as run_driver
 
     options = run_options(
         max_new_tokens=max_new_tokens, ignore_eos=ignore_eos, weights=weights, warmup=warmup, repeats=repeats,
         sample=sample, seed=seed, temperature=temperature, top_p=top_p, system_prompt=system_prompt,
-        chat_template=chat_template, truncate=truncate, cache=cache, compile=compile,
+        chat_template=chat_template, truncate=truncate, cache=cache, compile=compile, speculative=speculative,
+        prefix_cache=prefix_cache,
     )  # fmt: skip
     target: ModelOptions | EndpointOptions | LoadedModel | EngineModel
     if isinstance(endpoint, EndpointOptions):

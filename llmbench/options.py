@@ -37,6 +37,11 @@ class RunOptions:
     compile: bool = False  # decode steps through torch.compile; needs the static cache
     turns: int = 1  # --turns: each prompt opens a conversation of this many turns (llmbench.workloads.sessions)
     think_time_s: float = 0.0  # --think-time: a session's pause after a reply before its next turn
+    # --speculative (llmbench.core.speculative): none, prompt-lookup[:N[:MAX_NGRAM]] or draft:MODEL[:K]
+    speculative: str | None = None
+    # --prefix-cache: none (nothing reused between requests), or system (the prompts' shared leading tokens:
+    # system prompt and template preamble, computed once per process and reused, accounted per request)
+    prefix_cache: str = "none"
 
     def validate(self) -> None:
         """UserError for options no run can honour."""
@@ -61,6 +66,29 @@ class RunOptions:
             raise UserError(f"--temperature must be above 0 when sampling, not {self.temperature}")
         if self.sample and not (0 < self.top_p <= 1):
             raise UserError(f"--top-p must be in (0, 1], not {self.top_p}")
+        self.check_levers()
+
+    def check_levers(self) -> None:
+        """UserError for a --speculative/--prefix-cache that can't be parsed or combined."""
+        from llmbench.core.speculative import parse_prefix_cache, parse_speculative
+
+        spec, prefix = parse_speculative(self.speculative), parse_prefix_cache(self.prefix_cache)
+        if spec is not None and prefix != "none":
+            # transformers' assisted loop feeds the whole prompt again on top of a given cache (silently wrong)
+            raise UserError("--speculative and --prefix-cache system can't be combined: measure them apart")
+        if (spec is not None or prefix != "none") and self.cache != "dynamic":
+            raise UserError("--speculative and --prefix-cache need --cache dynamic (a static cache can't be cut back "
+                            "to the accepted tokens, nor copied per request)")  # fmt: skip
+
+    @property
+    def lever(self) -> str | None:
+        """The speculative method's label or 'prefix-cache', None for a plain run (sweep's setup names)."""
+        from llmbench.core.speculative import parse_prefix_cache, parse_speculative
+
+        spec = parse_speculative(self.speculative)
+        if spec is not None:
+            return spec.label
+        return "prefix-cache" if parse_prefix_cache(self.prefix_cache) != "none" else None
 
     def request_seed(self, prompt_index: int, repeat: int) -> int:
         """The sampling seed of one (prompt, repeat): different per request, the same on a resumed run and in
@@ -87,7 +115,15 @@ class RunOptions:
                 seed=self.seed if self.sample else None,
             ),
             "system_prompt": self.system_prompt,
+            **self.lever_fields(),
         }
+
+    def lever_fields(self) -> dict[str, Any]:
+        """config.speculative and config.prefix_cache (None for a plain run: what older runs read as)."""
+        from llmbench.core.speculative import parse_prefix_cache, parse_speculative
+
+        spec, prefix = parse_speculative(self.speculative), parse_prefix_cache(self.prefix_cache)
+        return {"speculative": spec.record() if spec else None, "prefix_cache": None if prefix == "none" else prefix}
 
 
 @dataclass

@@ -3,6 +3,8 @@
     env PYTHONPATH=benchmarks/inject LLMBENCH_INJECT_SLEEP_MS=5 llmbench worker ...   # +5 ms per model forward
     env PYTHONPATH=benchmarks/inject LLMBENCH_INJECT_EXIT_AFTER=7 llmbench worker ... # dies at the 7th forward
     env PYTHONPATH=benchmarks/inject LLMBENCH_INJECT_SLOW_PCT=3 llmbench worker ...   # each forward +3% of itself
+        LLMBENCH_INJECT_SLOW_KIND=memory: the extra time streams through a 64 MB buffer instead of spinning (a
+        slowdown that uses the memory bus, as a model's own work does)
         LLMBENCH_INJECT_LOG=PATH   (with SLOW_PCT, or alone to measure only): at exit, JSON {"forwards": n,
         "forward_s": measured forward time, "injected_s": time spun, "pct": P} written to PATH ("{pid}" in it
         is replaced by the process id, so several workers sharing one environment keep a file each)
@@ -19,6 +21,9 @@ a causal LM (one per token, the prefill's included):
   first one a global pre-hook sees gets hooks of its own (a pre-hook stamps the start, a post-hook spins) and
   the global hook is removed, so no other module pays for a hook. :func:`set_slow_pct` changes P at run time
   (benchmarks/inject_check.py flips it between generations); :func:`install` attaches without the environment.
+  SLOW_KIND=memory keeps the same time budget but spends it summing 1 MB slices of a 64 MB float32 buffer (far
+  beyond the caches): in a duet a spinning head leaves the bus to the base while it spins, a reading one
+  competes for it, so the two bracket how a real slowdown's size is seen.
 """
 
 import os
@@ -31,7 +36,9 @@ _LOG = os.environ.get("LLMBENCH_INJECT_LOG", "")
 # the SLOW_PCT injection's state: P (changeable at run time) and what was measured and spun
 # ("trace": a list to append each forward's (measured s, spun s) to, for benchmarks/inject_check.py; None: not kept)
 slow = {"pct": float(os.environ.get("LLMBENCH_INJECT_SLOW_PCT", "0")), "forwards": 0, "forward_s": 0.0,
-        "injected_s": 0.0, "trace": None}  # fmt: skip
+        "injected_s": 0.0, "trace": None, "kind": os.environ.get("LLMBENCH_INJECT_SLOW_KIND", "spin")}  # fmt: skip
+_MEMORY: list = []  # SLOW_KIND=memory: the buffer (made on the first forward) and the next slice's offset
+_SLICE = 1 << 18  # floats: 1 MB, ~0.1 ms of reading, so a budget is overshot by little
 _handles: list = []  # the global pre-hook until a causal LM is found, then that model's two hooks
 _start: list[float] = []  # the outermost forward's start (a stack: a model that calls itself stays outermost)
 
@@ -63,7 +70,7 @@ def set_slow_pct(pct: float) -> None:
 def stats() -> dict:
     """What the SLOW_PCT hooks measured and spun so far (the LOG file's content)."""
     return {"forwards": slow["forwards"], "forward_s": round(slow["forward_s"], 6),
-            "injected_s": round(slow["injected_s"], 6), "pct": slow["pct"]}  # fmt: skip
+            "injected_s": round(slow["injected_s"], 6), "pct": slow["pct"], "kind": slow["kind"]}  # fmt: skip
 
 
 def reset() -> None:
@@ -83,6 +90,8 @@ def _after(_module, _args, _output):
     slow["forwards"] += 1
     slow["forward_s"] += elapsed
     until = now + elapsed * slow["pct"] / 100
+    if slow["kind"] == "memory" and slow["pct"]:
+        _read_memory_until(until)
     while perf_counter() < until:
         pass
     spun = perf_counter() - now
@@ -90,6 +99,19 @@ def _after(_module, _args, _output):
     if slow["trace"] is not None:
         slow["trace"].append((elapsed, spun))
     return None
+
+
+def _read_memory_until(until: float) -> None:
+    """Sum 1 MB slices of a 64 MB buffer, in turn, until ``until``: time spent on the memory bus."""
+    import numpy as np
+
+    if not _MEMORY:
+        _MEMORY[:] = [np.ones(1 << 24, dtype=np.float32), 0]
+    buf, pos = _MEMORY
+    while perf_counter() < until:
+        buf[pos : pos + _SLICE].sum()
+        pos = (pos + _SLICE) % buf.size
+    _MEMORY[1] = pos
 
 
 def attach(model) -> None:

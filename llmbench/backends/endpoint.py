@@ -58,6 +58,9 @@ class EndpointBackend:
     def __init__(self, endpoint: EndpointOptions, options: RunOptions, *, label: str = "") -> None:
         options.validate()
         endpoint.validate()
+        if options.lever is not None:
+            raise UserError("--speculative and --prefix-cache are levers of a model in this process; a server's own "
+                            "(vLLM's --speculative-config, its prefix caching) are its configuration")  # fmt: skip
         self.endpoint = endpoint
         self.options = options
         self.label = label

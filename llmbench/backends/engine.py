@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import itertools
 import time
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
@@ -17,14 +18,15 @@ from typing import Any
 from llmbench.backends import Request
 from llmbench.core.errors import UserError
 from llmbench.core.process import Stop, freeze_now
+from llmbench.core.speculative import NO_SHARED_PREFIX, parse_prefix_cache, parse_speculative
 from llmbench.engines.base import EngineModel
-from llmbench.engines.chat import encode_ids, fit_context, messages_for
+from llmbench.engines.chat import common_prefix_len, encode_ids, fit_context, messages_for
 from llmbench.engines.hf.generation import generation_thread
 from llmbench.machine import envinfo
 from llmbench.machine import probe as machine
 from llmbench.machine.telemetry import process_cpu_ms
 from llmbench.options import ModelOptions, RunOptions
-from llmbench.results.metrics import ids_sha256, request_result
+from llmbench.results.metrics import bundle_stamps, first_difference, ids_sha256, request_result
 from llmbench.results.schema import Probe, RequestResult, Run, RunConfig, new_run_record
 from llmbench.workloads.prompts import PromptSet
 
@@ -56,6 +58,9 @@ class EngineBackend:
         self.thread = generation_thread()
         self._ids: dict[str, list[int]] = {}
         self.mismatched = 0
+        self.speculative = parse_speculative(options.speculative)
+        self.prefix_cache = parse_prefix_cache(options.prefix_cache) != "none"
+        self._plain: dict[str, list[int]] = {}  # the lossless check's plain output, per input ids
 
     # -- lifecycle ------------------------------------------------------------------------------------------
 
@@ -135,6 +140,15 @@ class EngineBackend:
         reserve = getattr(runner, "reserve", None)
         if reserve is not None:
             reserve(longest + self.options.max_new_tokens)
+        prefix = None
+        if self.prefix_cache:
+            heads = [self._encode(p) for p in prompts.prompts]
+            prefix = heads[0][: common_prefix_len(heads)]
+            if not prefix:
+                raise UserError(NO_SHARED_PREFIX)
+        set_levers = getattr(runner, "set_levers", None)
+        if set_levers is not None:  # always: a runner shared with an earlier backend must not keep its levers
+            set_levers(self.speculative, prefix)
 
     def new_run(self, prompts: PromptSet) -> Run:
         o, em = self.options, self.em
@@ -191,23 +205,55 @@ class EngineBackend:
         cut = self._fit(len(ids), f"prompt {request.prompt_index + 1}")
         ids = ids[cut:]
         tokenized = clock()
+        levers = {"reuse_prefix": request.repeat >= 0} if self.prefix_cache else {}  # warm-ups prefill in full
+        n_new = request.max_new_tokens or o.max_new_tokens
         was_enabled = gc.isenabled()
         gc.disable()  # no collection inside a timed request (see backends.inprocess)
         try:
-            timers = em.runner.generate(ids, request.max_new_tokens or o.max_new_tokens, eos, on_token)
+            timers = em.runner.generate(ids, n_new, eos, on_token, **levers)
         finally:
             if was_enabled:
                 gc.enable()
         if stop is not None and stop.requested:
             return None
+        cpu_ms = round(process_cpu_ms() - cpu0, 3)  # before the lossless check's untimed generation
+        extra = self._lever_fields(request, ids, tokens, timers, n_new, eos)
+        if timers.bundles is not None:  # the tokens of one forward pass became visible together
+            firsts = [stamps[k] for k in itertools.accumulate([0, *timers.bundles[:-1]])]
+            stamps = bundle_stamps(firsts, timers.bundles)
         return request_result(
             prompt_index=request.prompt_index, repeat=request.repeat, start_ns=start, tokenized_ns=tokenized,
             stamps_ns=stamps, prompt_tokens=len(ids), output_sha256=ids_sha256(tokens),
             output_text=em.tokenizer.decode(tokens, skip_special_tokens=True), started_s=started_s,
             truncated_tokens=cut, prompt_token_ids_sha256=ids_sha256(ids), engine_ttft_ms=timers.ttft_ms,
             engine_tpot_ms=timers.tpot_ms, engine_prompt_tokens_evaluated=timers.prompt_tokens_evaluated,
-            cpu_ms=round(process_cpu_ms() - cpu0, 3),
+            cpu_ms=cpu_ms, **extra,
         )  # fmt: skip
+
+    def _lever_fields(self, request: Request, ids: list[int], tokens: list[int], timers: Any, n_new: int,
+                      eos: frozenset[int] | None) -> dict[str, Any]:  # fmt: skip
+        """A speculative or prefix-cached request's own fields, and the lossless check (after its timing)."""
+        out: dict[str, Any] = {}
+        if timers.bundles is not None:
+            out.update(forwards=len(timers.bundles), drafted_tokens=timers.drafted, accepted_tokens=timers.accepted,
+                       draft_ms=timers.draft_ms)  # fmt: skip
+        if timers.cold is not None and request.repeat >= 0:
+            out.update(cold=timers.cold, cached_tokens=timers.cached_tokens,
+                       prompt_tokens_computed=len(ids) - (timers.cached_tokens or 0))  # fmt: skip
+        if request.repeat >= 0 and (self.speculative is not None or self.prefix_cache):
+            key = ids_sha256(ids)
+            if key not in self._plain:
+                plain: list[int] = []
+
+                def keep(token: int) -> bool:
+                    plain.append(token)
+                    return True
+
+                self.em.runner.generate(ids, n_new, eos, keep, plain=True)  # type: ignore[call-arg]
+                self._plain[key] = plain
+            diff = first_difference(tokens, self._plain[key])
+            out.update(lossless=diff is None, first_difference=diff)
+        return out
 
     def _eos(self) -> frozenset[int]:
         ids: set[int] = set()

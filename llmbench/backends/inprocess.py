@@ -21,7 +21,8 @@ import torch
 from llmbench.backends import Request
 from llmbench.core.errors import UserError
 from llmbench.core.process import Stop, freeze_now
-from llmbench.engines.chat import fit_context, messages_for
+from llmbench.core.speculative import parse_prefix_cache, parse_speculative
+from llmbench.engines.chat import common_prefix_len, fit_context, messages_for
 from llmbench.engines.hf import models
 from llmbench.engines.hf.generation import (
     StopCriterion,
@@ -32,12 +33,19 @@ from llmbench.engines.hf.generation import (
     generation_thread,
     recompile_warning,
 )
+from llmbench.engines.hf.levers import (
+    DraftCounter,
+    PrefixCache,
+    draft_record,
+    load_draft,
+    speculative_kwargs,
+)
 from llmbench.engines.hf.models import LoadedModel
 from llmbench.machine import envinfo
 from llmbench.machine import probe as machine
 from llmbench.machine.telemetry import process_cpu_ms
 from llmbench.options import ModelOptions, RunOptions
-from llmbench.results.metrics import ids_sha256, request_result
+from llmbench.results.metrics import bundle_stamps, first_difference, ids_sha256, request_result
 from llmbench.results.schema import Probe, RequestResult, Run, RunConfig, new_run_record
 from llmbench.workloads.prompts import PromptSet
 
@@ -85,6 +93,12 @@ class InProcessBackend:
         self.max_cache_len: int | None = None  # static cache size: longest prompt + max_new_tokens (check_prompts)
         self.graphs_in_requests = 0  # graphs torch.compile built inside this backend's measured requests
         self.thread = generation_thread()
+        self.speculative = parse_speculative(options.speculative)
+        self.prefix: PrefixCache | None = None  # --prefix-cache system: made by check_prompts
+        self.draft: LoadedModel | None = None  # --speculative draft:MODEL
+        self._plain: dict[str, list[int]] = {}  # the lossless check's plain output, per input ids
+        if batch > 1 and options.lever is not None:
+            raise UserError("--speculative and --prefix-cache generate one sequence a request, not a batch")
 
     # -- lifecycle ------------------------------------------------------------------------------------------
 
@@ -121,6 +135,9 @@ class InProcessBackend:
             assert self.spec is not None
             self.loaded = models.load_model(self.spec)
             freeze_now()  # inside llmbench.frozen_gc(): the model's objects leave the collector's sight
+        if self.speculative is not None and self.speculative.method == "draft" and self.draft is None:
+            self.draft = load_draft(self.speculative, self.lm, self.spec)
+            freeze_now()
 
     async def counting(self, what: str = "") -> tuple[Callable[[str], int], Any]:
         """How this run counts a prompt's tokens, and its tokenizer (loads the model first)."""
@@ -174,7 +191,10 @@ class InProcessBackend:
             quantization=lm.quantization,
             auto=models.automatic_choices(self.spec) if self.spec else list(lm.auto),
         )
-        return new_run_record(config, envinfo.collect(lm.device), load=lm.load, warnings=list(lm.warnings))
+        load = lm.load
+        if self.draft is not None:
+            load = lm.load.model_copy(update={"draft": draft_record(self.draft)})
+        return new_run_record(config, envinfo.collect(lm.device), load=load, warnings=list(lm.warnings))
 
     async def activate(self) -> None:
         """This backend's threads and attention kernel, before its turn (models shared by a sweep)."""
@@ -264,8 +284,11 @@ class InProcessBackend:
             kw["stopping_criteria"] = [StopCriterion(lambda: stop.requested)]
         if o.sample:
             torch.manual_seed(o.request_seed(request.prompt_index, request.repeat))  # same draw when resumed
+        if self.speculative is not None:
+            kw.update(speculative_kwargs(self.speculative, self.draft.model if self.draft else None))
         gc.collect()  # garbage of the previous request is swept now, not inside this one's timing
         stamper = TokenStamper()
+        counter = DraftCounter(model) if self.speculative is not None else contextlib.nullcontext(None)
         cpu0 = process_cpu_ms()
 
         start = time.perf_counter_ns()
@@ -278,8 +301,12 @@ class InProcessBackend:
         input_ids = input_ids.to(device)
         attention_mask = attention_mask.to(device) if attention_mask is not None else None
         tokenized = time.perf_counter_ns()
-        with torch.inference_mode(), _collector_paused():
-            model.generate(input_ids=input_ids, attention_mask=attention_mask, streamer=stamper, **kw)
+        reuse: dict[str, Any] = {}
+        cold, cached = None, 0
+        if self.prefix is not None and request.repeat >= 0:  # warm-ups prefill in full: the first measured
+            reuse, cold, cached = self.prefix.for_request(model, input_ids)  # request is the one that computes it
+        with torch.inference_mode(), _collector_paused(), counter as counts:
+            model.generate(input_ids=input_ids, attention_mask=attention_mask, streamer=stamper, **kw, **reuse)
         cpu_ms = process_cpu_ms() - cpu0
 
         if self.keep_raw:
@@ -287,12 +314,13 @@ class InProcessBackend:
         if stop is not None and stop.requested:
             return None
         ids = stamper.token_ids()
+        extra = self._lever_fields(request, input_ids, attention_mask, ids, stamper, counts, cold, cached)
         return request_result(
             prompt_index=request.prompt_index,
             repeat=request.repeat,
             start_ns=start,
             tokenized_ns=tokenized,
-            stamps_ns=stamper.times_ns,
+            stamps_ns=extra.pop("stamps_ns", stamper.times_ns),
             prompt_tokens=int(input_ids.shape[-1]),
             output_sha256=ids_sha256(ids),
             output_text=self.lm.tokenizer.decode(ids, skip_special_tokens=True),
@@ -300,7 +328,47 @@ class InProcessBackend:
             truncated_tokens=cut,
             prompt_token_ids_sha256=ids_sha256(input_ids[0].tolist()),
             cpu_ms=round(cpu_ms, 3),
+            **extra,
         )
+
+    def _lever_fields(
+        self,
+        request: Request,
+        input_ids: Any,
+        mask: Any,
+        ids: list[int],
+        stamper: TokenStamper,
+        counts: Any,
+        cold: bool | None,
+        cached: int,
+    ) -> dict[str, Any]:
+        """A speculative or prefix-cached request's own fields (after its timing): one stamp per token from one
+        per bundle, forwards, drafts, the cache's share, and the lossless check against a plain generate()."""
+        out: dict[str, Any] = {}
+        if self.speculative is not None:
+            sizes = stamper.bundle_sizes()
+            out.update(stamps_ns=bundle_stamps(stamper.times_ns, sizes), forwards=len(sizes),
+                       drafted_tokens=counts.drafted, accepted_tokens=counts.accepted,
+                       draft_ms=round(counts.draft_s * 1000, 3))  # fmt: skip
+        if self.prefix is not None and request.repeat >= 0:
+            out.update(cold=cold, cached_tokens=cached, prompt_tokens_computed=int(input_ids.shape[-1]) - cached)
+        if request.repeat >= 0 and not self.options.sample and (self.speculative or self.prefix):
+            plain = self._plain_output(input_ids, mask, request)
+            diff = first_difference(ids, plain)
+            out.update(lossless=diff is None, first_difference=diff)
+        return out
+
+    def _plain_output(self, input_ids: Any, mask: Any, request: Request) -> list[int]:
+        """The output ids of a plain, uncached greedy generate() of ``input_ids`` (untimed; once per input)."""
+        key = ids_sha256(input_ids[0].tolist())
+        if key not in self._plain:
+            kw = self._generate_kwargs()
+            if request.max_new_tokens is not None:
+                kw["max_new_tokens"] = request.max_new_tokens
+            with torch.inference_mode():
+                out = self.lm.model.generate(input_ids=input_ids, attention_mask=mask, **kw)
+            self._plain[key] = out[0, input_ids.shape[-1] :].tolist()
+        return self._plain[key]
 
     def _measure_batch(self, request: Request, stop: Stop | None, started_s: float) -> list[RequestResult] | None:
         """B prompts in one generate() call (left-padded): each step hands over B tokens at once, so every
@@ -357,6 +425,11 @@ class InProcessBackend:
             n = int(self._encode(prompt)["input_ids"].shape[-1])
             longest = max(longest, n - self._fit(n, prompts.where(i)))
         self.max_cache_len = longest + self.options.max_new_tokens
+        if parse_prefix_cache(self.options.prefix_cache) == "system" and self.prefix is None:
+            heads = [self._encode(p)["input_ids"][0].tolist() for p in prompts.prompts]
+            if any(self._fit(len(h), prompts.where(i)) for i, h in enumerate(heads)):
+                raise UserError("--prefix-cache system with --truncate: a cut prompt loses the shared prefix")
+            self.prefix = PrefixCache(common_prefix_len(heads))
 
     def compile_now(self, prompts: PromptSet) -> float | None:
         """With --compile: one untimed 2-token generate() that triggers torch.compile; its wall time in seconds.

@@ -154,6 +154,11 @@ class WorkerBackend:
             options = {k: getattr(o, k) for k in ("max_new_tokens", "ignore_eos", "warmup", "repeats", "sample",
                                                   "seed", "temperature", "top_p", "system_prompt", "chat_template",
                                                   "truncate")}  # fmt: skip
+            if o.lever is not None:  # sent only when set: an older worker would refuse the keys
+                if "levers" not in self.features:
+                    raise BackendUnavailable(f"the worker {redact_command(self.command)} predates --speculative and "
+                                             "--prefix-cache (llmbench 0.3.0)")  # fmt: skip
+                options.update(speculative=o.speculative, prefix_cache=o.prefix_cache)
             msg = await self._ask(op="prepare", prompts=list(prompts.prompts), prompt_file=prompts.path,
                                   prompt_sha256=prompts.sha256, options=options,
                                   output_tokens=list(prompts.output_tokens) if prompts.output_tokens else None,

@@ -38,11 +38,13 @@ from llmbench.core.errors import UserError
 PROTOCOL = 1
 # what a measure message may ask beyond protocol 1's first version (an older worker ignores unknown keys, so the
 # parent checks this list before it relies on one): its own output length, a CPU to pin to
-FEATURES = ("max_new_tokens", "cpu")
+FEATURES = ("max_new_tokens", "cpu", "levers")  # levers: prepare's options may hold speculative/prefix_cache
 
 
-def serve_forever(spec: Any, cache: str, compile_: bool, inp: IO[str], out: IO[str]) -> int:
-    """Load ``spec`` and answer commands from ``inp`` on ``out`` until told to exit; the exit code."""
+def serve_forever(spec: Any, flags: dict[str, Any], inp: IO[str], out: IO[str]) -> int:
+    """Load ``spec`` and answer commands from ``inp`` on ``out`` until told to exit; the exit code. ``flags``: the
+    run options this worker's own flags set over the parent's (cache, compile; speculative and prefix_cache
+    when given: one side of ``ab`` can decode speculatively)."""
     from llmbench.core.process import freeze_now, frozen_gc, stop_on_signals
     from llmbench.core.version import __version__
     from llmbench.engines.hf import models
@@ -82,7 +84,7 @@ def serve_forever(spec: Any, cache: str, compile_: bool, inp: IO[str], out: IO[s
                 return 0
             try:
                 if op == "prepare":
-                    options = RunOptions(**{**msg["options"], "cache": cache, "compile": compile_})
+                    options = RunOptions(**{**msg["options"], **flags})
                     own = msg.get("output_tokens")  # a dataset's output lengths, one a prompt
                     prompts = PromptSet(msg["prompt_file"], msg["prompt_sha256"], tuple(msg["prompts"]),
                                         tuple(range(1, len(msg["prompts"]) + 1)),
@@ -171,11 +173,11 @@ def command(spec: Any, executable: str | None = None) -> list[str]:
     return argv
 
 
-def main(spec: Any, cache: str, compile_: bool) -> int:
+def main(spec: Any, flags: dict[str, Any]) -> int:
     """The ``llmbench worker`` command: the protocol on the real stdout, anything else printed on stderr."""
     protocol_out = os.fdopen(os.dup(sys.stdout.fileno()), "w", encoding="utf-8", buffering=1)
     sys.stdout = sys.stderr  # a library's print() must not break a protocol line
     try:
-        return serve_forever(spec, cache, compile_, sys.stdin, protocol_out)
+        return serve_forever(spec, flags, sys.stdin, protocol_out)
     finally:
         protocol_out.close()

@@ -153,6 +153,11 @@ def ab(
 
             result = ab_result(base_run, head_run, folder, anchor=anchor, head_ref=head_ref, moves_anchor=move_anchor)
             history_line(history, [result], str(folder))
+    from llmbench.drivers.ab_budget import shortfall
+    from llmbench.present.terminal import warn
+
+    if (short := shortfall(comp, design.budget_s)) is not None:
+        warn(short)
     render_verdict([comp], verdict, fmt)
 
 

@@ -107,7 +107,8 @@ def run_options(params: Mapping[str, Any], **fixed: Any) -> RunOptions:
         temperature=p.get("temperature", 1.0), top_p=p.get("top_p", 1.0), system_prompt=p.get("system_prompt"),
         chat_template=not p.get("no_chat_template", False), truncate=p.get("truncate", False),
         cache=p.get("cache", "dynamic"), compile=p.get("compile_", False), turns=p.get("turns", 1),
-        think_time_s=p.get("think_time", 0.0),
+        think_time_s=p.get("think_time", 0.0), speculative=p.get("speculative"),
+        prefix_cache=p.get("prefix_cache", "none"),
     )  # fmt: skip
 
 

@@ -174,6 +174,19 @@ MetricsUrlOpt = Annotated[
     typer.Option(help="The metrics page to scrape (default: the endpoint's host, /metrics); implies --server-metrics."),
 ]
 CacheOpt = Annotated[Cache, typer.Option(help="KV cache: dynamic, or static (preallocated).")]
+SpeculativeOpt = Annotated[
+    Optional[str],
+    typer.Option(help="Speculative decoding: none, prompt-lookup[:N[:MAX_NGRAM]] (n-gram drafts from the prompt, "
+                 "default 10:2) or draft:MODEL[:K] (a draft model with the target's vocabulary, K drafts a step, "
+                 "default 5). Tokens of one forward pass share one stamp; greedy output is checked against a plain "
+                 "run's (lossless)."),
+]  # fmt: skip
+PrefixCacheOpt = Annotated[
+    str,
+    typer.Option(help="system: the prompts' shared leading tokens (system prompt, template preamble) computed once "
+                 "per process by the first measured request (cold) and reused by the others (warm); none: nothing "
+                 "reused between requests."),
+]  # fmt: skip
 CompileOpt = Annotated[bool, typer.Option("--compile", help="torch.compile the decode step (static cache).")]
 
 FailOnRegressionOpt = Annotated[

@@ -56,7 +56,7 @@ from llmbench.cli.params_workload import (
     TurnsOpt,
     WorkersOpt,
 )
-from llmbench.cli.shared import DATASET, DEVICE, ENGINE, LOADING, MODEL, takes
+from llmbench.cli.shared import DATASET, DEVICE, ENGINE, LEVERS, LOADING, MODEL, takes
 from llmbench.cli.workload import _open_loop
 from llmbench.drivers import workload
 
@@ -65,7 +65,7 @@ IN_PROCESS_ONLY = (
     *("weights", "device", "dtype", "reprobe", "threads", "device_map", "allow_offload", "allow_pickle", "engine"),
     "precision",
     "trust_remote_code",
-    *("compile_", "quantize", "attn", "cache", "truncate", "no_chat_template"),
+    *("compile_", "quantize", "attn", "cache", "truncate", "no_chat_template", "speculative", "prefix_cache"),
 )
 ENDPOINT_ONLY = ("concurrency", "api_key_env", "tokenizer", "rate", "arrival", "requests", "duration", "workers", "ray",
                  "server_metrics", "metrics_url", "timeout_s")  # fmt: skip
@@ -77,7 +77,7 @@ ENDPOINT_ONLY = ("concurrency", "api_key_env", "tokenizer", "rate", "arrival", "
        "server_metrics", "metrics_url", *DEVICE, "max_new_tokens", "ignore_eos", "warmup", "repeats", "sample",
        "seed", "turns", "think_time", "temperature", "top_p", "system_prompt", "no_chat_template", *LOADING,
        "output", "overwrite", "history", "resume", "truncate", "attn", "cache", "compile_", "quantize",
-       "quiet")  # fmt: skip
+       *LEVERS, "quiet")  # fmt: skip
 def run(
     ctx: typer.Context,
     prompts: Annotated[

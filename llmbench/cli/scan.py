@@ -29,8 +29,8 @@ from llmbench.cli.shared import DEVICE, ENGINE, LOADING, MODEL, takes
 
 
 @takes("prompt_tokens", "depth", "batch", "rounds", "max_new_tokens", "prompts_per_point", "batch_prompt_tokens",
-       "seed", "warmup", *MODEL, *DEVICE, "attn", "quantize", *ENGINE, *LOADING, "system_prompt", "no_chat_template",
-       "output", "history", "quiet")  # fmt: skip
+       "seed", "warmup", *MODEL, *DEVICE, "attn", "quantize", *ENGINE, "speculative", *LOADING, "system_prompt",
+       "no_chat_template", "output", "history", "quiet")  # fmt: skip
 def scan(
     ctx: typer.Context,
     prompt_tokens: Annotated[
@@ -61,21 +61,27 @@ def scan(
     from llmbench.options import RunOptions
     from llmbench.present import terminal as display
 
-    engine = ctx.params["engine"]
+    engine, speculative = ctx.params["engine"], ctx.params.get("speculative")
     with user_errors():
         if engines.engine_info(engine).name != "transformers" and batch == "1,2,4,8":
             display.warn(f"--engine {engine}: no batch points (batched generate() is transformers'); the default "
                          "--batch is left out")  # fmt: skip
+            batch = ""
+        if speculative and batch == "1,2,4,8":
+            display.warn("--speculative: no batch points (speculative decoding generates one sequence a request); "
+                         "the default --batch is left out")  # fmt: skip
             batch = ""
         points = sc.grid(sc.parse_values(prompt_tokens, "--prompt-tokens"), sc.parse_values(depth, "--depth"),
                          sc.parse_values(batch, "--batch"))  # fmt: skip
         sc.check_plan(points, rounds, prompts_per_point, batch_prompt_tokens,
                       {n for n in ("batch_prompt_tokens", "max_new_tokens") if given(ctx, n)})  # fmt: skip
         options = RunOptions(max_new_tokens=max_new_tokens, ignore_eos=True, warmup=warmup, repeats=rounds,
-                             system_prompt=system_prompt, chat_template=not no_chat_template)  # fmt: skip
+                             system_prompt=system_prompt, chat_template=not no_chat_template,
+                             speculative=speculative)  # fmt: skip
         options.validate()
         spec = model_options(ctx.params)
         engines.validate(spec)
+        engines.check_levers(spec.engine, options)
         sc.check_context(points, models.context_length(spec), max_new_tokens, batch_prompt_tokens)  # before loading
         from llmbench.results.storage import prepare_driver_dir
 

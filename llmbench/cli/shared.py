@@ -31,6 +31,8 @@ SHARED: dict[str, tuple[Any, Any]] = {
     "attn": (p.AttnOpt, None),
     "cache": (p.CacheOpt, p.Cache.dynamic),
     "compile_": (p.CompileOpt, False),
+    "speculative": (p.SpeculativeOpt, None),
+    "prefix_cache": (p.PrefixCacheOpt, "none"),
     "quantize": (p.QuantizeOpt, p.Quantize.none),
     "device_map": (p.DeviceMapOpt, None),
     "allow_offload": (p.AllowOffloadOpt, False),
@@ -49,6 +51,7 @@ MODEL = ("model", "weights")
 ENGINE = ("engine", "precision")
 DEVICE = ("device", "dtype", "reprobe", "threads")
 LOADING = ("device_map", "allow_offload", "allow_pickle", "trust_remote_code")
+LEVERS = ("speculative", "prefix_cache")
 DATASET = ("prompt_format", "prompt_column", "output_len_column", "min_prompt_tokens", "max_prompt_tokens",
            "num_prompts")  # fmt: skip
 

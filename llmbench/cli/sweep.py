@@ -33,7 +33,8 @@ from llmbench.cli.shared import LOADING, MODEL, takes
 SWEPT = ("dtype", "threads", "attn", "quantize", "engine", "precision")
 
 
-@takes("prompts", "dtype", "threads", "attn", "cache", "compile_", "quantize", "engine", "precision", *MODEL,
+@takes("prompts", "dtype", "threads", "attn", "cache", "compile_", "quantize", "engine", "precision", "speculative",
+       "prefix_cache", *MODEL,
        "device", "max_new_tokens", "ignore_eos", "warmup", "rounds", "rank_by", "quality", "max_kld",
        "system_prompt", "no_chat_template", *LOADING, "output", "history", "quiet")  # fmt: skip
 def sweep(
@@ -55,6 +56,16 @@ def sweep(
             "engine but transformers (default: each engine's 8-bit, a .gguf as is)."
         ),
     ] = None,
+    speculative: Annotated[
+        Optional[str],
+        typer.Option(
+            help="Comma-separated --speculative values, e.g. none,prompt-lookup:3 (crossed with every setup; "
+            "a setup whose greedy output differs from the plain run's can't be best)."
+        ),
+    ] = None,
+    prefix_cache: Annotated[
+        Optional[str], typer.Option(help="Comma-separated --prefix-cache values: none,system.")
+    ] = None,
     max_new_tokens: MaxNewTokensOpt = 64,
     ignore_eos: IgnoreEosOpt = None,
     warmup: WarmupOpt = 1,
@@ -75,18 +86,21 @@ def sweep(
     quiet: QuietOpt = False,
     **shared: Any,
 ) -> None:
-    """Find the fastest setup: every combination of engine, precision, dtype, threads, attention, cache, compile and
-    quantization, measured in interleaved rounds; TTFT and TPOT ranked apart."""
+    """Find the fastest setup: every combination of engine, precision, dtype, threads, attention, cache, compile,
+    quantization, speculative decoding and prefix cache, measured in interleaved rounds; TTFT and TPOT ranked
+    apart."""
     from llmbench.drivers import sweep as sw
     from llmbench.present import terminal as display
     from llmbench.workloads.prompts import load_prompts
 
     with user_errors():
         prompt_set = load_prompts(prompts)
-        options = run_options(ctx.params, repeats=rounds, cache=cache, compile_=False)
+        options = run_options(ctx.params, repeats=rounds, cache=cache, compile_=False, speculative=None,
+                              prefix_cache="none")  # fmt: skip
         spec = model_options(ctx.params, swept=SWEPT)
         setups, skipped = sw.plan(spec, options, dtype=dtype, threads=threads, attn=attn, cache=cache,
-                                  compile_=compile_, quantize=quantize, engine=engine, precision=precision)  # fmt: skip
+                                  compile_=compile_, quantize=quantize, engine=engine, precision=precision,
+                                  speculative=speculative, prefix_cache=prefix_cache)  # fmt: skip
         sw.check_gates(setups, options, prompt_set, max_kld)  # before the folder is made and the models load
         for why in skipped:
             display.warn(f"left out {why}")

@@ -7,10 +7,10 @@ from typing import Any
 import typer
 
 from llmbench.cli.common import model_options, user_errors
-from llmbench.cli.shared import DEVICE, ENGINE, LOADING, MODEL, takes
+from llmbench.cli.shared import DEVICE, ENGINE, LEVERS, LOADING, MODEL, takes
 
 
-@takes(*MODEL, *ENGINE, *DEVICE, "attn", "cache", "compile_", "quantize", *LOADING)  # fmt: skip
+@takes(*MODEL, *ENGINE, *DEVICE, "attn", "cache", "compile_", "quantize", *LEVERS, *LOADING)  # fmt: skip
 def worker(
     ctx: typer.Context,
     **shared: Any,
@@ -19,9 +19,17 @@ def worker(
     `llmbench ab`. Not for typing at: ab starts it."""
     from llmbench import engines
     from llmbench.backends import worker_main as w
+    from llmbench.options import RunOptions
 
+    compile_, cache = ctx.params["compile_"], ctx.params["cache"]
+    own: dict[str, Any] = {"cache": "static" if compile_ else cache.value, "compile": compile_}
+    for name in LEVERS:  # set: this side's own lever (ab can measure speculative against plain)
+        if ctx.params.get(name) not in (None, "none"):
+            own[name] = ctx.params[name]
     with user_errors():
         spec = model_options(ctx.params)
         engines.validate(spec)
-    compile_, cache = ctx.params["compile_"], ctx.params["cache"]
-    raise typer.Exit(w.main(spec, "static" if compile_ else cache.value, compile_))
+        RunOptions(**own).check_levers()
+        if not spec.is_transformers:
+            engines.check_levers(spec.engine, RunOptions(**own))
+    raise typer.Exit(w.main(spec, own))

@@ -21,13 +21,19 @@ class EngineInfo:
     default_precision: str
     logits: bool  # exposes next-token logits (quality: KL divergence and top-1 agreement)
     module: str = ""  # llmbench's runner for it (llmbench.engines.<module>)
+    speculative: tuple[str, ...] = ()  # --speculative methods it has in-process (llmbench.core.speculative)
+    prefix_cache: bool = False  # --prefix-cache system: a shared prefix's keys and values kept and reused
 
 
 ENGINES: dict[str, EngineInfo] = {
-    "transformers": EngineInfo("transformers", "cpu", ("transformers", "torch"), "transformers", (), "", True),
+    "transformers": EngineInfo("transformers", "cpu", ("transformers", "torch"), "transformers", (), "", True,
+                               speculative=("prompt-lookup", "draft"), prefix_cache=True),
+    # llama-cpp-python's generate() drafts through a LlamaDraftModel; it ships prompt lookup only (a second
+    # GGUF as the draft is not in its Python API)
     "llama.cpp": EngineInfo(
         "llama.cpp", "llamacpp", ("llama_cpp",), "llama-cpp-python",
         ("f32", "f16", "bf16", "q8_0", "q6_k", "q5_k_m", "q5_0", "q4_k_m", "q4_1", "q4_0"), "q8_0", True, "llamacpp",
+        speculative=("prompt-lookup",), prefix_cache=True,
     ),
     "openvino": EngineInfo(
         "openvino", "openvino", ("openvino_genai", "openvino", "openvino_tokenizers"), "openvino-genai",

@@ -147,3 +147,25 @@ async def choose(
             f"TTFT-only pair {ttft_s:.2f} s; projected MDC TPOT {mt:.1f}%, TTFT {mf:.1f}%)"
         )
     return replace(design, processes=n, repeats=r, ttft_pairs=s)
+
+
+def shortfall(comp: Any, budget_s: float | None) -> str | None:
+    """One line when a ``--budget`` run did not reach the MDC it aims at (TARGETS_PCT): what it reached, where
+    a pair's noise was, and what buys more; None when it did (or without a budget)."""
+    if budget_s is None:
+        return None
+    missed = []
+    for metric, label, target in (("tpot_ms", "TPOT", TARGETS_PCT[0]), ("ttft_ms", "TTFT", TARGETS_PCT[1])):
+        mdc = comp.detectable_pct(metric, comp.spoken_stat(metric))
+        if mdc is None or mdc <= target:
+            continue
+        v = comp.variance.get(metric)
+        noise = ""
+        if v:
+            noise = (f" (a pair varied {v['sd_within_process_pct']:.1f}% within a process and "
+                     f"{v['sd_between_processes_pct']:.1f}% between its {v['processes']} processes)")  # fmt: skip
+        missed.append(f"{label} {mdc:.1f}% against {target:g}%{noise}")
+    if not missed:
+        return None
+    return (f"--budget {budget_s:g}s: the MDC aimed at was not reached on this machine today: {'; '.join(missed)}; "
+            "a longer --budget buys more pairs")  # fmt: skip

@@ -11,22 +11,29 @@ from __future__ import annotations
 import asyncio
 import copy
 import dataclasses
-import itertools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from llmbench.backends import Request
 from llmbench.backends.inprocess import InProcessBackend
 from llmbench.core.errors import RunInterrupted, UserError
 from llmbench.core.process import Stop, freeze_now
+
+# the setups and their plan live in sweep_setups; re-exported, where callers look for them
+from llmbench.drivers.sweep_setups import SETUP_KEYS as SETUP_KEYS
+from llmbench.drivers.sweep_setups import Setup as Setup
+from llmbench.drivers.sweep_setups import check_gates as check_gates
+from llmbench.drivers.sweep_setups import engine_spec as engine_spec
+from llmbench.drivers.sweep_setups import expand as expand
+from llmbench.drivers.sweep_setups import plan as plan
+from llmbench.drivers.sweep_setups import setup_options as setup_options
+from llmbench.drivers.sweep_setups import split_list as split_list
 from llmbench.engines.hf import models
 from llmbench.engines.hf.generation import generation_thread
 from llmbench.engines.hf.models import LoadedModel
-from llmbench.engines.hf.quantize import forced_dtype
 from llmbench.options import ModelOptions, RunOptions
 from llmbench.results.schema import (
     COMPARE,
@@ -38,193 +45,7 @@ from llmbench.results.schema import (
 )
 from llmbench.results.storage import prepare_output, save_run, write_record
 from llmbench.runner.loop import NullReporter, Reporter, Track, execute, new_track
-from llmbench.workloads.prompts import PromptSet, check_whole
-
-
-@dataclass(frozen=True)
-class Setup:
-    """One combination of knobs. ``engine`` other than transformers: ``precision`` is its weight format (None: the
-    .gguf as it is) and the transformers knobs stay at their defaults."""
-
-    dtype: str | None
-    threads: int
-    attn: str | None = None  # None: the model's default kernel
-    cache: str = "dynamic"
-    compile: bool = False
-    quantize: str | None = None
-    engine: str = "transformers"
-    precision: str | None = None
-
-    @property
-    def is_transformers(self) -> bool:
-        return self.engine == "transformers"
-
-    def label(self) -> str:
-        """Short human name, e.g. ``bfloat16 2t sdpa static compiled``, ``bfloat16+int8 2t``, ``llama.cpp q8_0
-        2t``."""
-        if not self.is_transformers:
-            return f"{self.engine} {self.precision or 'gguf'} {self.threads}t"
-        if self.quantize is None:
-            weights = self.dtype
-        elif forced_dtype(self.quantize) is not None:  # int8-dynamic: float32 goes without saying
-            weights = self.quantize
-        else:
-            weights = f"{self.dtype}+{self.quantize}"
-        parts = [weights or "?", f"{self.threads}t"]
-        if self.attn:
-            parts.append(self.attn)
-        if self.cache != "dynamic":
-            parts.append(self.cache)
-        if self.compile:
-            parts.append("compiled")
-        return " ".join(parts)
-
-    def slug(self) -> str:
-        """A file name stem."""
-        return self.label().replace(" ", "-").replace(".", "")
-
-    def as_dict(self) -> dict[str, Any]:
-        """The knobs as JSON fields."""
-        return dataclasses.asdict(self)
-
-
-def split_list(text: str | None, option: str) -> list[str]:
-    """``"a,b"`` -> ``["a", "b"]``; empty items and duplicates are a UserError."""
-    if text is None:
-        return []
-    items = [t.strip() for t in text.split(",")]
-    if any(not t for t in items):
-        raise UserError(f"{option} '{text}' has an empty item; give a comma-separated list such as a,b")
-    if len(set(items)) != len(items):
-        raise UserError(f"{option} '{text}' lists a value twice")
-    return items
-
-
-def plan(
-    spec: ModelOptions,
-    options: RunOptions,
-    *,
-    dtype: str,
-    threads: str | None,
-    attn: str | None,
-    cache: str,
-    compile_: bool,
-    quantize: str,
-    engine: str = "transformers",
-    precision: list[str] | None = None,
-) -> tuple[list[Setup], list[str]]:
-    """The CLI's comma lists -> the setups to run and why others were left out. Every knob of every setup is
-    checked here, before any model loads (UserError). ``engine``: a comma list of engines; ``precision``:
-    ``ENGINE=P1,P2`` items (or ``P1,P2`` for every engine other than transformers)."""
-    from llmbench import engines as eng
-
-    if options.repeats < 1:
-        raise UserError(f"--rounds must be at least 1, not {options.repeats}")
-    engine_list = [eng.engine_info(e).name for e in split_list(engine, "--engine")]
-    if len(set(engine_list)) != len(engine_list):
-        raise UserError(f"--engine '{engine}' names an engine twice")
-    thread_list = [_whole(t, "--threads") for t in split_list(threads, "--threads")] or [torch.get_num_threads()]
-    setups: list[Setup] = []
-    skipped: list[str] = []
-    if "transformers" in engine_list:
-        if "auto" in split_list(dtype, "--dtype"):
-            raise UserError("--dtype auto has no place in a sweep: list the dtypes to compare")
-        dtypes = [models.resolve_dtype(d, "cpu", probe=False)[0] for d in split_list(dtype, "--dtype")]
-        setups, skipped = expand(
-            dtypes,
-            thread_list,
-            list[str | None](split_list(attn, "--attn")) or [None],
-            split_list(cache, "--cache"),
-            [False, True] if compile_ else [False],
-            [None if q == "none" else q for q in split_list(quantize, "--quantize")],
-        )
-    per_engine = engine_precisions(precision or [], [e for e in engine_list if e != "transformers"])
-    source, _path = models.classify_source(spec.model, spec.weights)
-    for name in engine_list:
-        if name == "transformers":
-            continue
-        eng.require_engine(name)
-        asked: list[str | None] = list(per_engine.get(name) or []) or [None]
-        for p in asked:
-            resolved = eng.check_precision(name, p, source)
-            for th in thread_list:
-                setups.append(Setup(dtype=None, threads=th, engine=name, precision=resolved))
-    if not setups:
-        raise UserError(f"no setup to sweep: every combination was left out ({'; '.join(skipped)})")
-    for s in setups:
-        if s.is_transformers:
-            dataclasses.replace(options, cache=s.cache, compile=s.compile).validate()
-            models.validate(dataclasses.replace(spec, dtype=s.dtype or "auto", threads=s.threads, attn=s.attn,
-                                                quantize=s.quantize))  # fmt: skip
-        else:
-            eng.validate(engine_spec(spec, s))
-    return setups, skipped
-
-
-def check_gates(setups: list[Setup], options: RunOptions, prompts: PromptSet | None, max_kld: float | None) -> None:
-    """UserError for what would refuse (or exhaust memory) only after the models load or the rounds run: a
-    --max-kld that is no KL divergence (NaN, negative), a plan of more requests than a run can hold."""
-    if max_kld is not None and not max_kld >= 0:  # NaN fails this too; inf: no limit, as asked
-        raise UserError(f"--max-kld must be a KL divergence (0 or more), not {max_kld}")
-    if prompts is not None:
-        check_whole("--rounds x setups x prompts", options.repeats * len(setups) * len(prompts.prompts),
-                    what=" requests")  # fmt: skip
-
-
-def engine_precisions(items: list[str], engines: list[str]) -> dict[str, list[str]]:
-    """``["llama.cpp=q8_0,q4_k_m", "int8"]`` -> per engine its precisions (a bare list: every engine listed)."""
-    from llmbench import engines as eng
-
-    out: dict[str, list[str]] = {}
-    for item in items:
-        name, sep, values = item.partition("=")
-        if not sep and not engines:  # a bare list is every other engine's: with none, it would change nothing
-            raise UserError(f"--precision {item}: a weight format of --engine llama.cpp, openvino or onnxruntime; "
-                            "transformers sweeps --dtype and --quantize")  # fmt: skip
-        targets = [eng.engine_info(name).name] if sep else engines
-        if sep and targets[0] not in engines:
-            raise UserError(f"--precision {item}: {targets[0]} is not among --engine {','.join(engines)}")
-        for t in targets:
-            out.setdefault(t, [])
-            out[t] += [v for v in split_list(values if sep else name, "--precision") if v not in out[t]]
-    return out
-
-
-def engine_spec(spec: ModelOptions, s: Setup) -> ModelOptions:
-    """The model options of an engine setup."""
-    return dataclasses.replace(spec, engine=s.engine, precision=s.precision, threads=s.threads, dtype="auto",
-                               attn=None, quantize=None)  # fmt: skip
-
-
-def _whole(text: str, option: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise UserError(f"{option}: '{text}' is not a whole number") from None
-
-
-def expand(
-    dtypes: list[str],
-    threads: list[int],
-    attns: list[str | None],
-    caches: list[str],
-    compiles: list[bool],
-    quantizes: list[str | None],
-) -> tuple[list[Setup], list[str]]:
-    """Every valid combination, in a stable order, and why the invalid ones were left out."""
-    setups: list[Setup] = []
-    skipped: list[str] = []
-    for dt, th, at, ca, co, qu in itertools.product(dtypes, threads, attns, caches, compiles, quantizes):
-        s = Setup(dtype=dt, threads=th, attn=at, cache="static" if co else ca, compile=co, quantize=qu)
-        if qu is not None and forced_dtype(qu) not in (None, dt):
-            skipped.append(f"{qu} with {dt}: {qu} weights compute in {forced_dtype(qu)}")
-            continue
-        if co and qu == "int8-dynamic":
-            skipped.append(f"{s.label()}: torch.compile does not trace torch's dynamic int8 linears")
-            continue
-        if s not in setups:  # --compile makes dynamic and static cache the same setup
-            setups.append(s)
-    return setups, sorted(set(skipped))
+from llmbench.workloads.prompts import PromptSet
 
 
 @dataclass
@@ -296,8 +117,8 @@ class Sweep:
                 from llmbench.drivers.run import make_backend
 
                 self.reporter.status(f"starting {s.label()} ...")
-                worker = make_backend(engine_spec(self.spec, s), self.options, label=f"{s.label()}: ",
-                                      reporter=self.reporter)  # fmt: skip
+                worker = make_backend(engine_spec(self.spec, s), setup_options(self.options, s),
+                                      label=f"{s.label()}: ", reporter=self.reporter)  # fmt: skip
                 await worker.start(prompts)
                 path = prepare_output(self.out_dir / f"{s.slug()}.json", overwrite=False)
                 self.entries.append(SweepEntry(s, worker, path))
@@ -308,7 +129,7 @@ class Sweep:
             self.models = loaded
             base = loaded[key]
             lm = dataclasses.replace(base, threads=s.threads, load=base.load.model_copy(deep=True))
-            options = dataclasses.replace(self.options, cache=s.cache, compile=s.compile)
+            options = setup_options(self.options, s)
             spec = dataclasses.replace(self.spec, dtype=s.dtype or "auto", threads=s.threads, attn=s.attn,
                                        quantize=s.quantize)  # fmt: skip
             backend = InProcessBackend(spec, options, loaded=lm, label=f"{s.label()}: ")
@@ -445,10 +266,17 @@ class Sweep:
                     "precision_detail": e.run.config.precision,
                     "failed": not e.run.complete and bool(e.run.failed_requests),
                     "run_file": e.path.name,
+                    "tokens_per_forward": s.tokens_per_forward if s else None,
+                    "acceptance_rate": s.acceptance_rate if s else None,
+                    "lossless_mismatches": s.lossless_mismatches if s else None,
+                    "ttft_cold_ms": s.ttft_cold_ms.mean if s and s.ttft_cold_ms else None,
+                    "ttft_warm_ms_mean": s.ttft_warm_ms.mean if s and s.ttft_warm_ms else None,
+                    # a lever whose greedy output differs from the plain run's failed its quality check
+                    "excluded_by_lossless": bool(s and s.lossless_mismatches),
                     **self._quality_fields(e.run.quality),
                 }
             )
-        eligible = [r for r in rows if not r.get("excluded_by_max_kld")]
+        eligible = [r for r in rows if not r.get("excluded_by_max_kld") and not r["excluded_by_lossless"]]
         best = {m: best_of(eligible, f"{m}_{self.rank_by}") for m in ("ttft_ms", "tpot_ms")}
         return {
             "sweep_version": SWEEP_VERSION,
@@ -471,6 +299,7 @@ class Sweep:
             "pareto": [r["label"] for r in pareto(eligible, self.rank_by)],
             "max_kld": self.max_kld,
             "excluded_by_max_kld": [r["label"] for r in rows if r.get("excluded_by_max_kld")],
+            "excluded_by_lossless": [r["label"] for r in rows if r["excluded_by_lossless"]],
             "quality_notes": self.quality_notes(),
             "metrics": {
                 "ttft_ms_mean": "mean over the setup's requests of first_token_stamp - request_start",
@@ -487,6 +316,11 @@ class Sweep:
                 "tables, not eligible for best or pareto",
                 "greedy_identical_share": "--quality: share of prompts whose greedy continuation equals the float32 "
                 "reference's for max_new_tokens (every engine, logits or not)",
+                "excluded_by_lossless": "--speculative/--prefix-cache setups with a request whose greedy output "
+                "differs from a plain uncached generate() of the same ids (lossless_mismatches): kept in the tables, "
+                "not eligible for best or pareto",
+                "tokens_per_forward": "all output tokens / all forward passes of the target (--speculative)",
+                "acceptance_rate": "accepted / drafted tokens over the run (--speculative)",
             },
         }
 
@@ -541,9 +375,6 @@ class Sweep:
             "ci95_high_pct": round(high, 2),
             "significant": bool(low > 0),
         }
-
-
-SETUP_KEYS = tuple(f.name for f in dataclasses.fields(Setup))
 
 
 def best_of(rows: list[dict], key: str) -> dict | None:

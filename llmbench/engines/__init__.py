@@ -88,6 +88,21 @@ def check_run_options(engine: str, options: object) -> None:
         raise UserError(f"--sample: --engine {engine} is measured with greedy decoding (the same work on every engine)")
     if getattr(options, "compile", False) or getattr(options, "cache", "dynamic") != "dynamic":
         raise UserError("--cache and --compile are transformers knobs; the other engines manage their own")
+    check_levers(engine, options)
+
+
+def check_levers(engine: str, options: object) -> None:
+    """UserError in one line for a --speculative method or --prefix-cache ``engine`` does not have in-process
+    (checked before anything loads)."""
+    from llmbench.core.speculative import parse_prefix_cache, parse_speculative
+
+    info = engine_info(engine)
+    spec = parse_speculative(getattr(options, "speculative", None))
+    if spec is not None and spec.method not in info.speculative:
+        has = f"it has {', '.join(info.speculative)}" if info.speculative else "it has none in-process"
+        raise UserError(f"--speculative {spec.method}: --engine {info.name} has no such method ({has})")
+    if parse_prefix_cache(getattr(options, "prefix_cache", "none")) != "none" and not info.prefix_cache:
+        raise UserError(f"--prefix-cache: --engine {info.name} keeps no prefix cache in-process")
 
 
 def status() -> list[dict[str, str]]:

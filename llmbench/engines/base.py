@@ -20,6 +20,15 @@ class EngineTimers:
     prompt_tokens_evaluated: int | None = None
     ttft_ms: float | None = None
     tpot_ms: float | None = None
+    # --speculative: tokens per forward pass of the target, in order (they share their bundle's stamp), what the
+    # drafter proposed and the target kept, the drafter's own time
+    bundles: list[int] | None = None
+    drafted: int | None = None
+    accepted: int | None = None
+    draft_ms: float | None = None
+    # --prefix-cache: this request computed the prefix (cold) or reused it, and how many prompt tokens it reused
+    cold: bool | None = None
+    cached_tokens: int | None = None
 
 
 class Runner(Protocol):
@@ -36,6 +45,11 @@ class Runner(Protocol):
     def detokenize(self, ids: list[int]) -> str:
         """The engine's own text of ``ids`` (special tokens kept): the vocabulary check compares it."""
         ...
+
+    # A runner whose engine has --speculative or --prefix-cache (core.engine_registry says which) also has
+    # ``set_levers(speculative, prefix_ids)`` and takes ``generate(..., plain=False, reuse_prefix=True)``:
+    # plain=True generates without either lever and leaves the measured context as it was (the lossless
+    # check's reference); reuse_prefix=False prefills in full (warm-ups).
 
     def vocab_size(self) -> int: ...
 

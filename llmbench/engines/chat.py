@@ -46,3 +46,15 @@ def fit_context(prompt_tokens: int, limit: int | None, max_new_tokens: int, trun
         f"{where}: the prompt has {prompt_tokens} tokens; with --max-new-tokens {max_new_tokens} that exceeds the "
         f"model's context of {limit} tokens (--truncate cuts it to fit)"
     )
+
+
+def common_prefix_len(id_lists: Sequence[Sequence[int]]) -> int:
+    """How many leading ids every list shares: the shared part of the chat template (system prompt, fixed
+    preamble) that a prefix cache can hold. Leaves at least one id of the shortest list to prefill."""
+    if not id_lists:
+        return 0
+    first, n = id_lists[0], min(len(ids) for ids in id_lists)
+    for k in range(n):
+        if any(ids[k] != first[k] for ids in id_lists[1:]):
+            return k
+    return max(0, n - 1)

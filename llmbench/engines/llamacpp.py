@@ -38,6 +38,10 @@ class LlamaCppRunner:
         self.train_context = int(self.llm._model.n_ctx_train()) or context
         self._scorer: Any = None
         self._metadata = dict(self.llm.metadata)
+        self.speculative: Any = None  # core.speculative.Speculative (prompt lookup) or None
+        self.prefix: list[int] | None = None  # --prefix-cache: the shared leading ids
+        self._prefix_live = False  # the context's first cells hold the prefix's keys and values
+        self._reference: Any = None  # a second context for plain generations (the lossless check)
 
     def _open(self, n_ctx: int, logits_all: bool = False) -> Any:
         try:
@@ -57,27 +61,92 @@ class LlamaCppRunner:
             self.llm.close()
             self.n_ctx = min(limit, max(tokens, 2 * self.n_ctx))
             self.llm = self._open(self.n_ctx)
+            self._prefix_live = False
+            if self._reference is not None:
+                self._reference.close()
+                self._reference = None
+
+    def set_levers(self, speculative: Any, prefix_ids: list[int] | None) -> None:
+        """--speculative prompt-lookup (llama-cpp-python's LlamaPromptLookupDecoding) and --prefix-cache."""
+        if speculative is not None and speculative.draft_tokens + 1 > 512:
+            raise UserError(f"--speculative: llama.cpp verifies at most 511 drafts a step (n_batch 512), not "
+                            f"{speculative.draft_tokens}")  # fmt: skip
+        self.speculative, self.prefix, self._prefix_live = speculative, prefix_ids or None, False
 
     def generate(
-        self, ids: list[int], max_new_tokens: int, eos: frozenset[int] | None, on_token: Callable[[int], bool]
+        self,
+        ids: list[int],
+        max_new_tokens: int,
+        eos: frozenset[int] | None,
+        on_token: Callable[[int], bool],
+        *,
+        plain: bool = False,
+        reuse_prefix: bool = True,
     ) -> EngineTimers:
+        if plain:
+            return self._plain(ids, max_new_tokens, eos, on_token)
         lc, llm = self.llama_cpp, self.llm
         ctx = llm._ctx.ctx
-        llm.reset()
-        lc.llama_memory_clear(lc.llama_get_memory(ctx), True)  # no prefix of an earlier request survives
-        lc.llama_perf_context_reset(ctx)
+        prefix = self.prefix if reuse_prefix and self.prefix and ids[: len(self.prefix)] == self.prefix else None
+        cold = None
+        lc.llama_perf_context_reset(ctx)  # its counters then cover what this request evaluates, a prefix included
+        if prefix is not None and len(ids) > len(prefix):
+            cold = not self._prefix_live
+            if cold:  # computed inside this request's time: it is the cold one
+                self._clear()
+                llm.eval(prefix)
+                self._prefix_live = True
+            llm.n_tokens = len(prefix)  # generate() keeps the cells the prompt shares with input_ids[:n_tokens]
+        else:
+            self._clear()  # no prefix of an earlier request survives
+            self._prefix_live = False
+        counts = _Drafting(llm, self.speculative) if self.speculative is not None else None
         steps = llm.generate(ids, top_k=1, top_p=1.0, min_p=0.0, temp=0.0, repeat_penalty=1.0, reset=True)
-        for n, token in enumerate(steps, start=1):
-            go = on_token(int(token))
-            if n >= max_new_tokens or not go or (eos is not None and token in eos):
-                break
+        try:
+            for n, token in enumerate(steps, start=1):
+                if counts is not None:
+                    counts.token()
+                go = on_token(int(token))
+                if n >= max_new_tokens or not go or (eos is not None and token in eos):
+                    break
+        finally:
+            if counts is not None:
+                counts.close()
         perf = lc.llama_perf_context(ctx)
+        cached = len(prefix) if prefix is not None and cold is not None else None
+        if counts is not None:
+            # llama.cpp counts every evaluation of 2+ tokens as prompt time, a verification pass included: its
+            # own TTFT/TPOT would mislead here
+            return EngineTimers(bundles=counts.bundles, drafted=counts.drafted, accepted=counts.accepted,
+                                draft_ms=round(counts.draft_s * 1000, 3))  # fmt: skip
         n_eval = int(perf.n_eval)
         return EngineTimers(
             prompt_tokens_evaluated=int(perf.n_p_eval),
             ttft_ms=round(float(perf.t_p_eval_ms), 3),
             tpot_ms=round(float(perf.t_eval_ms) / n_eval, 4) if n_eval else None,
+            cold=cold,
+            cached_tokens=None if cached is None else (0 if cold else cached),
         )
+
+    def _clear(self) -> None:
+        lc, llm = self.llama_cpp, self.llm
+        llm.reset()
+        lc.llama_memory_clear(lc.llama_get_memory(llm._ctx.ctx), True)
+
+    def _plain(self, ids: list[int], max_new_tokens: int, eos: frozenset[int] | None,
+               on_token: Callable[[int], bool]) -> EngineTimers:  # fmt: skip
+        """A plain greedy generation in a context of its own (the measured one keeps its prefix)."""
+        if self._reference is None:
+            self._reference = self._open(self.n_ctx)
+        ref, lc = self._reference, self.llama_cpp
+        ref.reset()
+        lc.llama_memory_clear(lc.llama_get_memory(ref._ctx.ctx), True)
+        steps = ref.generate(ids, top_k=1, top_p=1.0, min_p=0.0, temp=0.0, repeat_penalty=1.0, reset=True)
+        for n, token in enumerate(steps, start=1):
+            go = on_token(int(token))
+            if n >= max_new_tokens or not go or (eos is not None and token in eos):
+                break
+        return EngineTimers()
 
     def detokenize(self, ids: list[int]) -> str:
         return self.llm.detokenize(ids, special=False).decode("utf-8", errors="replace")
@@ -116,9 +185,68 @@ class LlamaCppRunner:
         }
 
     def close(self) -> None:
-        for llm in (self.llm, self._scorer):
+        for llm in (self.llm, self._scorer, self._reference):
             if llm is not None:
                 llm.close()
+
+
+class _Drafting:
+    """Prompt lookup on one request: llama-cpp-python's LlamaPromptLookupDecoding as ``draft_model``, its
+    proposals counted, and ``eval`` counted per call (one call = one forward pass of the target), so the tokens
+    generate() yields between two calls are one bundle.
+
+    Verifying drafts needs every position's logits (``_logits_all``) and a score row per context cell; both are
+    switched on after the prompt's evaluation (the first token), so the prompt is not charged for logits the
+    plain loop never computes, and switched off at the end.
+    """
+
+    def __init__(self, llm: Any, spec: Any) -> None:
+        import numpy as np
+        from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+
+        self.llm, self.drafted, self.draft_s = llm, 0, 0.0
+        self.bundles: list[int] = []
+        self.evals = 0
+        self._seen = -1  # eval count at the last token
+        lookup = LlamaPromptLookupDecoding(max_ngram_size=spec.max_ngram, num_pred_tokens=spec.draft_tokens)
+
+        def draft(input_ids: Any, **kw: Any) -> Any:
+            t = time.perf_counter()
+            out = lookup(input_ids, **kw)
+            self.draft_s += time.perf_counter() - t
+            self.drafted += len(out)
+            return out
+
+        inner_eval = type(llm).eval
+
+        def counted_eval(tokens: Any) -> None:
+            self.evals += 1
+            inner_eval(llm, tokens)
+
+        if llm.scores.shape[0] < llm._n_ctx:  # built for n_batch rows: verifying writes one per cell
+            llm.scores = np.zeros((llm._n_ctx, llm._n_vocab), dtype=np.single)
+        llm._logits_all = False
+        llm.draft_model = draft
+        llm.eval = counted_eval
+
+    def token(self) -> None:
+        """Called as each token is yielded: a new eval since the last token starts a new bundle."""
+        if self.evals != self._seen:
+            self._seen = self.evals
+            self.bundles.append(1)
+        else:
+            self.bundles[-1] += 1
+        self.llm._logits_all = True  # from the first token on: every later evaluation verifies drafts
+
+    @property
+    def accepted(self) -> int:
+        return sum(self.bundles) - len(self.bundles)  # each pass adds its own token to the drafts it kept
+
+    def close(self) -> None:
+        llm = self.llm
+        llm.__dict__.pop("eval", None)
+        llm.draft_model = None
+        llm._logits_all = False
 
 
 def gguf_file_type(metadata: dict[str, Any]) -> str:

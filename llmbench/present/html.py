@@ -190,15 +190,23 @@ def _slowdowns() -> set[str]:
 
 
 def itl_svg(runs: list[tuple[str, Run]]) -> str:
-    """Histogram of every gap between consecutive tokens (pooled over requests), one outline per run."""
+    """Histogram of every gap between consecutive tokens (pooled over requests), one outline per run. Gaps of zero
+    (the tokens after the first of a speculative bundle, which share its stamp) are drawn apart, as a stem at 0
+    with their count, so the bins of the real gaps neither hide nor absorb them."""
     fig, ax = _figure(height=3.0)
     for name, run in runs:
         diffs = [np.diff(r.token_times_ms) for r in run.requests if len(r.token_times_ms) > 1]
         gaps = np.concatenate(diffs) if diffs else np.array([])
         if gaps.size:
-            ax.hist(
-                gaps, bins=60, histtype="step", lw=1.2, label=f"{name} (n={gaps.size}, median {np.median(gaps):.1f} ms)"
-            )
+            zero = int((gaps == 0).sum())
+            label = f"{name} (n={gaps.size}, median {np.median(gaps):.1f} ms"
+            label += f", {zero} zero gaps: bundled tokens)" if zero else ")"
+            (line,) = ax.plot([], [])  # the run's colour, for its outline and its stem alike
+            colour = line.get_color()
+            if gaps.size > zero:
+                ax.hist(gaps[gaps > 0], bins=60, histtype="step", lw=1.2, color=colour, label=label)
+            if zero:
+                ax.vlines(0, 0, zero, colors=colour, lw=3, label=None if gaps.size > zero else label)
     ax.set_xlabel("inter-token latency, ms (every gap between consecutive tokens)")
     ax.set_ylabel("gaps")
     if ax.get_legend_handles_labels()[0]:  # a run of one-token answers has no gaps to draw

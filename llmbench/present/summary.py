@@ -15,7 +15,7 @@ def workload_lines(run: Any) -> list[str]:
 
 def detail_lines(run: Any, *, machine: bool = False) -> list[str]:
     """What the run cost and what the server and its cache said; with ``machine``, the machine's record too."""
-    lines = display.cost_lines(run) + display.cache_lines(run) + display.server_lines(run)
+    lines = display.lever_lines(run) + display.cost_lines(run) + display.cache_lines(run) + display.server_lines(run)
     return lines + display.machine_lines(run) if machine else lines
 
 

@@ -210,6 +210,7 @@ def compare_lines(comp, checks: list[Any]) -> tuple[list[str], list[str]]:
     else:
         head.append(f"outputs: {comp.outputs_note}")
     head += quality_change_lines(comp)
+    head += [line for who in ("base", "new") if (line := lever_line(comp.levers.get(who), f"{who}: ")) is not None]
     tail = []
     mem, mm = comp.probes["mem_read_gbps"], comp.probes["matmul_gflops"]
     if mem["base"] and mem["new"] and mm["base"] and mm["new"]:
@@ -345,13 +346,15 @@ def sweep_tables(record: dict) -> list[Table]:
     tables = []
     compiled = any(r.get("compile") for r in rows)
     quality = any(r.get("kld_mean") is not None for r in rows)
+    levers = any(r.get("tokens_per_forward") is not None for r in rows)
     for metric, title in (("tpot_ms", "by TPOT (decoding)"), ("ttft_ms", "by TTFT (first token)")):
         key = f"{metric}_{record.get('rank_by', 'mean')}"
         ordered = sorted(rows, key=lambda r: (r[key] is None, r[key] or 0.0))
         stat = record.get("rank_by", "mean")
         t = Table(title=f"sweep {title}, {stat}s", title_justify="left", box=box.SIMPLE_HEAD)
         t.add_column("setup", no_wrap=True)
-        extra = (("compile s",) if compiled else ()) + (("KLD", "top-1", "same greedy") if quality else ())
+        extra = (("compile s",) if compiled else ()) + (("KLD", "top-1", "same greedy") if quality else ()) + (
+            ("tokens/forward", "accepted") if levers else ())  # fmt: skip
         for col in ("TPOT ms", "TTFT ms", "efficiency", *extra):
             t.add_column(col, justify="right", no_wrap=True)
         t.add_column("", no_wrap=True)
@@ -365,6 +368,8 @@ def sweep_tables(record: dict) -> list[Table]:
                 marks.append("over --max-kld" if r.get("kld_mean") is not None else "no KLD: not eligible")
             if r.get("failed"):
                 marks.append("FAILED (its engine crashed)")
+            if r.get("excluded_by_lossless"):
+                marks.append(f"NOT LOSSLESS ({r['lossless_mismatches']} requests): not eligible")
             t.add_row(
                 escape(r["label"]),
                 _num(r[f"tpot_ms_{stat}"]),
@@ -380,10 +385,15 @@ def sweep_tables(record: dict) -> list[Table]:
                     if quality
                     else ()
                 ),
+                *((_num(r.get("tokens_per_forward")), _pct_or_dash(r.get("acceptance_rate"))) if levers else ()),
                 ", ".join(marks),
             )
         tables.append(t)
     return tables
+
+
+def _pct_or_dash(v: float | None) -> str:
+    return "-" if v is None else f"{v:.0%}"
 
 
 def quality_change_lines(comp: Any) -> list[str]:
@@ -426,6 +436,9 @@ def sweep_verdicts(record: dict) -> list[str]:
     if record.get("excluded_by_max_kld"):
         lines.append(f"not eligible (KL divergence above --max-kld {record['max_kld']:g}, or none to check: an engine "
                      "without logits): " + "; ".join(record["excluded_by_max_kld"]))  # fmt: skip
+    if record.get("excluded_by_lossless"):
+        lines.append("not eligible (greedy output differs from the plain run's: not lossless): "
+                     + "; ".join(record["excluded_by_lossless"]))  # fmt: skip
     lines += [f"note: {n}" for n in record.get("quality_notes", [])]
     return lines
 
@@ -745,7 +758,8 @@ def cache_lines(run: Any) -> list[str]:
     source = getattr(run.config, "prompt_source", None) or {}
     parts = []
     if s.cached_tokens_share is not None:
-        parts.append(f"{s.cached_tokens_share:.1%} of prompt tokens cached (the server's usage)")
+        whose = "the prefix cache" if getattr(run.config, "prefix_cache", None) else "the server's usage"
+        parts.append(f"{s.cached_tokens_share:.1%} of prompt tokens cached ({whose})")
     if trace and trace.get("prefix_reuse_expected") is not None:
         parts.append(f"the trace implies {trace['prefix_reuse_expected']:.1%}")
     elif source.get("prefix_reuse_expected") is not None:
@@ -755,6 +769,42 @@ def cache_lines(run: Any) -> list[str]:
     if ttft:
         parts.append("TTFT " + ", ".join(ttft))
     return ["prefix reuse: " + "; ".join(parts)]
+
+
+def lever_line(d: dict | None, who: str = "") -> str | None:
+    """One line for what a lever did (:func:`llmbench.results.metrics.lever_summary`), or None."""
+    if d is None:
+        return None
+    parts = []
+    if d.get("tokens_per_forward") is not None:
+        parts.append(f"{d['tokens_per_forward']:.2f} tokens per forward pass")
+    if d.get("acceptance_rate") is not None:
+        parts.append(f"{d['accepted_tokens']} of {d['drafted_tokens']} drafted tokens accepted "
+                     f"({d['acceptance_rate']:.1%})")  # fmt: skip
+    if d.get("prefix_tokens"):
+        parts.append(f"{d['prefix_tokens']} prompt tokens reused by the warm requests")
+    cold, warm = d.get("ttft_cold_p50_ms"), d.get("ttft_warm_p50_ms")
+    if cold is not None and warm is not None:
+        parts.append(f"TTFT cold {cold:.1f} ms, warm p50 {warm:.1f} ms")
+    checked, bad = d.get("lossless_checked"), d.get("lossless_mismatches")
+    if checked:
+        if bad:
+            m = d.get("first_mismatch") or {}
+            where = (f"; first in prompt {m['prompt_index'] + 1} at output token {m['position']}"
+                     if m.get("position") is not None else "")  # fmt: skip
+            parts.append(f"NOT LOSSLESS: {bad} of {checked} requests differ from a plain uncached run's greedy "
+                         f"output{where} (the engine's numerics)")  # fmt: skip
+        else:
+            parts.append(f"lossless: {checked} of {checked} requests equal a plain uncached run's greedy output")
+    return f"{who}{d['label']}: " + "; ".join(parts) if parts else f"{who}{d['label']}"
+
+
+def lever_lines(run: Any) -> list[str]:
+    """The run's lever (--speculative, --prefix-cache), if any."""
+    from llmbench.results.metrics import lever_summary
+
+    line = lever_line(lever_summary(run))
+    return [line] if line else []
 
 
 def server_lines(run: Any) -> list[str]:

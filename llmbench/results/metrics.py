@@ -29,6 +29,21 @@ def text_sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+def first_difference(ours: Sequence[int], plain: Sequence[int]) -> int | None:
+    """The first output position where ``ours`` differs from ``plain`` (where the shorter one ends, when one is a
+    prefix of the other); None when they are equal: the lossless check's answer."""
+    for i, (a, b) in enumerate(zip(ours, plain, strict=False)):
+        if a != b:
+            return i
+    return None if len(ours) == len(plain) else min(len(ours), len(plain))
+
+
+def bundle_stamps(stamps_ns: Sequence[int], sizes: Sequence[int]) -> list[int]:
+    """One stamp per token from one stamp per bundle: the ``sizes[k]`` tokens of bundle ``k`` became visible
+    together, at ``stamps_ns[k]`` (a speculative step hands over several tokens at once)."""
+    return [t for t, n in zip(stamps_ns, sizes, strict=True) for _ in range(n)]
+
+
 def request_result(
     *,
     prompt_index: int,
@@ -199,7 +214,62 @@ def summarize(
         token_count_disagreements=count_disagreements(requests),
         **engine_figures(requests),
         **cache_figures(requests),
+        **speculative_figures(requests),
     )
+
+
+def speculative_figures(requests: Sequence[RequestResult]) -> dict:
+    """Bundled tokens and the lossless check (fields of :class:`Summary`); {} for a plain run. Sums over the
+    requests that counted them, so ``tokens_per_forward`` weighs every forward pass alike."""
+    out: dict[str, Any] = {}
+    counted = [r for r in requests if r.forwards]
+    if counted:
+        forwards = sum(r.forwards or 0 for r in counted)
+        out.update(forwards=forwards, tokens_per_forward=round(sum(r.output_tokens for r in counted) / forwards, 4))
+    drafting = [r for r in requests if r.drafted_tokens is not None and r.accepted_tokens is not None]
+    if drafting:
+        drafted = sum(r.drafted_tokens or 0 for r in drafting)
+        accepted = sum(r.accepted_tokens or 0 for r in drafting)
+        out.update(drafted_tokens=drafted, accepted_tokens=accepted,
+                   acceptance_rate=round(accepted / drafted, 4) if drafted else None)  # fmt: skip
+    timed = [r.draft_ms for r in requests if r.draft_ms is not None]
+    if timed:
+        out["draft_ms"] = describe(timed)
+    checked = [r for r in requests if r.lossless is not None]
+    if checked:
+        out.update(lossless_checked=len(checked), lossless_mismatches=sum(not r.lossless for r in checked))
+    return out
+
+
+def lever_summary(run: Any) -> dict[str, Any] | None:
+    """What a run's lever did, for the run's summary lines and compare: its label, tokens per forward and
+    acceptance (--speculative), TTFT cold and warm and the prefix's length (--prefix-cache), and the lossless
+    check with its first mismatch; None for a plain run. Reads a Run or RunScalars (no requests needed but for
+    the first mismatch)."""
+    c, s = run.config, run.summary
+    spec, prefix = getattr(c, "speculative", None), getattr(c, "prefix_cache", None)
+    if not spec and not prefix:
+        return None
+    if spec:
+        label = (f"{spec['method']}:{spec['draft_tokens']}:{spec.get('max_ngram')}" if spec["method"] == "prompt-lookup"
+                 else f"{spec['method']}:{spec.get('draft_model')}:{spec['draft_tokens']}")  # fmt: skip
+    else:
+        label = f"prefix-cache {prefix}"
+    out: dict[str, Any] = {"label": label}
+    if s is not None:
+        out.update(tokens_per_forward=s.tokens_per_forward, acceptance_rate=s.acceptance_rate,
+                   drafted_tokens=s.drafted_tokens, accepted_tokens=s.accepted_tokens,
+                   lossless_checked=s.lossless_checked, lossless_mismatches=s.lossless_mismatches,
+                   ttft_cold_p50_ms=s.ttft_cold_ms.p50 if s.ttft_cold_ms else None,
+                   ttft_warm_p50_ms=s.ttft_warm_ms.p50 if s.ttft_warm_ms else None)  # fmt: skip
+    cached = [r.cached_tokens for r in getattr(run, "requests", []) if getattr(r, "cached_tokens", None)]
+    if cached:
+        out["prefix_tokens"] = max(cached)
+    first = next((r for r in getattr(run, "requests", []) if getattr(r, "lossless", None) is False), None)
+    if first is not None:
+        out["first_mismatch"] = {"prompt_index": first.prompt_index, "repeat": first.repeat,
+                                 "position": first.first_difference}  # fmt: skip
+    return out
 
 
 def cache_figures(requests: Sequence[RequestResult]) -> dict:
@@ -237,8 +307,9 @@ def engine_figures(requests: Sequence[RequestResult]) -> dict:
         "engine_ttft_ms": describe(r.engine_ttft_ms for r in timed if r.engine_ttft_ms is not None),
         "engine_tpot_ms": describe(r.engine_tpot_ms for r in timed if r.engine_tpot_ms is not None),
         "tpot_vs_engine_pct": round(100 * (float(np.median(ratios)) - 1), 3) if ratios else None,
+        # --prefix-cache's own reuse is accounted (cached_tokens): only reuse beyond it counts
         "prompt_reuse_requests": sum(
-            r.engine_prompt_tokens_evaluated < r.prompt_tokens  # type: ignore[operator]
+            r.engine_prompt_tokens_evaluated < r.prompt_tokens - (r.cached_tokens or 0)  # type: ignore[operator]
             for r in counted
         )
         if counted

@@ -34,7 +34,14 @@ Schema history (bump ``SCHEMA_VERSION`` on any change a reader of the old versio
     config.sessions, requests[].conversation/turn (0.3.0, --turns);
     ttft_requests, requests[].ttft_only (0.3.0, ab's TTFT-only requests: one output token each, kept apart so
     that no other figure, and no older reader, counts them); config.ab.order "duet"/ttft_pairs/budget_s/
-    setup, load.weights_cache/weights_mmapped/startup_s (0.3.0, the regression gate's fast workers).
+    setup, load.weights_cache/weights_mmapped/startup_s (0.3.0, the regression gate's fast workers);
+    config.speculative, load.draft, requests[].forwards/drafted_tokens/accepted_tokens/draft_ms/lossless/
+    first_difference, summary.forwards/tokens_per_forward/drafted_tokens/accepted_tokens/acceptance_rate/
+    draft_ms/lossless_checked/lossless_mismatches (0.3.0, --speculative: tokens that arrive in bundles, several per
+    forward pass, each stamped when its bundle became visible); config.prefix_cache,
+    requests[].prompt_tokens_computed (0.3.0, --prefix-cache system: the shared prefix's keys and values computed
+    once per process, accounted per request in cached_tokens and prompt_tokens_computed, cold for the request that
+    computed it).
 
 No torch here: compare, show and the endpoint client read and write runs without it. Why one module of
 600-odd lines: the schema is one versioned contract (the version, its history and every model it covers change
@@ -52,7 +59,9 @@ SCHEMA_VERSION = 1
 SCAN_VERSION = 1  # scan.json (llmbench scan); history: 1 (llmbench 0.2.0) first version
 LOAD_VERSION = 1  # load.json (llmbench load); history: 1 (llmbench 0.2.0) first version
 SWEEP_VERSION = 1  # sweep.json; history: 1 (llmbench 0.1.0) first version; 0.2.0 adds "varied" and
-# (with --quality) kld_mean, kld_p99, top1_agreement, greedy_identical_share, excluded_by_max_kld, quality_notes
+# (with --quality) kld_mean, kld_p99, top1_agreement, greedy_identical_share, excluded_by_max_kld, quality_notes;
+# 0.3.0 adds the setups' speculative/prefix_cache and results[].tokens_per_forward/acceptance_rate/
+# lossless_mismatches/ttft_cold_ms/ttft_warm_ms_mean/excluded_by_lossless, excluded_by_lossless
 QUALITY_VERSION = 1  # quality.json and quality's reference cache; history: 1 (llmbench 0.2.0) first version
 
 # Which fields of the setup must be equal, and for what. A field's ``match`` says it: RESUME (a resumed run
@@ -72,8 +81,21 @@ METRIC_FORMULAS: dict[str, str] = {
     "ttft_ms": "first_token_stamp - request_start; request_start is taken before chat templating and tokenizing",
     "tpot_ms": "(last_token_stamp - first_token_stamp) / (output_tokens - 1), for output_tokens >= 2; "
     "excludes the first token (as vLLM's TPOT); per request, then summarised over requests",
-    "itl_ms": "token_times_ms[i] - token_times_ms[i-1] for i >= 1: every gap between consecutive tokens",
+    "itl_ms": "token_times_ms[i] - token_times_ms[i-1] for i >= 1: every gap between consecutive tokens. With "
+    "--speculative the tokens of one forward pass share one stamp, so ITL holds zero gaps (the tokens after the "
+    "first of a bundle) beside longer ones (a verification pass): its mean is TPOT's span over n - 1 gaps, its "
+    "median can be 0",
     "e2e_ms": "last_token_stamp - request_start",
+    "forwards": "--speculative: forward passes of the target model that made the request's tokens (one bundle "
+    "each: the drafts it accepted and its own next token)",
+    "tokens_per_forward": "output_tokens / forwards, summed over the requests (summary: all tokens / all forwards)",
+    "acceptance_rate": "accepted_tokens / drafted_tokens, summed over the requests: the share of proposed tokens "
+    "the target kept (drafted counts every proposal, including those a step's earlier rejection discarded)",
+    "lossless": "greedy decoding with --speculative or --prefix-cache: the output ids equal those of a plain, "
+    "uncached generate() of the same ids on the same engine and precision, run untimed after the request; "
+    "first_difference: the first output position where they differ (the engine's numerics, not llmbench)",
+    "prompt_tokens_computed": "--prefix-cache: prompt_tokens - cached_tokens, the prompt tokens this request "
+    "prefilled itself (the request that computed the shared prefix is cold and counts it)",
     "decode_tokens_per_s": "(output_tokens - 1) / (last_token_stamp - first_token_stamp)",
     "tokenize_ms": "chat templating + tokenizing + moving the ids to the device, inside ttft_ms",
     "prefill_tokens_per_s": "prompt_tokens / (ttft_ms - tokenize_ms) * 1000: the first forward pass, "
@@ -226,6 +248,12 @@ class RunConfig(_Model):
     quantization: str | None = _match(
         RESUME, COMPARE
     )  # "int8" weight-only, "int8-dynamic" (llmbench.engines.hf.quantize)
+    # --speculative: {method, draft_tokens, max_ngram | draft_model} (core.speculative; the draft's load record is
+    # load.draft); None: plain decoding
+    speculative: dict | None = _match(RESUME, COMPARE, default=None)
+    # --prefix-cache: "system" (the shared prefix's keys and values computed once per process and reused);
+    # None: every request prefills its whole prompt, nothing reused between requests
+    prefix_cache: str | None = _match(RESUME, COMPARE, default=None)
     endpoint: EndpointConfig | None = None  # mode "endpoint": where and how the requests went (fields: own match)
     # the fields above that llmbench or transformers chose because they were left to it (--dtype auto, no
     # --threads, ...): compare says "auto chose X, then Y" for them
@@ -295,6 +323,9 @@ class LoadInfo(_Model):
     weights_cache: dict | None = None
     weights_mmapped: bool | None = None  # the weights' memory is the file's pages (shared), not a private copy
     startup_s: float | None = None  # a worker: from its process's start to ready (imports, load, checks)
+    # --speculative draft:MODEL: the draft model's own load, checked as the target's ({model, source, dtype,
+    # parameters, weights_bytes, seconds, offload, vocab_size})
+    draft: dict | None = None
 
 
 class RequestResult(_Model):
@@ -352,6 +383,16 @@ class RequestResult(_Model):
     engine_ttft_ms: float | None = None
     engine_tpot_ms: float | None = None
     engine_prompt_tokens_evaluated: int | None = None
+    # --speculative (METRIC_FORMULAS): the target's forward passes, the drafter's proposals and the target's
+    # acceptances; draft_ms: the drafter's own time inside the request where the engine shows it
+    forwards: int | None = None
+    drafted_tokens: int | None = None
+    accepted_tokens: int | None = None
+    draft_ms: float | None = None
+    # --speculative/--prefix-cache with greedy decoding: equal to a plain uncached generate() of the same ids
+    lossless: bool | None = None
+    first_difference: int | None = None
+    prompt_tokens_computed: int | None = None  # --prefix-cache: prompt tokens this request prefilled itself
 
     @model_validator(mode="after")
     def _invariants(self) -> RequestResult:
@@ -409,6 +450,15 @@ class Summary(_Model):
     engine_tpot_ms: Stats | None = None
     tpot_vs_engine_pct: float | None = None
     prompt_reuse_requests: int | None = None
+    # --speculative (metrics.speculative_figures): sums over the requests, and the lossless check's count
+    forwards: int | None = None
+    tokens_per_forward: float | None = None
+    drafted_tokens: int | None = None
+    accepted_tokens: int | None = None
+    acceptance_rate: float | None = None
+    draft_ms: Stats | None = None
+    lossless_checked: int | None = None
+    lossless_mismatches: int | None = None
 
 
 class Probe(_Model):
@@ -540,6 +590,9 @@ class RequestScalars(_Lean):
     process: int | None = None
     tokenize_ms: float = 0.0
     ttft_only: bool = False
+    cached_tokens: int | None = None  # compare's lever lines: the prefix's length, the first lossless mismatch
+    lossless: bool | None = None
+    first_difference: int | None = None
 
 
 class RunScalars(_Lean):

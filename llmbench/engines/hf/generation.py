@@ -63,6 +63,11 @@ class TokenStamper(BaseStreamer):
             ids.extend(int(x) for x in t.reshape(-1).tolist())
         return ids
 
+    def bundle_sizes(self) -> list[int]:
+        """Tokens handed over per put(): 1 each in plain decoding; with --speculative, one bundle per forward
+        pass of the target (the drafts it accepted and its own token)."""
+        return [int(t.numel()) for t in self.tokens]
+
     def sequence_ids(self, b: int) -> list[int]:
         """Sequence ``b``'s ids in a batched generate(): each step hands over one token per sequence."""
         return [int(t.reshape(-1)[b]) for t in self.tokens]
