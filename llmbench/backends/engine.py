@@ -60,7 +60,7 @@ class EngineBackend:
         self.mismatched = 0
         self.speculative = parse_speculative(options.speculative)
         self.prefix_cache = parse_prefix_cache(options.prefix_cache) != "none"
-        self._plain: dict[str, list[int]] = {}  # the lossless check's plain output, per input ids
+        self._plain: dict[str, list[int]] = {}  # the lossless check's plain output, per input ids and length
 
     # -- lifecycle ------------------------------------------------------------------------------------------
 
@@ -241,7 +241,7 @@ class EngineBackend:
             out.update(cold=timers.cold, cached_tokens=timers.cached_tokens,
                        prompt_tokens_computed=len(ids) - (timers.cached_tokens or 0))  # fmt: skip
         if request.repeat >= 0 and (self.speculative is not None or self.prefix_cache):
-            key = ids_sha256(ids)
+            key = f"{ids_sha256(ids)}:{n_new}"  # a one-token request (ab's TTFT-only pairs) is its own
             if key not in self._plain:
                 plain: list[int] = []
 

@@ -96,7 +96,7 @@ class InProcessBackend:
         self.speculative = parse_speculative(options.speculative)
         self.prefix: PrefixCache | None = None  # --prefix-cache system: made by check_prompts
         self.draft: LoadedModel | None = None  # --speculative draft:MODEL
-        self._plain: dict[str, list[int]] = {}  # the lossless check's plain output, per input ids
+        self._plain: dict[str, list[int]] = {}  # the lossless check's plain output, per input ids and length
         if batch > 1 and options.lever is not None:
             raise UserError("--speculative and --prefix-cache generate one sequence a request, not a batch")
 
@@ -360,11 +360,11 @@ class InProcessBackend:
 
     def _plain_output(self, input_ids: Any, mask: Any, request: Request) -> list[int]:
         """The output ids of a plain, uncached greedy generate() of ``input_ids`` (untimed; once per input)."""
-        key = ids_sha256(input_ids[0].tolist())
+        kw = self._generate_kwargs()
+        if request.max_new_tokens is not None:
+            kw["max_new_tokens"] = request.max_new_tokens
+        key = f"{ids_sha256(input_ids[0].tolist())}:{kw['max_new_tokens']}"  # a one-token request is its own
         if key not in self._plain:
-            kw = self._generate_kwargs()
-            if request.max_new_tokens is not None:
-                kw["max_new_tokens"] = request.max_new_tokens
             with torch.inference_mode():
                 out = self.lm.model.generate(input_ids=input_ids, attention_mask=mask, **kw)
             self._plain[key] = out[0, input_ids.shape[-1] :].tolist()
