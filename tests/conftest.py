@@ -70,13 +70,13 @@ def tiny_copy(tiny_model_dir, tmp_path) -> Path:
     return dst
 
 
+THREE_PROMPTS = "# three prompts\n某工厂夜间偷排废水\n\nA plant dumps untreated water at night\n混合 mixed 文本 text\n"
+
+
 @pytest.fixture
 def prompt_file(tmp_path) -> Path:
     p = tmp_path / "prompts.txt"
-    p.write_text(
-        "# three prompts\n某工厂夜间偷排废水\n\nA plant dumps untreated water at night\n混合 mixed 文本 text\n",
-        encoding="utf-8",
-    )
+    p.write_text(THREE_PROMPTS, encoding="utf-8")
     return p
 
 

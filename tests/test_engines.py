@@ -185,13 +185,25 @@ def one_prompt(tmp_path) -> Path:
     return p
 
 
+@pytest.fixture(scope="module")
+def smollm2_reference(tmp_path_factory):
+    """transformers float32 on the trained GGUF and the three prompts: one run that each engine is held to."""
+    from tests.conftest import THREE_PROMPTS
+    from tests.helpers import cli
+
+    folder = tmp_path_factory.mktemp("smollm2-reference")
+    prompts = folder / "prompts.txt"
+    prompts.write_text(THREE_PROMPTS, encoding="utf-8")
+    return _run(cli, folder, "hf", prompts, "-m", SMOLLM2, "--dtype", "float32", "--ignore-eos")
+
+
 @pytest.mark.slow
 @needs_gguf
 @pytest.mark.parametrize("engine", [pytest.param("llama.cpp", marks=needs("llama.cpp")),
                                     pytest.param("openvino", marks=needs("openvino"))])  # fmt: skip
 def test_a_gguf_runs_on_the_engine_with_the_same_ids_and_whole_prompts(cli, tmp_path, prompt_file, one_prompt,
-                                                                        engine):  # fmt: skip
-    reference = _run(cli, tmp_path, "hf", prompt_file, "-m", SMOLLM2, "--dtype", "float32", "--ignore-eos")
+                                                                        smollm2_reference, engine):  # fmt: skip
+    reference = smollm2_reference
     run = _run(cli, tmp_path, engine, prompt_file, "-m", SMOLLM2, "--engine", engine, "--repeats", "2")
     assert run.config.engine == engine and run.config.precision["weights"] == "Q4_1" and run.complete
     assert {r.prompt_index: r.prompt_token_ids_sha256 for r in run.requests} == {

@@ -112,6 +112,11 @@ def test_a_corrupt_or_unreachable_database_is_one_line_and_the_run_is_kept(cli, 
 # -------------------------------------------------------------------------------- trends (ground-truth series)
 
 
+def _sha(i: int) -> str:
+    """Merge i's commit: a full-length sha whose first 12 characters tell the merges apart."""
+    return f"{i:04x}{'a' * 36}"
+
+
 def _ab_result(i: int, change: float, anchor: str, *, half: float = 0.8, moves: str | None = None) -> Result:
     """An ab record whose head is ``change`` % against ``anchor`` (interval +-``half``)."""
     metrics = [{"metric": "tpot_ms", "stat": "p50", "value": 50 * (1 + change / 100), "ci_low": None, "ci_high": None,
@@ -120,7 +125,7 @@ def _ab_result(i: int, change: float, anchor: str, *, half: float = 0.8, moves: 
     return Result(sha256=f"{anchor}-{i}-{change}", kind="ab", created_at=f"2026-11-{1 + i // 24:02d}T{i % 24:02d}:00",
                   llmbench_version="0.3.0", machine_id=f"m{i % 3}", machine={}, config_hash="c", config={},
                   prompt_sha256="p", model="m", engine="transformers", path=None, metrics=metrics,
-                  commit=f"{i:040x}", head_commit=f"{i:040x}", anchor_ref=anchor, head_ref=moves or f"c{i}",
+                  commit=_sha(i), head_commit=_sha(i), anchor_ref=anchor, head_ref=moves or f"c{i}",
                   base_commit=anchor, extra={"moves_anchor": moves is not None})  # fmt: skip
 
 
@@ -147,6 +152,33 @@ def test_creep_against_an_anchor_passes_under_the_budget_and_fails_over_it(tmp_p
     r = cli("trend", "tpot_ms", "--anchor", "v1", "--check", "--budget", "5", "--history", url)
     assert r.returncode == 1 and "over budget" in r.stderr and "v1" in r.stderr
     assert "change point between" in r.stdout
+
+
+def test_a_step_over_budget_prints_the_bisect_that_would_find_it(tmp_path, cli):
+    """A +8% step at merge 6: trend --check names it and prints `llmbench bisect` over the stretch around it,
+    from two points before the change point to one after, at half its size (and the JSON carries the same)."""
+    url = sqlite_url(tmp_path)
+    h = History(url)
+    _series(h, [0.0, 0.3, -0.2, 0.1, -0.1, 0.2, 8.0, 8.2, 7.9, 8.1, 8.0, 7.8])
+    t = tr.anchored(h, "tpot_ms", "p50", "v1")
+    [c] = t.changes
+    hints = tr.bisect_hints(t, 5.0)
+    step = next(x for x in hints if x["threshold_pct"] == round(c.size / 2, 2))
+    assert (step["good"], step["bad"]) == (_sha(c.index - 2), _sha(c.index + 1))
+    latest = next(x for x in hints if x is not step)  # the head over budget: from the newest point under half of it
+    assert (latest["good"], latest["bad"], latest["threshold_pct"]) == (_sha(5), _sha(11), 2.5)
+    r = cli("trend", "tpot_ms", "--anchor", "v1", "--check", "--budget", "5", "--history", url)
+    assert r.returncode == 1
+    assert (
+        f"to find the commit: llmbench bisect {_sha(c.index - 2)[:12]} {_sha(c.index + 1)[:12]} --metric tpot_ms"
+        in r.stderr
+    )
+    r = cli("trend", "tpot_ms", "--anchor", "v1", "--check", "--budget", "5", "--history", url, "--format", "json")
+    assert json.loads(r.stdout)["check"]["bisect"] == hints
+    # points of a series without commits give no hint, and the problems stay
+    assert tr.check(t, 5.0) and tr.bisect_hints(tr.Trend(t.metric, t.stat, t.unit, [
+        tr.Point(p.result_id, p.created_at, None, p.label, p.value, p.ci_low, p.ci_high) for p in t.points],
+        t.changes, anchor=None), 5.0) == []  # fmt: skip
 
 
 def test_an_a_a_series_raises_no_alarm(tmp_path):

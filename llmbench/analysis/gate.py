@@ -80,12 +80,15 @@ class BudgetVerdict:
     problems: list[str]
     budget: float
     anchor: str | None
+    bisect: list[dict] = field(default_factory=list)  # the `llmbench bisect` of each problem's stretch
 
     @property
     def lines(self) -> list[str]:
-        """What is said on stderr: each problem, or that the series is within its budget."""
+        """What is said on stderr: each problem and the bisect that would find it, or that the series is within
+        its budget."""
         if self.problems:
-            return [f"llmbench: over budget: {p}" for p in self.problems]
+            return [f"llmbench: over budget: {p}" for p in self.problems] + [
+                f"llmbench: to find the commit: {' '.join(h['argv'])}" for h in self.bisect]  # fmt: skip
         return [f"within the {self.budget:g}% budget against {self.anchor}"]
 
     @property

@@ -16,6 +16,7 @@ import typer
 
 from llmbench.cli import (
     ab,
+    bisect,
     common,
     compare,
     engines,
@@ -67,6 +68,8 @@ app.command()(serve.serve)
 app.command()(compare.compare)
 app.command()(ab.ab)
 app.command()(worker.worker)
+app.command()(bisect.bisect)
+app.command(name="bisect-step")(bisect.bisect_step)
 app.command()(engines.engines)
 app.add_typer(history.history_app, name="history")
 app.command()(history.trend)

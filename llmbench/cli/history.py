@@ -182,14 +182,14 @@ def trend(
                  tr.series(h, metric, stat, since=after, machine=machine, config=config))  # fmt: skip
         finally:
             h.close()
-        verdict = BudgetVerdict(tr.check(t, budget), budget, anchor) if check else None
+        verdict = BudgetVerdict(tr.check(t, budget), budget, anchor, tr.bisect_hints(t, budget)) if check else None
         if path is not None:
             from llmbench.present.html import build_trend_report
             from llmbench.results.storage import write_text
 
             write_text(path, build_trend_report(t, budget if anchor else None))
     if fmt is CompareFormat.json:
-        checked = {"budget": budget, "problems": verdict.problems} if verdict is not None else None
+        checked = {"budget": budget, "problems": verdict.problems, "bisect": verdict.bisect} if verdict else None
         typer.echo(json.dumps({**t.as_dict(), "check": checked}, indent=2, default=str))
     else:
         display.out.print(display.trend_table(t))

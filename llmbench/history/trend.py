@@ -239,25 +239,56 @@ def _anchored_point(r: dict[str, Any], s: dict[str, Any], offset: float, anchor:
 
 def check(t: Trend, budget: float) -> list[str]:
     """Why the series fails the budget (empty: it passes). Points are percent changes against the anchor."""
+    return [text for text, _ in _over_budget(t, budget)]
+
+
+def bisect_hints(t: Trend, budget: float) -> list[dict[str, Any]]:
+    """For each problem :func:`check` finds, the ``llmbench bisect`` that would search its stretch (see
+    :func:`_over_budget`); points without a commit give no hint."""
+    return [h for _, h in _over_budget(t, budget) if h]
+
+
+def _over_budget(t: Trend, budget: float) -> list[tuple[str, dict[str, Any]]]:
+    """Each problem as (its line, its bisect hint). A change point's stretch runs from two points before it
+    (change points land within about two points) to one after, at half its size; the latest head's from the
+    newest point clearly under the budget (its interval's top below half of it; else the anchor) to the head,
+    at half the budget."""
     valid_budget(budget)
     problems = []
-    last = t.points[-1]
+    pts = t.points
+    last = pts[-1]
     low = last.ci_low if last.ci_low is not None else last.value
     if low > budget:
-        problems.append(
+        under = [p for p in pts[:-1] if p.ci_high is not None and p.ci_high <= budget / 2]
+        problems.append((
             f"the latest head ({last.label or (last.commit or '')[:12]}) is {last.value:+.2f}% "
-            f"[{_f(last.ci_low)}, {_f(last.ci_high)}] against {t.anchor}: above the {budget:g}% budget"
-        )
+            f"[{_f(last.ci_low)}, {_f(last.ci_high)}] against {t.anchor}: above the {budget:g}% budget",
+            _hint(t, under[-1].commit if under else t.anchor, last.commit, budget / 2),
+        ))  # fmt: skip
     for c in t.changes:
-        after = t.points[c.index :]
+        after = pts[c.index :]
         level_low = c.after - Z95 * _level_se(after, c)
         if c.upward and level_low > budget:
-            problems.append(
+            problems.append((
                 f"a change point between {c.between[0]} and {c.between[1]}: {c.size:+.2f}% "
                 f"[{c.ci_low:+.2f}, {c.ci_high:+.2f}] to {c.after:+.2f}% against {t.anchor}, above the "
-                f"{budget:g}% budget"
-            )
+                f"{budget:g}% budget",
+                _hint(t, pts[max(0, c.index - 2)].commit, pts[min(len(pts) - 1, c.index + 1)].commit, c.size / 2),
+            ))  # fmt: skip
     return problems
+
+
+def _hint(t: Trend, good: str | None, bad: str | None, threshold: float) -> dict[str, Any]:
+    threshold = max(threshold, 0.1)  # a budget of 0 still asks bisect for something measurable
+    if not good or not bad or good == bad:
+        return {}
+
+    def short(ref: str) -> str:  # a full sha shortened; a tag or branch as it is
+        return ref[:12] if len(ref) == 40 else ref
+
+    argv = ["llmbench", "bisect", short(good), short(bad), "--metric", t.metric, "--stat", t.stat,
+            "--threshold", f"{threshold:.2g}"]  # fmt: skip
+    return {"good": good, "bad": bad, "threshold_pct": round(threshold, 2), "argv": argv}
 
 
 def _level_se(points: list[Point], c: Change) -> float:

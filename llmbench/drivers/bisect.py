@@ -1,0 +1,282 @@
+"""``llmbench bisect``'s measuring: each commit of GOOD..BAD checked out (:mod:`llmbench.drivers.checkout`) and
+measured against GOOD with ``ab``, the looks of one commit pooled, and the search of
+:mod:`llmbench.analysis.bisect` fed with the pooled intervals. Everything lands in one folder:
+
+    OUT/bisect.json                 the search as it stands (rewritten after every look: an interrupted bisect
+                                    keeps its looks and goes on from them when run again with the same OUT)
+    OUT/<sha12>/look-<j>/           each look's ab folder (base.json = GOOD, head.json = the commit)
+    OUT/<sha12>/own-<j>/            the first bad commit against its own parent, side by side
+    OUT/trees/<sha12>/              the worktrees (removed at the end unless ``keep_trees``)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from llmbench.analysis import bisect as rule
+from llmbench.core.errors import UserError
+from llmbench.drivers import checkout
+from llmbench.drivers.ab import Design
+from llmbench.options import RunOptions
+from llmbench.results.schema import Run
+from llmbench.workloads.prompts import PromptSet
+
+BISECT_VERSION = 1
+LOOK_STRIDE = 10_000  # look j's pairs are numbered repeat + j * LOOK_STRIDE when the looks are pooled
+
+
+@dataclass
+class Settings:
+    """What a bisect measures and how long it may look: the gate's metric, statistic and threshold, the worker's
+    options (``llmbench worker ...`` after ``worker``), each look's ab design, and the looks per commit."""
+
+    metric: str = "tpot_ms"
+    stat: str = "gaps"
+    threshold_pct: float = 2.0
+    worker: str = "--weights random --dtype bfloat16 --threads 1"
+    design: Design = field(default_factory=lambda: Design(duet=True, budget_s=240.0))
+    max_looks: int = 3
+    max_skips: int = 5
+    build: str | None = None
+    keep_trees: bool = False
+
+    def validate(self) -> None:
+        if not (math.isfinite(self.threshold_pct) and self.threshold_pct > 0):
+            raise UserError(f"--threshold must be a percentage above 0, not {self.threshold_pct}")
+        for name, value in (("--max-looks", self.max_looks), ("--max-skips", self.max_skips)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise UserError(f"{name} must be a whole number of at least 1, not {value!r}")
+        self.design.validate()
+
+
+def pool(runs: list[Run]) -> Run:
+    """One run of several looks' runs (one side): look j's requests renumbered (repeat + j * LOOK_STRIDE, its
+    processes after the earlier looks'), so pairs stay keyed and processes stay clusters."""
+    requests, ttft, offset = [], [], 0
+    for j, run in enumerate(runs):
+        n = max([r.process or 0 for r in run.requests + run.ttft_requests] + [0]) + 1
+
+        def moved(r: Any, j: int = j, offset: int = offset) -> Any:
+            process = None if r.process is None else r.process + offset
+            return r.model_copy(update={"repeat": r.repeat + j * LOOK_STRIDE, "process": process})
+
+        requests += [moved(r) for r in run.requests]
+        ttft += [moved(r) for r in run.ttft_requests]
+        offset += n
+    return runs[0].model_copy(update={"requests": requests, "ttft_requests": ttft})
+
+
+OnLook = Callable[[Run, Run, Path, str, str], None]  # (base, head, folder, base sha, head sha): after each look
+
+
+class Bisector:
+    """One bisect's state: the commits, their trees and interpreters, the looks on disk, the search."""
+
+    def __init__(
+        self,
+        repo: Path,
+        good: str,
+        bad: str,
+        prompts: PromptSet,
+        options: RunOptions,
+        settings: Settings,
+        out: Path,
+        *,
+        reporter: Any = None,
+        stop: Any = None,
+        on_look: OnLook | None = None,
+    ) -> None:
+        settings.validate()
+        options.validate()
+        self.repo, self.prompts, self.options, self.settings, self.out = repo, prompts, options, settings, out
+        self.shas = checkout.commits_between(repo, good, bad)
+        self.reporter, self.stop, self.on_look = reporter, stop, on_look
+        self.trees = out / "trees"
+        self.subjects = [checkout.subject(repo, sha) for sha in self.shas]
+        self.workers: dict[str, str] = {}
+        self.search = rule.Search(self.shas, self._measure, max_looks=settings.max_looks,
+                                  max_skips=settings.max_skips)  # fmt: skip
+        self.t0 = time.perf_counter()
+
+    # -------------------------------------------------------------------------------------------- a commit
+
+    def worker(self, sha: str) -> str:
+        """The ab side that runs ``sha`` (its tree checked out, built, an interpreter found); CommitFailed."""
+        if sha not in self.workers:
+            tree = checkout.ensure_tree(self.repo, sha, self.trees)
+            checkout.build(self.settings.build, tree)
+            python = checkout.ensure_python(self.repo, sha)
+            self.workers[sha] = checkout.worker_command(python, tree, self.settings.worker)
+        return self.workers[sha]
+
+    def _look(self, folder: Path, base_sha: str, head_sha: str) -> tuple[Run, Run]:
+        """One ab of head against base into ``folder`` (kept from an earlier bisect when it is complete there)."""
+        from llmbench.drivers.ab import ab
+        from llmbench.results.storage import load_run
+
+        if (folder / "base.json").exists() and (folder / "head.json").exists():
+            base, head = load_run(folder / "base.json"), load_run(folder / "head.json")
+            if base.complete and head.complete:
+                return base, head
+            folder.rename(folder.with_name(f"{folder.name}.interrupted-{int(time.time())}"))  # kept, not lost
+        try:
+            base_side = self.worker(base_sha)
+        except (rule.CommitFailed, UserError) as e:
+            raise UserError(f"{base_sha[:12]}, the base of every look, can't be set up: {e}") from None
+        try:
+            head_side = self.worker(head_sha)
+        except UserError as e:
+            raise rule.CommitFailed(str(e)) from None
+        if self.reporter is not None:
+            self.reporter.status(f"bisect: {head_sha[:12]} against {base_sha[:12]} -> {folder}")
+        try:
+            base, head, _ = asyncio.run(ab(self.prompts, base_side, head_side, self.options, folder, stop=self.stop,
+                                           reporter=self.reporter, design=self.settings.design))  # fmt: skip
+        except UserError as e:
+            if not str(e).startswith("head: "):
+                raise  # the base side, the machine, the options: nothing a skip would fix
+            raise rule.CommitFailed(str(e).removeprefix("head: ")) from None
+        if self.on_look is not None:
+            self.on_look(base, head, folder, base_sha, head_sha)
+        return base, head
+
+    def _pooled(self, looks: list[tuple[Run, Run]]) -> rule.Look:
+        from llmbench.analysis.compare import compare_runs
+
+        comp = compare_runs(pool([b for b, _ in looks]), pool([h for _, h in looks]))
+        row = comp.row(self.settings.metric, self.settings.stat)
+        if row is None:
+            raise UserError(f"the runs have no {self.settings.metric} {self.settings.stat} row to bisect on")
+        return rule.Look(row.change_pct, row.ci_low_pct, row.ci_high_pct, comp.n_pairs)
+
+    def _measure(self, index: int, look: int) -> rule.Look:
+        sha = self.shas[index]
+        runs = [self._look(self.out / sha[:12] / f"look-{j}", self.shas[0], sha) for j in range(look + 1)]
+        result = self._pooled(runs)
+        self.save()
+        return result
+
+    def _verify(self, index: int, look: int) -> rule.Look:
+        sha, parent = self.shas[index], self.shas[index - 1]
+        if index == 1:  # its parent is GOOD: the search's own looks are this comparison
+            return self._measure(index, look)
+        runs = [self._look(self.out / sha[:12] / f"own-{j}", parent, sha) for j in range(look + 1)]
+        return self._pooled(runs)
+
+    # ---------------------------------------------------------------------------------------------- the run
+
+    def run(self) -> dict[str, Any]:
+        """The whole bisect: BAD against GOOD, the search, the verification; the record (also in bisect.json)."""
+        bad = self.search.commits[-1]
+        try:
+            bad.looks.append(self._measure(len(self.shas) - 1, 0))
+        except rule.CommitFailed as e:
+            raise UserError(f"BAD ({self.shas[-1][:12]}) can't be measured: {e}") from None
+        d = bad.looks[0]
+        if not (d.ci_low > 0 and d.change_pct > self.settings.threshold_pct):
+            self.answer = rule.Answer("none", reason=f"BAD against GOOD: {_shown(d)}, not a regression past "
+                                                     f"{self.settings.threshold_pct:g}%")  # fmt: skip
+        else:
+            try:
+                self.answer = rule.bisect(self.search, d, self._verify)
+            except rule.TooManySkips as e:
+                raise UserError(str(e)) from None
+        record = self.save()
+        if not self.settings.keep_trees:
+            checkout.remove_trees(self.repo, self.trees)
+        return record
+
+    def save(self) -> dict[str, Any]:
+        """bisect.json as it stands (written whole through a temporary file)."""
+        from llmbench.results.storage import write_record
+
+        answer = getattr(self, "answer", None)
+        commits = []
+        for i, (sha, c) in enumerate(zip(self.shas, self.search.commits, strict=True)):
+            own = self.search.own.get(i)
+            commits.append({"index": i, "sha": sha, "subject": self.subjects[i],
+                            "skipped": c.skipped, "looks": [asdict(x) for x in c.looks],
+                            "own": [asdict(x) for x in own.looks] if own else []})  # fmt: skip
+        record = {
+            "bisect_version": BISECT_VERSION,
+            "good": self.shas[0],
+            "bad": self.shas[-1],
+            "metric": self.settings.metric,
+            "stat": self.settings.stat,
+            "threshold_pct": self.settings.threshold_pct,
+            "bad_change": asdict(self.search.commits[-1].looks[0]) if self.search.commits[-1].looks else None,
+            "decisions": [asdict(x) for x in self.search.decisions],
+            "commits": commits,
+            "answer": asdict(answer) if answer else None,
+            "wall_s": round(time.perf_counter() - self.t0, 1),
+        }
+        write_record(self.out / "bisect.json", json.loads(json.dumps(record, allow_nan=True), parse_constant=_nan))
+        return record
+
+
+def _nan(name: str) -> None:
+    """NaN and infinities (an interval a single process can't give) are written as null: JSON has no NaN."""
+    return None
+
+
+def _shown(look: rule.Look) -> str:
+    return f"{look.change_pct:+.2f}% [{look.ci_low:+.2f}, {look.ci_high:+.2f}]"
+
+
+def prepare_folder(out: Path | None, resume: bool, good: str, bad: str, settings: Settings) -> Path:
+    """The bisect's folder: new (``results/bisect-<time>`` by default), or with ``resume`` one that holds a bisect
+    of the same GOOD, BAD and settings (its finished looks are reused)."""
+    from llmbench.results.storage import claim, prepare_driver_dir
+
+    if not resume:
+        return prepare_driver_dir(out, "bisect")
+    if out is None or not (out / "bisect.json").is_file():
+        raise UserError("--resume goes on with a bisect: give its folder with -o (it holds bisect.json)")
+    try:
+        old = json.loads((out / "bisect.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise UserError(f"{out / 'bisect.json'} can't be read: {e}") from None
+    if not isinstance(old, dict) or old.get("bisect_version") != BISECT_VERSION:
+        raise UserError(f"{out / 'bisect.json'} is not a bisect record of version {BISECT_VERSION}")
+    asked = {"metric": settings.metric, "stat": settings.stat, "threshold_pct": settings.threshold_pct}
+    differs = [k for k, v in asked.items() if old.get(k) != v]
+    if differs:
+        raise UserError(f"{out} holds a bisect with other {', '.join(differs)}: resume it with the same options")
+    try:
+        claim(out / "bisect.json", replace=True)
+    except UserError:
+        raise UserError(f"{out} is being written by another llmbench bisect") from None
+    return out
+
+
+def step(repo: Path, good: str, bad: str | None, prompts: PromptSet, options: RunOptions, settings: Settings, *,
+         reporter: Any = None, stop: Any = None) -> tuple[str, str]:  # fmt: skip
+    """``git bisect run``'s judge: the checked-out commit (HEAD) against GOOD at half of ``bad``'s change (measured
+    once and kept) or half the threshold; (state, one line). The looks go under the repository's git folder, so
+    git's checkouts never touch them."""
+    from llmbench.results.storage import prepare_dir
+
+    common = Path(checkout.git(repo, "rev-parse", "--path-format=absolute", "--git-common-dir"))
+    head = checkout.git(repo, "rev-parse", "HEAD")
+    out = prepare_dir(common / "llmbench-bisect")
+    judge = Bisector(repo, good, head, prompts, options, settings, out, reporter=reporter, stop=stop)
+    cutoff = settings.threshold_pct / 2
+    if bad is not None:
+        of_bad = Bisector(repo, good, bad, prompts, options, settings, out, reporter=reporter, stop=stop)
+        d = of_bad._measure(len(of_bad.shas) - 1, 0)
+        if not (d.ci_low > 0 and d.change_pct > settings.threshold_pct):
+            raise UserError(f"BAD against GOOD: {_shown(d)}, not a regression past {settings.threshold_pct:g}%")
+        cutoff = d.change_pct / 2
+    decision = judge.search.look_until_decided(len(judge.shas) - 1, cutoff)
+    c = judge.search.commits[-1]
+    shown = _shown(c.last) if c.last else c.skipped
+    forced = " (still unsure: skipped)" if decision.forced else ""
+    state = "unsure" if decision.forced else decision.state
+    return state, f"{head[:12]} against {judge.shas[0][:12]}: {shown} at a cutoff of {cutoff:+.2f}%: {state}{forced}"

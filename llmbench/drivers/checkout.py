@@ -1,0 +1,177 @@
+"""A commit's code to measure, for ``llmbench bisect``: its tree as a git worktree, an interpreter that has its
+dependencies, and the worker command that runs that tree's llmbench.
+
+The interpreter: when the running one already satisfies every dependency the commit's ``pyproject.toml`` asks
+for (``project.dependencies``; the ``[tool.*]`` tables don't count), the commit runs on it, its own code first on
+``PYTHONPATH`` (no install at all: the usual case along a bisect). Otherwise a venv is built once per set of
+requirements (``~/.cache/llmbench/venvs/<hash>``, under a lock, with the system's packages visible so that
+torch isn't installed again) and reused by every commit that asks the same; pip's failure skips the commit
+with pip's last line. llmbench itself is never installed: ``PYTHONPATH`` points at the tree, and the worker runs
+in the tree (``env -C``), so ``python -m`` finds the tree's package before any installed one and the run records
+the tree's commit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+from llmbench.analysis.bisect import CommitFailed
+from llmbench.core.errors import UserError
+
+GIT_TIMEOUT_S = 120
+
+
+def git(repo: Path, *args: str) -> str:
+    """``git args`` in ``repo``; its stdout, stripped. UserError with git's own last line when it fails."""
+    try:
+        out = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=GIT_TIMEOUT_S)
+    except (OSError, subprocess.SubprocessError) as e:
+        raise UserError(f"git {args[0]} failed: {e}") from None
+    if out.returncode != 0:
+        last = (out.stderr.strip().splitlines() or [f"exit {out.returncode}"])[-1]
+        raise UserError(f"git {' '.join(args[:2])}: {last}")
+    return out.stdout.strip()
+
+
+def commits_between(repo: Path, good: str, bad: str) -> list[str]:
+    """[GOOD, c_1, ..., BAD]: full shas along BAD's first-parent line, oldest first. UserError unless GOOD is an
+    ancestor of BAD with at least one commit after it."""
+    good_sha, bad_sha = (git(repo, "rev-parse", "--verify", f"{ref}^{{commit}}") for ref in (good, bad))
+    try:
+        git(repo, "merge-base", "--is-ancestor", good_sha, bad_sha)
+    except UserError:
+        raise UserError(f"{good} is not an ancestor of {bad}: nothing to bisect between them") from None
+    between = git(repo, "rev-list", "--first-parent", "--reverse", f"{good_sha}..{bad_sha}").split()
+    if not between:
+        raise UserError(f"{good} and {bad} are the same commit: nothing to bisect")
+    return [good_sha, *between]
+
+
+def subject(repo: Path, sha: str) -> str:
+    """The commit's one-line subject."""
+    return git(repo, "log", "-1", "--format=%s", sha)
+
+
+def ensure_tree(repo: Path, sha: str, root: Path) -> Path:
+    """``root/<sha12>``: a detached worktree of ``sha`` (kept and reused if it is already there at that commit)."""
+    path = root / sha[:12]
+    if path.is_dir():
+        try:
+            if git(path, "rev-parse", "HEAD") == sha:
+                return path
+        except UserError:
+            pass
+        git(repo, "worktree", "remove", "--force", str(path))
+    root.mkdir(parents=True, exist_ok=True)
+    git(repo, "worktree", "prune")
+    git(repo, "worktree", "add", "--detach", str(path), sha)
+    return path
+
+
+def remove_trees(repo: Path, root: Path) -> None:
+    """Every worktree under ``root`` removed (the folder too, when empty)."""
+    for path in sorted(root.glob("*")) if root.is_dir() else []:
+        with contextlib.suppress(UserError):  # one that is already gone
+            git(repo, "worktree", "remove", "--force", str(path))
+    git(repo, "worktree", "prune")
+    if root.is_dir() and not any(root.iterdir()):
+        root.rmdir()
+
+
+def requirements(repo: Path, sha: str) -> list[str]:
+    """The commit's ``project.dependencies``, read from git without a checkout. CommitFailed when its
+    pyproject.toml can't be read."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - the dependency's marker brings tomli to 3.10
+        import tomli as tomllib
+    try:
+        text = git(repo, "show", f"{sha}:pyproject.toml")
+        project = tomllib.loads(text).get("project", {})
+    except (UserError, tomllib.TOMLDecodeError) as e:
+        raise CommitFailed(f"its pyproject.toml can't be read: {e}") from None
+    deps = project.get("dependencies", [])
+    return [str(d) for d in deps] if isinstance(deps, list) else []
+
+
+def unmet(reqs: list[str]) -> list[str]:
+    """The requirements the running interpreter does not satisfy (a requirement that can't be parsed counts)."""
+    from importlib import metadata
+
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    missing = []
+    for text in reqs:
+        try:
+            req = Requirement(text)
+        except InvalidRequirement:
+            missing.append(text)
+            continue
+        if req.marker is not None and not req.marker.evaluate():
+            continue
+        try:
+            version = metadata.version(req.name)
+        except metadata.PackageNotFoundError:
+            missing.append(text)
+            continue
+        if req.specifier and not req.specifier.contains(version, prereleases=True):
+            missing.append(text)
+    return missing
+
+
+def venv_root() -> Path:
+    """Where bisect's per-requirements venvs live (``$LLMBENCH_CACHE/venvs`` or the user cache's)."""
+    base = os.environ.get("LLMBENCH_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "llmbench"
+    )
+    return Path(base) / "venvs"
+
+
+def ensure_python(repo: Path, sha: str) -> str:
+    """The interpreter to run ``sha`` with: this one when it has the commit's dependencies, else the venv of that
+    set of requirements (built once, under a lock). CommitFailed when it can't be built."""
+    reqs = requirements(repo, sha)
+    if not unmet(reqs):
+        return sys.executable
+    import fcntl
+
+    key = hashlib.sha256("\n".join(sorted(reqs)).encode()).hexdigest()[:16]
+    venv = venv_root() / key
+    python = venv / "bin" / "python"
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    with open(venv.parent / f"{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # two bisects needing the same venv build it once
+        if (venv / ".complete").exists():
+            return str(python)
+        steps = [[sys.executable, "-m", "venv", "--clear", "--system-site-packages", str(venv)],
+                 [str(python), "-m", "pip", "install", "-q", *reqs]]  # fmt: skip
+        for step in steps:
+            out = subprocess.run(step, capture_output=True, text=True)
+            if out.returncode != 0:
+                last = (out.stderr.strip().splitlines() or [f"exit {out.returncode}"])[-1]
+                raise CommitFailed(f"its dependencies can't be installed ({shlex.join(step[2:5])}): {last}")
+        (venv / ".complete").touch()
+    return str(python)
+
+
+def build(command: str | None, tree: Path) -> None:
+    """``--build``'s command in the tree (a shell line); CommitFailed with its last line when it fails."""
+    if not command:
+        return
+    out = subprocess.run(command, shell=True, cwd=tree, capture_output=True, text=True)
+    if out.returncode != 0:
+        text = (out.stderr.strip() or out.stdout.strip()).splitlines()
+        raise CommitFailed(f"--build failed (exit {out.returncode}): {text[-1] if text else 'no output'}")
+
+
+def worker_command(python: str, tree: Path, worker_args: str) -> str:
+    """The ab side that runs ``tree``'s llmbench worker on ``python``."""
+    tree = tree.resolve()
+    return shlex.join(["env", "-C", str(tree), f"PYTHONPATH={tree}", python, "-m", "llmbench", "worker",
+                       *shlex.split(worker_args)])  # fmt: skip
