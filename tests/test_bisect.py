@@ -133,6 +133,18 @@ def test_bad_inputs_are_one_line(cli, tmp_path):
         (("bisect", shas[0], shas[1], "--repo", repo, "--look", "0s"), "budget"),
         (("bisect", shas[0], shas[1], "--repo", repo, "--resume", "-o", tmp_path / "none"), "--resume goes on"),
     ]
+    other = tmp_path / "other"
+    other.mkdir()
+    record = {"bisect_version": 1, "good": "0" * 40, "bad": "1" * 40, "metric": "tpot_ms", "stat": "gaps",
+              "threshold_pct": 2.0}  # fmt: skip
+    (other / "bisect.json").write_text(json.dumps(record))
+    cut = tmp_path / "cut"
+    cut.mkdir()
+    (cut / "bisect.json").write_text('{"bisect_version": 1, "good": ')
+    cases += [
+        (("bisect", shas[0], shas[1], "--repo", repo, "--resume", "-o", other), "holds a bisect of 000000000000"),
+        (("bisect", shas[0], shas[1], "--repo", repo, "--resume", "-o", cut), "can't be read"),
+    ]
     for args, said in cases:
         r = cli(*args)
         assert r.returncode == 2 and said in r.stderr and len(r.stderr.strip().splitlines()) == 1, (args, r.stderr)

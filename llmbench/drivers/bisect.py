@@ -92,18 +92,35 @@ class Bisector:
         reporter: Any = None,
         stop: Any = None,
         on_look: OnLook | None = None,
+        trees: Path | None = None,
     ) -> None:
         settings.validate()
         options.validate()
         self.repo, self.prompts, self.options, self.settings, self.out = repo, prompts, options, settings, out
         self.shas = checkout.commits_between(repo, good, bad)
         self.reporter, self.stop, self.on_look = reporter, stop, on_look
-        self.trees = out / "trees"
+        self.trees = trees or out / "trees"  # bisect-step's steps share one place
         self.subjects = [checkout.subject(repo, sha) for sha in self.shas]
         self.workers: dict[str, str] = {}
         self.search = rule.Search(self.shas, self._measure, max_looks=settings.max_looks,
                                   max_skips=settings.max_skips)  # fmt: skip
         self.t0 = time.perf_counter()
+        self._check_folder()
+
+    def _check_folder(self) -> None:
+        """A folder that holds another bisect's looks (other GOOD or BAD) is refused: its looks would be read
+        as this one's."""
+        path = self.out / "bisect.json"
+        if not path.is_file():
+            return
+        try:
+            old = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            raise UserError(f"{path} can't be read: {e}") from None
+        ends = (old.get("good"), old.get("bad")) if isinstance(old, dict) else (None, None)
+        if ends not in ((self.shas[0], self.shas[-1]), (None, None)):
+            raise UserError(f"{self.out} holds a bisect of {str(old.get('good'))[:12]}..{str(old.get('bad'))[:12]}, "
+                            f"not {self.shas[0][:12]}..{self.shas[-1][:12]}: choose another -o")  # fmt: skip
 
     # -------------------------------------------------------------------------------------------- a commit
 
@@ -174,12 +191,7 @@ class Bisector:
 
     def run(self) -> dict[str, Any]:
         """The whole bisect: BAD against GOOD, the search, the verification; the record (also in bisect.json)."""
-        bad = self.search.commits[-1]
-        try:
-            bad.looks.append(self._measure(len(self.shas) - 1, 0))
-        except rule.CommitFailed as e:
-            raise UserError(f"BAD ({self.shas[-1][:12]}) can't be measured: {e}") from None
-        d = bad.looks[0]
+        d = self._bad_change()
         if not (d.ci_low > 0 and d.change_pct > self.settings.threshold_pct):
             self.answer = rule.Answer("none", reason=f"BAD against GOOD: {_shown(d)}, not a regression past "
                                                      f"{self.settings.threshold_pct:g}%")  # fmt: skip
@@ -192,6 +204,20 @@ class Bisector:
         if not self.settings.keep_trees:
             checkout.remove_trees(self.repo, self.trees)
         return record
+
+    def _bad_change(self) -> rule.Look:
+        """BAD against GOOD, looked at again (up to ``max_looks``) while it is neither clearly past the threshold
+        (lo > 0 and the change above it) nor clearly under it (hi below it)."""
+        bad, t = self.search.commits[-1], self.settings.threshold_pct
+        while True:
+            try:
+                bad.looks.append(self._measure(len(self.shas) - 1, len(bad.looks)))
+            except rule.CommitFailed as e:
+                raise UserError(f"BAD ({self.shas[-1][:12]}) can't be measured: {e}") from None
+            d = bad.looks[-1]
+            decided = (d.ci_low > 0 and d.change_pct > t) or d.ci_high < t or not math.isfinite(d.ci_high)
+            if decided or len(bad.looks) >= self.settings.max_looks:
+                return d
 
     def save(self) -> dict[str, Any]:
         """bisect.json as it stands (written whole through a temporary file)."""
@@ -211,7 +237,7 @@ class Bisector:
             "metric": self.settings.metric,
             "stat": self.settings.stat,
             "threshold_pct": self.settings.threshold_pct,
-            "bad_change": asdict(self.search.commits[-1].looks[0]) if self.search.commits[-1].looks else None,
+            "bad_change": asdict(self.search.commits[-1].looks[-1]) if self.search.commits[-1].looks else None,
             "decisions": [asdict(x) for x in self.search.decisions],
             "commits": commits,
             "answer": asdict(answer) if answer else None,
@@ -265,12 +291,19 @@ def step(repo: Path, good: str, bad: str | None, prompts: PromptSet, options: Ru
 
     common = Path(checkout.git(repo, "rev-parse", "--path-format=absolute", "--git-common-dir"))
     head = checkout.git(repo, "rev-parse", "HEAD")
-    out = prepare_dir(common / "llmbench-bisect")
-    judge = Bisector(repo, good, head, prompts, options, settings, out, reporter=reporter, stop=stop)
+    root = prepare_dir(common / "llmbench-bisect")
+    good_sha = checkout.git(repo, "rev-parse", "--verify", f"{good}^{{commit}}")
+
+    def judge_of(commit: str) -> Bisector:  # each pair in a folder of its own; the worktrees shared by all steps
+        sha = checkout.git(repo, "rev-parse", "--verify", f"{commit}^{{commit}}")
+        out = prepare_dir(root / f"{good_sha[:12]}-{sha[:12]}")
+        return Bisector(repo, good, sha, prompts, options, settings, out, reporter=reporter, stop=stop,
+                        trees=root / "trees")  # fmt: skip
+
+    judge = judge_of(head)
     cutoff = settings.threshold_pct / 2
     if bad is not None:
-        of_bad = Bisector(repo, good, bad, prompts, options, settings, out, reporter=reporter, stop=stop)
-        d = of_bad._measure(len(of_bad.shas) - 1, 0)
+        d = judge_of(bad)._bad_change()  # kept in its folder: measured once for the whole git bisect
         if not (d.ci_low > 0 and d.change_pct > settings.threshold_pct):
             raise UserError(f"BAD against GOOD: {_shown(d)}, not a regression past {settings.threshold_pct:g}%")
         cutoff = d.change_pct / 2

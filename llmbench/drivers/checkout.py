@@ -7,7 +7,7 @@ for (``project.dependencies``; the ``[tool.*]`` tables don't count), the commit 
 requirements (``~/.cache/llmbench/venvs/<hash>``, under a lock, with the system's packages visible so that
 torch isn't installed again) and reused by every commit that asks the same; pip's failure skips the commit
 with pip's last line. llmbench itself is never installed: ``PYTHONPATH`` points at the tree, and the worker runs
-in the tree (``env -C``), so ``python -m`` finds the tree's package before any installed one and the run records
+in the tree, so ``python -m`` finds the tree's package before any installed one and the run records
 the tree's commit.
 """
 
@@ -171,7 +171,8 @@ def build(command: str | None, tree: Path) -> None:
 
 
 def worker_command(python: str, tree: Path, worker_args: str) -> str:
-    """The ab side that runs ``tree``'s llmbench worker on ``python``."""
+    """The ab side that runs ``tree``'s llmbench worker on ``python``: started in the tree (POSIX sh, which then
+    execs the interpreter: the worker keeps the pid ab pins and signals), the tree first on its path."""
     tree = tree.resolve()
-    return shlex.join(["env", "-C", str(tree), f"PYTHONPATH={tree}", python, "-m", "llmbench", "worker",
-                       *shlex.split(worker_args)])  # fmt: skip
+    return shlex.join(["sh", "-c", 'cd "$1" && shift && export PYTHONPATH="$PWD" && exec "$@"', "sh", str(tree), python,
+                       "-m", "llmbench", "worker", *shlex.split(worker_args)])  # fmt: skip
