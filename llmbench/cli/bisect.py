@@ -62,11 +62,16 @@ def _settings(
         raise UserError(f"--metric {metric!r}: one of {', '.join(METRICS)}")
     stat = stat or (GAPS if metric == "tpot_ms" else "p50")
     if processes is None:
-        design = Design(duet=duet, budget_s=parse_budget(look))
+        try:
+            design = Design(duet=duet, budget_s=parse_budget(look))
+        except UserError as e:  # the look's own option, not ab's
+            raise UserError(str(e).replace("--budget", "--look", 1)) from None
     else:
         design = Design(processes=processes, repeats=repeats, duet=duet)
-    return Settings(metric=metric, stat=stat, threshold_pct=threshold, worker=worker, design=design,
-                    max_looks=max_looks, max_skips=max_skips, build=build, keep_trees=keep_trees)  # fmt: skip
+    settings = Settings(metric=metric, stat=stat, threshold_pct=threshold, worker=worker, design=design,
+                        max_looks=max_looks, max_skips=max_skips, build=build, keep_trees=keep_trees)  # fmt: skip
+    settings.validate()  # before the output folder is made: a refused option leaves nothing behind
+    return settings
 
 
 def _inputs(prompts: str, max_new_tokens: int, warmup: int) -> tuple[Any, Any]:
