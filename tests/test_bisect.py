@@ -130,7 +130,7 @@ def test_bad_inputs_are_one_line(cli, tmp_path):
         (("bisect", shas[0], shas[1], "--repo", repo, "--threshold", "-1"), "--threshold must be"),
         (("bisect", shas[0], shas[1], "--repo", repo, "--max-looks", "0"), "--max-looks must be"),
         (("bisect", shas[0], shas[1], "--repo", repo, "--metric", "speed"), "--metric 'speed'"),
-        (("bisect", shas[0], shas[1], "--repo", repo, "--look", "0s"), "budget"),
+        (("bisect", shas[0], shas[1], "--repo", repo, "--look", "0s"), "--look '0s'"),
         (("bisect", shas[0], shas[1], "--repo", repo, "--resume", "-o", tmp_path / "none"), "--resume goes on"),
     ]
     other = tmp_path / "other"
