@@ -41,7 +41,7 @@ import numpy as np
 
 from llmbench.analysis import variance
 from llmbench.core.errors import UserError
-from llmbench.results.metrics import lever_summary
+from llmbench.results.metrics import cold_start, lever_summary
 from llmbench.results.schema import COMPARE, ENV, Environment, Run, RunScalars, differences, must_match
 
 # metric -> (label, direction): +1 when higher is better, -1 when lower is better, 0 when neither
@@ -149,6 +149,8 @@ class Comparison:
     variance: dict[str, dict[str, Any]] = field(default_factory=dict)
     # {"base"|"new": what its lever did} (--speculative, --prefix-cache): results.metrics.lever_summary
     levers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # {"base"|"new": its cold start} (results.metrics.cold_start): one process each, information only
+    cold: dict[str, dict[str, Any]] = field(default_factory=dict)
     _notes: list[MachineNote] = field(default_factory=list, repr=False)  # every row's; ``machine``: the spoken
 
     def row(self, metric: str, stat: str) -> Row | None:
@@ -552,6 +554,7 @@ def compare_runs(
     comp.quality, comp.quality_note = _quality(base, new)
     comp.workload = _workload(base, new)
     comp.levers = {who: d for who, run in (("base", base), ("new", new)) if (d := lever_summary(run)) is not None}
+    comp.cold = {who: d for who, run in (("base", base), ("new", new)) if (d := cold_start(run)) is not None}
     if paired and (ids := _prompt_ids_differ(base, new)) is not None:
         comp.config_diffs.append(("prompt_token_ids", *ids))
     both_auto = set(base.config.auto) & set(new.config.auto)

@@ -34,6 +34,7 @@ import sys
 from typing import IO, Any
 
 from llmbench.core.errors import UserError
+from llmbench.core.process import since_process_start
 
 PROTOCOL = 1
 # what a measure message may ask beyond protocol 1's first version (an older worker ignores unknown keys, so the
@@ -70,7 +71,7 @@ def serve_forever(spec: Any, flags: dict[str, Any], inp: IO[str], out: IO[str]) 
             send(event="error", message=str(e))
             return 2
         freeze_now()
-        send(event="ready", llmbench_version=__version__, pid=os.getpid(), startup_s=_since_start(),
+        send(event="ready", llmbench_version=__version__, pid=os.getpid(), startup_s=since_process_start(),
              features=list(FEATURES))  # fmt: skip
         backend: Any = None
         prompts: PromptSet | None = None
@@ -114,18 +115,6 @@ def serve_forever(spec: Any, flags: dict[str, Any], inp: IO[str], out: IO[str]) 
                 send(event="error", message=str(e))
                 return 2
     return 0
-
-
-def _since_start() -> float | None:
-    """Seconds since this process started (imports, load, checks: what a worker costs before it measures)."""
-    import time
-
-    import psutil
-
-    try:
-        return round(time.time() - psutil.Process().create_time(), 3)
-    except psutil.Error:
-        return None
 
 
 def _request(prompts: Any, msg: dict[str, Any]) -> Any:

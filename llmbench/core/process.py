@@ -127,3 +127,16 @@ def pin_to_cpu(cpu: int) -> None:
             os.sched_setaffinity(int(tid), {cpu})
         except (ProcessLookupError, FileNotFoundError):
             continue
+
+
+def since_process_start() -> float | None:
+    """Seconds since this process started (the interpreter, imports, loading: what a person waits before the
+    first request), from the kernel's record of the start; None where psutil can't say."""
+    import time
+
+    import psutil
+
+    try:
+        return round(time.time() - psutil.Process().create_time(), 3)
+    except psutil.Error:
+        return None

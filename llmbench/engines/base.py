@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from llmbench.core.process import since_process_start
 from llmbench.options import ModelOptions
 from llmbench.results.schema import LoadInfo
 
@@ -120,7 +121,10 @@ def load(spec: ModelOptions, on_status: Callable[[str], None] | None = None) -> 
     precision = check_precision(info.name, spec.precision, source)
     threads = spec.threads if spec.threads is not None else default_threads()
     status = on_status or (lambda text: None)
+    before_load = since_process_start()
+    t0 = time.perf_counter()
     config, tokenizer = cv.config_and_tokenizer(spec, source, path)
+    t_config = time.perf_counter()
     prepared = cv.prepare(info.name, spec, source, path, precision, status)
     status(f"loading {prepared.path.name} on {info.name} ...")
     module = importlib.import_module(f"llmbench.engines.{info.module}")
@@ -138,6 +142,13 @@ def load(spec: ModelOptions, on_status: Callable[[str], None] | None = None) -> 
         decode_weight_bytes=prepared.decode_weight_bytes,
         convert_s=round(prepared.convert_s, 3),
         converted=prepared.record(),
+        # the engine reads its files itself, so building the runner (seconds) is its whole load
+        phases={
+            "before_load_s": before_load,
+            "config_tokenizer_s": round(t_config - t0, 3),
+            "weights_s": None,
+            "build_s": round(seconds, 3),
+        },
     )
     return EngineModel(
         engine=info.name,

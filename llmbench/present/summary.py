@@ -13,9 +13,39 @@ def workload_lines(run: Any) -> list[str]:
     return [line for line in (display.workload_line(run.config), display.open_loop_line(run)) if line is not None]
 
 
+def _s(x: Any) -> str:
+    return "-" if x is None else f"{x:.1f} s" if x >= 10 else f"{x:.2f} s"
+
+
+def cold_start_line(run: Any) -> str | None:
+    """The cold start in one line: ready after the process started, the load's phases, the warm-up and the
+    first request's TTFT after loading (None without a load record)."""
+    from llmbench.results.metrics import cold_start
+
+    c = cold_start(run)
+    if c is None:
+        return None
+    names = (("before_load_s", "before the load"), ("locate_s", "locate"),
+             ("config_tokenizer_s", "config+tokenizer"), ("weights_s", "weights"), ("build_s", "build"),
+             ("quantize_s", "quantize"), ("compile_s", "compile"))  # fmt: skip
+    parts = [f"{label} {_s(c[k])}" for k, label in names if c.get(k) is not None]
+    if c.get("convert_s") is not None:
+        parts.append(f"convert {_s(c['convert_s'])}{' (cached)' if c.get('convert_cached') else ''}")
+    if c.get("warmup_s") is not None:
+        parts.append(f"warm-up {_s(c['warmup_s'])}")
+    first = c.get("first_ttft_ms")
+    ttft = (f"; the first request's TTFT {first:.0f} ms (measured p50 {c['ttft_p50_ms']:.0f} ms)"
+            if first is not None and c.get("ttft_p50_ms") is not None else "")  # fmt: skip
+    ready = f"ready {_s(c['ready_s'])} after the process started" if c.get("ready_s") is not None else "loaded"
+    return f"cold start: {ready} (load {_s(c['load_s'])}: {', '.join(parts)}){ttft}"
+
+
 def detail_lines(run: Any, *, machine: bool = False) -> list[str]:
-    """What the run cost and what the server and its cache said; with ``machine``, the machine's record too."""
-    lines = display.lever_lines(run) + display.cost_lines(run) + display.cache_lines(run) + display.server_lines(run)
+    """What the run cost, its cold start, and what the server and its cache said; with ``machine``, the
+    machine's record too."""
+    cold = cold_start_line(run)
+    lines = display.lever_lines(run) + display.cost_lines(run) + ([cold] if cold else []) + display.cache_lines(run)
+    lines += display.server_lines(run)
     return lines + display.machine_lines(run) if machine else lines
 
 

@@ -211,6 +211,7 @@ def compare_lines(comp, checks: list[Any]) -> tuple[list[str], list[str]]:
         head.append(f"outputs: {comp.outputs_note}")
     head += quality_change_lines(comp)
     head += [line for who in ("base", "new") if (line := lever_line(comp.levers.get(who), f"{who}: ")) is not None]
+    head += cold_start_lines(comp.cold)
     tail = []
     mem, mm = comp.probes["mem_read_gbps"], comp.probes["matmul_gflops"]
     if mem["base"] and mem["new"] and mm["base"] and mm["new"]:
@@ -256,6 +257,19 @@ def noise_lines(comp) -> list[str]:
 
 
 COMPARE_COLUMNS = ["metric", "stat", "base", "new", "change", "95% CI", "verdict"]
+
+
+def cold_start_lines(cold: dict[str, dict[str, Any]]) -> list[str]:
+    """compare's cold-start line: base -> new for the figures both runs have (one process each: no interval)."""
+    b, n = cold.get("base"), cold.get("new")
+    if not b or not n:
+        return []
+    shown = [f"{label} {b[k]:.2f} -> {n[k]:.2f}{unit}" for k, label, unit in (
+        ("ready_s", "ready", " s"), ("load_s", "load", " s"), ("warmup_s", "warm-up", " s"),
+        ("first_ttft_ms", "first TTFT", " ms")) if b.get(k) is not None and n.get(k) is not None]  # fmt: skip
+    if not shown:
+        return []
+    return [f"cold start (one process a side, information): {', '.join(shown)}"]
 
 
 def compare_caption() -> str:

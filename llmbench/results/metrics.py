@@ -344,3 +344,31 @@ def count_disagreements(requests: Sequence[RequestResult]) -> int | None:
     """How many requests' server and client token counts differ; None when no request had both."""
     both = [r for r in requests if r.output_tokens_server is not None and r.output_tokens_client is not None]
     return sum(r.output_tokens_server != r.output_tokens_client for r in both) if both else None
+
+
+def cold_start(run: Any) -> dict[str, Any] | None:
+    """What a person waits before the first answer, from ``run.load``: the process's start to ready
+    (``ready_s``), the load and its phases, quantizing, compiling and converting (``convert_cached`` when a
+    cached conversion was used), the warm-up, and the first request's TTFT after loading against the measured
+    median. None for a run without a load record (an endpoint run)."""
+    load = getattr(run, "load", None)
+    if load is None:
+        return None
+    phases = dict(load.phases or {})
+    steps = (load.converted or {}).get("steps") or []
+    ttfts = sorted(r.ttft_ms for r in run.requests if getattr(r, "ttft_ms", None) is not None)
+    first = phases.pop("first_ttft_ms", None)
+    if first is None and run.requests:  # no warm-up: the first measured request met the cold model
+        first = run.requests[0].ttft_ms
+    return {
+        "ready_s": load.startup_s,
+        "load_s": load.seconds,
+        **phases,
+        "quantize_s": load.quantize_s,
+        "compile_s": load.compile_s,
+        "convert_s": load.convert_s,
+        "convert_cached": all(bool(s.get("cached")) for s in steps) if steps else None,
+        "weights_cache_hit": (load.weights_cache or {}).get("hit"),
+        "first_ttft_ms": first,
+        "ttft_p50_ms": float(np.median(ttfts)) if ttfts else None,
+    }

@@ -41,7 +41,8 @@ Schema history (bump ``SCHEMA_VERSION`` on any change a reader of the old versio
     forward pass, each stamped when its bundle became visible); config.prefix_cache,
     requests[].prompt_tokens_computed (0.3.0, --prefix-cache system: the shared prefix's keys and values computed
     once per process, accounted per request in cached_tokens and prompt_tokens_computed, cold for the request that
-    computed it).
+    computed it); load.phases (0.3.0, the cold start phase by phase: before the load, locating, config and
+    tokenizer, weights, building, warm-up, the first request's TTFT).
 
 No torch here: compare, show and the endpoint client read and write runs without it. Why one module of
 600-odd lines: the schema is one versioned contract (the version, its history and every model it covers change
@@ -326,6 +327,13 @@ class LoadInfo(_Model):
     # --speculative draft:MODEL: the draft model's own load, checked as the target's ({model, source, dtype,
     # parameters, weights_bytes, seconds, offload, vocab_size})
     draft: dict | None = None
+    # the cold start, phase by phase, in seconds (results.metrics.cold_start reads them with the rest):
+    # before_load_s (process start to the load's start: the interpreter, imports, parsing), locate_s (finding
+    # the files), config_tokenizer_s, weights_s (reading the weights and placing them: one step where the
+    # loader does both), build_s (the model or engine made ready: eval, attention, the offload check, the
+    # engine's own load), warmup_s (the warm-up requests), first_ttft_ms (the first request after loading,
+    # which warm-ups hide from the measured ones)
+    phases: dict[str, float | None] | None = None
 
 
 class RequestResult(_Model):

@@ -272,6 +272,7 @@ class RunLoop:
             pset = t.prompts or self.prompts
             n = len(pset.prompts)
             await self._activate(t)
+            t0 = time.perf_counter()
             for w in range(self.warmup):
                 i = n - 1 - w % n
                 # a workload with shared prefixes warms up on a prompt of its own (prompt_index -1)
@@ -295,6 +296,7 @@ class RunLoop:
                     return
                 t.run.warmup_requests += r if isinstance(r, list) else [r]
                 self.reporter.warmup(w + 1, self.warmup)
+            _keep_warmup(t.run, time.perf_counter() - t0)
 
     def _lose(self, t: Track, why: str) -> bool:
         """Give up on ``t`` alone (its backend died); False when no other track is left to go on with."""
@@ -627,3 +629,13 @@ def round_robin(tracks: Sequence[Track], prompts: PromptSet, repeats: int) -> li
     """The plan of a single run: the whole prompt list, ``repeats`` times round (drift hits every prompt alike)."""
     n = len(prompts.prompts)
     return [(t, prompts.request(i, rep)) for t in tracks for rep in range(repeats) for i in range(n)]
+
+
+def _keep_warmup(run: Run, seconds: float) -> None:
+    """The cold start's last phases in ``run.load.phases``: the warm-up's seconds and the first request's TTFT
+    after loading (the first warm-up's; without warm-ups the first measured request has it, see
+    :func:`llmbench.results.metrics.cold_start`). A run resumed keeps the phases of its first process."""
+    if run.load is None or (run.load.phases or {}).get("warmup_s") is not None or not run.warmup_requests:
+        return
+    first = next((r.ttft_ms for r in run.warmup_requests if r.ttft_ms is not None), None)
+    run.load.phases = {**(run.load.phases or {}), "warmup_s": round(seconds, 3), "first_ttft_ms": first}

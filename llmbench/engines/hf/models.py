@@ -31,6 +31,7 @@ import psutil
 import torch
 
 from llmbench.core.errors import UserError
+from llmbench.core.process import since_process_start
 from llmbench.engines.hf import autodtype, builtin, weights_cache
 from llmbench.engines.hf.quantize import check_quantize, forced_dtype, quantize_model, quantized_weight_bytes
 from llmbench.machine.envinfo import cpu_flags
@@ -374,9 +375,12 @@ def load_model(spec: ModelOptions) -> LoadedModel:
     warnings += dtype_warnings(dtype_name, device)
     source, path = classify_source(spec.model, spec.weights)
 
+    before_load = since_process_start()
     t0 = time.perf_counter()
     folder, gguf = _model_files(spec, source, path)
+    t_located = time.perf_counter()
     config, tokenizer = _config_and_tokenizer(spec, source, folder, gguf, warnings)
+    t_config = time.perf_counter()
     n_params = count_parameters(config)
     weights_bytes = n_params * torch.tensor([], dtype=dtype).element_size()
     check_fits(weights_bytes, device, spec.allow_offload or spec.device_map is not None)
@@ -388,6 +392,7 @@ def load_model(spec: ModelOptions) -> LoadedModel:
     else:
         weights = _pretrained_weights(spec, source, folder, gguf, dtype, device)
     model = weights.value
+    t_weights = time.perf_counter()  # from_pretrained reads and places in one call: weights_s holds both
     # Whether the weights are the files' pages (shared between processes, file-backed) or a private copy; asked of
     # the kernel, not assumed. Quantized linears are new private tensors: not mapped, whatever the file was.
     mmapped = weights_cache.file_backed(model.parameters(), weights.files) if spec.quantize is None else False
@@ -422,6 +427,14 @@ def load_model(spec: ModelOptions) -> LoadedModel:
         weights_mmapped=mmapped,
     )
     _prepare_generation(model, tokenizer)
+    load.phases = {
+        "before_load_s": before_load,
+        "locate_s": round(t_located - t0, 3),
+        "config_tokenizer_s": round(t_config - t_located, 3),
+        "weights_s": round(t_weights - t_config, 3),
+        # eval, attention, the offload check, generation's set-up (quantize_s apart)
+        "build_s": round(time.perf_counter() - t_weights - (quantize_s or 0.0), 3),
+    }
     return LoadedModel(
         model=model,
         tokenizer=tokenizer,
