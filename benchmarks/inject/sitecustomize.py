@@ -3,6 +3,7 @@
     env PYTHONPATH=benchmarks/inject LLMBENCH_INJECT_SLEEP_MS=5 llmbench worker ...   # +5 ms per model forward
     env PYTHONPATH=benchmarks/inject LLMBENCH_INJECT_EXIT_AFTER=7 llmbench worker ... # dies at the 7th forward
     env PYTHONPATH=benchmarks/inject LLMBENCH_INJECT_SLOW_PCT=3 llmbench worker ...   # each forward +3% of itself
+    env PYTHONPATH=benchmarks/inject LLMBENCH_INJECT_LOAD_SLEEP_S=2 llmbench worker ... # the model's load +2 s
         LLMBENCH_INJECT_SLOW_KIND=memory: the extra time streams through a 64 MB buffer instead of spinning (a
         slowdown that uses the memory bus, as a model's own work does)
         LLMBENCH_INJECT_LOG=PATH   (with SLOW_PCT, or alone to measure only): at exit, JSON {"forwards": n,
@@ -15,6 +16,9 @@ a causal LM (one per token, the prefill's included):
 - SLEEP_MS / EXIT_AFTER (a global torch forward hook, on every module, as always): sleeps, or ends the process
   as a crash would (exit status 9, nothing flushed). Used by tests/test_ab.py, tests/test_history.py and
   benchmarks/ab_noise.py to make a head measurably slower, or a worker die mid-run.
+- LOAD_SLEEP_S=S: the first ``eval()`` (``train(False)``) of a causal LM (transformers' from_pretrained ends with
+  it, and llmbench's load calls it: both inside ``load.seconds``) sleeps S seconds once, as a slower loading path would: the test of
+  ``ab --fail-on load_s`` (tests/test_ab_cold.py).
 - SLOW_PCT=P: BUSY-WAITS (spins on perf_counter, never sleeps: a sleeping CPU may clock down, and a sleep
   overshoots) for P% of that very forward's own measured wall time, so the head is slower by a known share of
   the model's work whatever the machine does. Only the outermost ``*ForCausalLM`` module's forward counts: the
@@ -32,6 +36,7 @@ from time import perf_counter
 _SLEEP_S = float(os.environ.get("LLMBENCH_INJECT_SLEEP_MS", "0")) / 1000
 _EXIT_AFTER = int(os.environ.get("LLMBENCH_INJECT_EXIT_AFTER", "0"))
 _LOG = os.environ.get("LLMBENCH_INJECT_LOG", "")
+_LOAD_SLEEP_S = float(os.environ.get("LLMBENCH_INJECT_LOAD_SLEEP_S", "0"))
 
 # the SLOW_PCT injection's state: P (changeable at run time) and what was measured and spun
 # ("trace": a list to append each forward's (measured s, spun s) to, for benchmarks/inject_check.py; None: not kept)
@@ -60,6 +65,23 @@ if _SLEEP_S or _EXIT_AFTER:
         return None
 
     torch.nn.modules.module.register_module_forward_hook(_after_forward)
+
+
+if _LOAD_SLEEP_S:
+    import time
+
+    import torch
+
+    _train = torch.nn.Module.train  # eval() is train(False); transformers' own eval() ends up here too
+    _slept = [False]
+
+    def _slow_train(self, mode=True):
+        if not mode and not _slept[0] and type(self).__name__.endswith("ForCausalLM"):
+            _slept[0] = True
+            time.sleep(_LOAD_SLEEP_S)
+        return _train(self, mode)
+
+    torch.nn.Module.train = _slow_train
 
 
 def set_slow_pct(pct: float) -> None:

@@ -126,7 +126,10 @@ class Search:
     commit may take (pooled; each look is one ``ab`` of the same design); ``max_skips`` the commits that may fail
     before it gives up."""
 
-    def __init__(self, shas: list[str], measure: Measure, max_looks: int = 3, max_skips: int = 5) -> None:
+    def __init__(
+        self, shas: list[str], measure: Measure, max_looks: int = 3, max_skips: int = 5,
+        on_change: Callable[[], object] | None = None,
+    ) -> None:  # fmt: skip
         if len(shas) < 2:
             raise ValueError("a search needs GOOD and at least one commit after it")
         self.commits = [Commit(s) for s in shas]
@@ -137,6 +140,7 @@ class Search:
         self.max_skips = max_skips
         self.decisions: list[Decision] = []
         self.own: dict[int, Commit] = {}  # a commit against its own parent (the verification)
+        self.on_change = on_change  # called after every look, skip and decision (bisect.json is rewritten)
 
     @property
     def skips(self) -> int:
@@ -168,11 +172,18 @@ class Search:
                 c.looks.append(measure(index, len(c.looks)))
             except CommitFailed as e:
                 c.skipped = str(e) or "failed"
+            self.changed()
         return Decision(index, cutoff, "skipped")
 
     def _keep(self, d: Decision) -> Decision:
         self.decisions.append(d)
+        self.changed()
         return d
+
+    def changed(self) -> None:
+        """Tell ``on_change`` the search moved (a look, a skip, a decision)."""
+        if self.on_change is not None:
+            self.on_change()
 
     def first_past(self, cutoff: float, lo: int = 0, hi: int | None = None) -> tuple[int, int]:
         """The binary search for the first commit past ``cutoff`` between ``lo`` (known not past) and ``hi``

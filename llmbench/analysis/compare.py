@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from llmbench.analysis import variance
+from llmbench.analysis.startup import PROCESS_METRICS, process_change
 from llmbench.core.errors import UserError
 from llmbench.results.metrics import cold_start, lever_summary
 from llmbench.results.schema import COMPARE, ENV, Environment, Run, RunScalars, differences, must_match
@@ -51,6 +52,9 @@ METRICS: dict[str, tuple[str, int]] = {
     "e2e_ms": ("E2E ms", -1),
     "output_tokens": ("out tokens", 0),
     "decode_tokens_per_s": ("decode tok/s", +1),
+    # the cold start, a sample a worker process (ab --processes): :mod:`.startup`
+    "load_s": ("load s", -1),
+    "ready_s": ("ready s", -1),
 }
 GATED_BY_DEFAULT = ("ttft_ms", "tpot_ms", "e2e_ms")
 STATS = ("mean", "p50", "p90")
@@ -154,7 +158,10 @@ class Comparison:
     _notes: list[MachineNote] = field(default_factory=list, repr=False)  # every row's; ``machine``: the spoken
 
     def row(self, metric: str, stat: str) -> Row | None:
-        """The row of ``metric``'s ``stat``; for ``gaps`` (a TPOT statistic) the median's row of other metrics."""
+        """The row of ``metric``'s ``stat``; for ``gaps`` (a TPOT statistic) the median's row of other metrics; a
+        cold-start metric's one row (over processes) whatever ``stat``."""
+        if metric in PROCESS_METRICS:
+            return next((r for r in self.rows if r.metric == metric), None)
         if stat == GAPS and metric != "tpot_ms":
             stat = "p50"
         return next((r for r in self.rows if r.metric == metric and r.stat == stat), None)
@@ -208,6 +215,12 @@ class Comparison:
         if stat == GAPS and "tpot_ms" in thresholds and self.row("tpot_ms", GAPS) is None:
             raise UserError("--gate-stat gaps pairs TPOT's token gaps by position: it needs two runs of the same "
                             "prompts with their token stamps")  # fmt: skip
+        for metric in PROCESS_METRICS.keys() & thresholds.keys():
+            if self.row(metric, stat) is None:
+                raise UserError(
+                    f"--fail-on {metric}: each worker process is one sample of its cold start; these "
+                    "runs lack 2 or more processes a side that recorded it (ab --processes)"
+                )
         out = []
         for metric in METRICS:
             r = self.row(metric, stat) if metric in thresholds else None
@@ -516,7 +529,7 @@ def compare_runs(
     logs: dict[tuple[str, str], tuple[np.ndarray, np.ndarray | None]] = {}  # (metric, stat): each pair's ln(n/b)
     processes = {(r.prompt_index, r.repeat): r.process for r in _requests(base, "ttft_ms")
                  if getattr(r, "process", None) is not None}  # fmt: skip
-    for metric in METRICS:
+    for metric in (m for m in METRICS if m not in PROCESS_METRICS):
         bv, nv = _values(base, metric), _values(new, metric)
         clusters = None
         if paired:
@@ -542,6 +555,9 @@ def compare_runs(
         rows.insert(at, gaps[0])
         logs[("tpot_ms", GAPS)] = gaps[1]
 
+    for metric in PROCESS_METRICS:  # rows of information unless gated (a load's few samples: no word unasked)
+        if (got := process_change(base, new, metric)) is not None:
+            rows.append(_row(metric, "mean", *got[:5], got[5], got[5], got[5]))
     compared, changed, note = _outputs(base, new, paired)
     comp = Comparison(
         base=base_name, new=new_name, paired=paired, n_base=len(base.requests), n_new=len(new.requests),

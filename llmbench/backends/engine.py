@@ -17,7 +17,7 @@ from typing import Any
 
 from llmbench.backends import Request
 from llmbench.core.errors import UserError
-from llmbench.core.process import Stop, freeze_now
+from llmbench.core.process import Stop, cold_clock, freeze_now
 from llmbench.core.speculative import NO_SHARED_PREFIX, parse_prefix_cache, parse_speculative
 from llmbench.engines.base import EngineModel
 from llmbench.engines.chat import common_prefix_len, encode_ids, fit_context, messages_for
@@ -92,6 +92,8 @@ class EngineBackend:
         wrote them (the same vocabulary)."""
         self.load_now()
         self.check_prompts(prompts)
+        if self.em.load.startup_s is None:  # a worker counts its own (up to its ready message)
+            self.em.load.startup_s = cold_clock(ready=True)  # the process's start to ready: the cold start
 
     async def counting(self, what: str = "") -> tuple[Callable[[str], int], Any]:
         """How this run counts a prompt's tokens, and its tokenizer (loads the model first)."""

@@ -20,7 +20,7 @@ import torch
 
 from llmbench.backends import Request
 from llmbench.core.errors import UserError
-from llmbench.core.process import Stop, freeze_now, since_process_start
+from llmbench.core.process import Stop, cold_clock, freeze_now
 from llmbench.core.speculative import parse_prefix_cache, parse_speculative
 from llmbench.engines.chat import common_prefix_len, fit_context, messages_for
 from llmbench.engines.hf import models
@@ -130,7 +130,7 @@ class InProcessBackend:
         self.check_prompts(prompts)
         self.compile_now(prompts)
         if self.lm.load.startup_s is None:  # a worker counts its own (up to its ready message)
-            self.lm.load.startup_s = since_process_start()  # the process's start to ready: the cold start
+            self.lm.load.startup_s = cold_clock(ready=True)  # the process's start to ready: the cold start
 
     def _load(self) -> None:
         if self.loaded is None:

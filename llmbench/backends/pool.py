@@ -116,9 +116,9 @@ class PoolBackend:
                 for req in self.warmups:
                     if await worker.measure(req, self._stop, 0.0) is None:
                         break
+        warmup_s = round(time.perf_counter() - t, 3) if warm and self.warmups else None
         self.timings[k] = {"pid": worker.pid, "spawn_s": worker.spawn_s, "startup_s": worker.startup_s,
-                           "warmup_s": round(time.perf_counter() - t, 3) if warm and self.warmups else None,
-                           **asdict(self.setups[k])}  # fmt: skip
+                           "load_s": worker.load_s, "warmup_s": warmup_s, **asdict(self.setups[k])}  # fmt: skip
 
     def resize(self, processes: int) -> None:
         """Use the first ``processes`` only (ab --budget, once it chose; before the first pair)."""

@@ -76,6 +76,7 @@ class WorkerBackend:
         self.env: dict[str, str] | None = None  # the worker's environment (None: this process's)
         self.startup_s: float | None = None  # the worker's own count, process start to ready
         self.spawn_s: float | None = None  # this side's count, spawn to ready (what a pool waits for)
+        self.load_s: float | None = None  # its model's load (load.seconds): ab's load_s row, a sample a process
         self.features: tuple[str, ...] = ()  # what its measure messages may ask (worker_main.FEATURES)
         self.version: str | None = None
 
@@ -169,6 +170,7 @@ class WorkerBackend:
         self._record = Run.model_validate(msg["run"])
         if self._record.load is not None:
             self._record.load.startup_s = self.startup_s
+            self.load_s = self._record.load.seconds
 
     def new_run(self, prompts: PromptSet) -> Run:
         assert self._record is not None, "start() first"

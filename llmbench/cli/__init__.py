@@ -111,6 +111,9 @@ def main() -> None:
     import signal
 
     signal.signal(signal.SIGTERM, _on_sigterm)  # the measuring commands replace it with their stop flag
+    from llmbench.core.process import arm_cold_start
+
+    arm_cold_start()  # this process was started for the command: its first load's clock starts at its start
     try:
         code = app(args=_bare_history(sys.argv[1:]), standalone_mode=False)
     except _Terminated:

@@ -140,6 +140,7 @@ def ab(
                              system_prompt=system_prompt)  # fmt: skip
         options.validate()
         design = _design(ctx, processes, repeats, ttft_pairs, duet, budget)
+        _check_cold_gate(gates, design)
         prompt_set = workload.prompt_list(workload.Workload.of(args), options, tokenizer)
         check_gaps_gate(gate_stat.value, gates, max_new_tokens, len(prompt_set.prompts) * repeats)
         with measuring(quiet) as (stop, reporter):
@@ -175,3 +176,14 @@ def _design(ctx: typer.Context, processes: int, repeats: int, ttft_pairs: int, d
     if given:
         raise UserError(f"--budget chooses {', '.join(given)} itself: give one or the other")
     return Design(duet=duet, budget_s=parse_budget(budget))
+
+
+def _check_cold_gate(gates: dict[str, float], design: Any) -> None:
+    """A gate on the cold start needs 2 or more processes a side (each one is a sample): refused before anything
+    starts when the design fixes fewer (a budget chooses its processes later, and compare refuses then)."""
+    from llmbench.analysis.startup import MIN_PROCESSES, PROCESS_METRICS
+
+    cold = [m for m in PROCESS_METRICS if m in gates]
+    if cold and design.budget_s is None and design.processes < MIN_PROCESSES:
+        raise UserError(f"--fail-on {cold[0]}: each worker process is one sample of its cold start; give "
+                        f"--processes {MIN_PROCESSES} or more")  # fmt: skip

@@ -193,7 +193,10 @@ FailOnRegressionOpt = Annotated[
     Optional[float],
     typer.Option(help="Exit 1 when TTFT, TPOT or E2E regresses significantly by more than PCT % (0: by anything)."),
 ]
-FailOnOpt = Annotated[Optional[list[str]], typer.Option(help="METRIC=PCT, e.g. tpot_ms=5 (repeatable).")]
+FailOnOpt = Annotated[
+    Optional[list[str]],
+    typer.Option(help="METRIC=PCT, e.g. tpot_ms=5 or load_s=10 (the load over ab's processes; repeatable)."),
+]
 GateStatOpt = Annotated[
     Stat,
     typer.Option(

@@ -129,6 +129,26 @@ def pin_to_cpu(cpu: int) -> None:
             continue
 
 
+# the cold start's clock: armed by a process started for one command (the CLI's entry point), spent by its first
+# model made ready. A notebook's or a library's process is not armed: its age says nothing about a load.
+_COLD = {"armed": False, "spent": False}
+
+
+def arm_cold_start() -> None:
+    """This process was started for the command it runs (the CLI): its first load is a cold start."""
+    _COLD["armed"] = True
+
+
+def cold_clock(*, ready: bool = False) -> float | None:
+    """Seconds since this process started, while its first load is under way (``ready``: that load's model is
+    now ready, and later loads, a sweep's next setups, get None); None in a process that wasn't armed."""
+    if not _COLD["armed"] or _COLD["spent"]:
+        return None
+    if ready:
+        _COLD["spent"] = True
+    return since_process_start()
+
+
 def since_process_start() -> float | None:
     """Seconds since this process started (the interpreter, imports, loading: what a person waits before the
     first request), from the kernel's record of the start; None where psutil can't say."""

@@ -103,7 +103,7 @@ class Bisector:
         self.subjects = [checkout.subject(repo, sha) for sha in self.shas]
         self.workers: dict[str, str] = {}
         self.search = rule.Search(self.shas, self._measure, max_looks=settings.max_looks,
-                                  max_skips=settings.max_skips)  # fmt: skip
+                                  max_skips=settings.max_skips, on_change=self.save)  # fmt: skip
         self.t0 = time.perf_counter()
         self._check_folder()
 
@@ -176,9 +176,7 @@ class Bisector:
     def _measure(self, index: int, look: int) -> rule.Look:
         sha = self.shas[index]
         runs = [self._look(self.out / sha[:12] / f"look-{j}", self.shas[0], sha) for j in range(look + 1)]
-        result = self._pooled(runs)
-        self.save()
-        return result
+        return self._pooled(runs)
 
     def _verify(self, index: int, look: int) -> rule.Look:
         sha, parent = self.shas[index], self.shas[index - 1]
@@ -214,6 +212,7 @@ class Bisector:
                 bad.looks.append(self._measure(len(self.shas) - 1, len(bad.looks)))
             except rule.CommitFailed as e:
                 raise UserError(f"BAD ({self.shas[-1][:12]}) can't be measured: {e}") from None
+            self.save()
             d = bad.looks[-1]
             decided = (d.ci_low > 0 and d.change_pct > t) or d.ci_high < t or not math.isfinite(d.ci_high)
             if decided or len(bad.looks) >= self.settings.max_looks:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from llmbench.core.process import since_process_start
+from llmbench.core.process import cold_clock
 from llmbench.options import ModelOptions
 from llmbench.results.schema import LoadInfo
 
@@ -121,7 +121,7 @@ def load(spec: ModelOptions, on_status: Callable[[str], None] | None = None) -> 
     precision = check_precision(info.name, spec.precision, source)
     threads = spec.threads if spec.threads is not None else default_threads()
     status = on_status or (lambda text: None)
-    before_load = since_process_start()
+    before_load = cold_clock()
     t0 = time.perf_counter()
     config, tokenizer = cv.config_and_tokenizer(spec, source, path)
     t_config = time.perf_counter()

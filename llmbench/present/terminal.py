@@ -260,7 +260,8 @@ COMPARE_COLUMNS = ["metric", "stat", "base", "new", "change", "95% CI", "verdict
 
 
 def cold_start_lines(cold: dict[str, dict[str, Any]]) -> list[str]:
-    """compare's cold-start line: base -> new for the figures both runs have (one process each: no interval)."""
+    """compare's cold-start line: base -> new for the figures both runs have (each run's first process: no
+    interval; ab's runs have a row over their processes, the ``load s`` and ``ready s`` rows)."""
     b, n = cold.get("base"), cold.get("new")
     if not b or not n:
         return []
@@ -269,7 +270,7 @@ def cold_start_lines(cold: dict[str, dict[str, Any]]) -> list[str]:
         ("first_ttft_ms", "first TTFT", " ms")) if b.get(k) is not None and n.get(k) is not None]  # fmt: skip
     if not shown:
         return []
-    return [f"cold start (one process a side, information): {', '.join(shown)}"]
+    return [f"cold start (each run's first process, information): {', '.join(shown)}"]
 
 
 def compare_caption() -> str:

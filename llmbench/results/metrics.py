@@ -358,7 +358,7 @@ def cold_start(run: Any) -> dict[str, Any] | None:
     steps = (load.converted or {}).get("steps") or []
     ttfts = sorted(r.ttft_ms for r in run.requests if getattr(r, "ttft_ms", None) is not None)
     first = phases.pop("first_ttft_ms", None)
-    if first is None and run.requests:  # no warm-up: the first measured request met the cold model
+    if first is None and run.requests and not run.config.warmup:  # no warm-up: the first measured request did
         first = run.requests[0].ttft_ms
     return {
         "ready_s": load.startup_s,

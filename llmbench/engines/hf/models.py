@@ -16,6 +16,7 @@ beside it (autodtype, builtin, quantize, generation).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import re
@@ -31,7 +32,7 @@ import psutil
 import torch
 
 from llmbench.core.errors import UserError
-from llmbench.core.process import since_process_start
+from llmbench.core.process import cold_clock
 from llmbench.engines.hf import autodtype, builtin, weights_cache
 from llmbench.engines.hf.quantize import check_quantize, forced_dtype, quantize_model, quantized_weight_bytes
 from llmbench.machine.envinfo import cpu_flags
@@ -375,12 +376,14 @@ def load_model(spec: ModelOptions) -> LoadedModel:
     warnings += dtype_warnings(dtype_name, device)
     source, path = classify_source(spec.model, spec.weights)
 
-    before_load = since_process_start()
+    before_load = cold_clock()
     t0 = time.perf_counter()
     folder, gguf = _model_files(spec, source, path)
     t_located = time.perf_counter()
     config, tokenizer = _config_and_tokenizer(spec, source, folder, gguf, warnings)
     t_config = time.perf_counter()
+    _import_model_code(config)  # transformers imports an architecture's code on first use: a phase of its own
+    t_code = time.perf_counter()
     n_params = count_parameters(config)
     weights_bytes = n_params * torch.tensor([], dtype=dtype).element_size()
     check_fits(weights_bytes, device, spec.allow_offload or spec.device_map is not None)
@@ -431,9 +434,11 @@ def load_model(spec: ModelOptions) -> LoadedModel:
         "before_load_s": before_load,
         "locate_s": round(t_located - t0, 3),
         "config_tokenizer_s": round(t_config - t_located, 3),
-        "weights_s": round(t_weights - t_config, 3),
-        # eval, attention, the offload check, generation's set-up (quantize_s apart)
-        "build_s": round(time.perf_counter() - t_weights - (quantize_s or 0.0), 3),
+        "model_code_s": round(t_code - t_config, 3),
+        "weights_s": round(t_weights - t_code, 3),
+        # eval and the attention kernel: the phases add up to load.seconds (quantizing, the offload check and
+        # generation's set-up come after it; ready_s counts them)
+        "build_s": round(t0 + seconds - t_weights, 3),
     }
     return LoadedModel(
         model=model,
@@ -542,6 +547,16 @@ def _builtin_tokenizer(warnings: list[str]):
         what="the Qwen tokenizer",
         warnings=warnings,
     ).value
+
+
+def _import_model_code(config: Any) -> None:
+    """Import the causal LM class of ``config``'s architecture (transformers imports it lazily, seconds on a
+    small CPU, which from_pretrained would otherwise count as reading weights); nothing for one it doesn't map."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+    # remote code or an unmapped config: from_pretrained finds it (and says so) itself
+    with contextlib.suppress(KeyError, ImportError, ValueError):
+        MODEL_FOR_CAUSAL_LM_MAPPING[type(config)]
 
 
 def _pretrained_weights(
