@@ -27,8 +27,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 ENGINES = ("transformers", "llama.cpp", "openvino", "onnxruntime")
-FIELDS = ("ready_s", "before_load_s", "locate_s", "config_tokenizer_s", "model_code_s", "weights_s", "build_s",
-          "load_s", "convert_s", "warmup_s", "first_ttft_ms", "ttft_p50_ms")  # fmt: skip
+FIELDS = ("ready_s", "before_load_s", "locate_s", "config_tokenizer_s", "model_code_s", "files_s", "engine_import_s",
+          "weights_s", "build_s", "load_s", "convert_s", "warmup_s", "first_ttft_ms", "ttft_p50_ms")  # fmt: skip
 
 
 def one(engine: str, args: argparse.Namespace, xdg: Path, out: Path) -> dict:

@@ -126,6 +126,7 @@ def load(spec: ModelOptions, on_status: Callable[[str], None] | None = None) -> 
     config, tokenizer = cv.config_and_tokenizer(spec, source, path)
     t_config = time.perf_counter()
     prepared = cv.prepare(info.name, spec, source, path, precision, status)
+    t_files = time.perf_counter()
     status(f"loading {prepared.path.name} on {info.name} ...")
     module = importlib.import_module(f"llmbench.engines.{info.module}")
     context = int(getattr(config, "max_position_embeddings", 0) or 0) or None
@@ -142,10 +143,14 @@ def load(spec: ModelOptions, on_status: Callable[[str], None] | None = None) -> 
         decode_weight_bytes=prepared.decode_weight_bytes,
         convert_s=round(prepared.convert_s, 3),
         converted=prepared.record(),
-        # the engine reads its files itself, so building the runner (seconds) is its whole load
+        # the engine reads its files itself, so building the runner (seconds) is its whole load; before it, the
+        # engine's files found or made (files_s: hashing the source, a cached conversion's look-up, or
+        # convert_s of converting) and the engine's package imported
         phases={
             "before_load_s": before_load,
             "config_tokenizer_s": round(t_config - t0, 3),
+            "files_s": round(t_files - t_config, 3),
+            "engine_import_s": round(t1 - t_files, 3),
             "weights_s": None,
             "build_s": round(seconds, 3),
         },

@@ -26,8 +26,8 @@ def cold_start_line(run: Any) -> str | None:
     if c is None:
         return None
     names = (("before_load_s", "before the load"), ("locate_s", "locate"),
-             ("config_tokenizer_s", "config+tokenizer"), ("model_code_s", "model code"), ("weights_s", "weights"),
-             ("build_s", "build"),
+             ("config_tokenizer_s", "config+tokenizer"), ("model_code_s", "model code"), ("files_s", "engine files"),
+             ("engine_import_s", "engine import"), ("weights_s", "weights"), ("build_s", "build"),
              ("quantize_s", "quantize"), ("compile_s", "compile"))  # fmt: skip
     parts = [f"{label} {_s(c[k])}" for k, label in names if c.get(k) is not None]
     if c.get("convert_s") is not None:

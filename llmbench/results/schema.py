@@ -330,7 +330,8 @@ class LoadInfo(_Model):
     # the cold start, phase by phase, in seconds (results.metrics.cold_start reads them with the rest):
     # before_load_s (process start to the load's start: the interpreter, imports, parsing), locate_s (finding
     # the files), config_tokenizer_s, model_code_s (importing the architecture's code, which transformers does on
-    # first use), weights_s (reading the weights and placing them: one step where the
+    # first use), files_s and engine_import_s (an engine's files found or made, its package imported), weights_s
+    # (reading the weights and placing them: one step where the
     # loader does both), build_s (the model or engine made ready: eval, attention, the offload check, the
     # engine's own load), warmup_s (the warm-up requests), first_ttft_ms (the first request after loading,
     # which warm-ups hide from the measured ones)
