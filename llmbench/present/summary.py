@@ -38,7 +38,8 @@ def cold_start_line(run: Any) -> str | None:
     ttft = (f"; the first request's TTFT {first:.0f} ms (measured p50 {c['ttft_p50_ms']:.0f} ms)"
             if first is not None and c.get("ttft_p50_ms") is not None else "")  # fmt: skip
     ready = f"ready {_s(c['ready_s'])} after the process started" if c.get("ready_s") is not None else "loaded"
-    return f"cold start: {ready} (load {_s(c['load_s'])}: {', '.join(parts)}){ttft}"
+    detail = f": {', '.join(parts)}" if parts else ""  # a run from before 0.3.0 has no phases
+    return f"cold start: {ready} (load {_s(c['load_s'])}{detail}){ttft}"
 
 
 def detail_lines(run: Any, *, machine: bool = False) -> list[str]:
