@@ -73,8 +73,8 @@ def table(rows: list[dict]) -> str:
 
             split = f"{med('load_s')} ({med('weights_s')} / {med('build_s')})"
             state = "cached" if cached else "converted"
-            if engine == "transformers":
-                state = "(none)"
+            if engine == "transformers":  # nothing to convert: the caches are the tokenizer's and --dtype auto's
+                state = "caches kept" if cached else "caches fresh"
             lines.append(f"| {engine} | {state} | {len(rs)} | {med('ready_s')} | {med('before_load_s')} | {split} | "
                          f"{med('convert_s')} | {med('warmup_s')} | {med('first_ttft_ms')} | {med('ttft_p50_ms')} | "
                          f"{med('wall_s')} |")  # fmt: skip
