@@ -25,7 +25,7 @@ interval at 1 - 0.05/3 (Bonferroni, :func:`variance.widen`) to exclude 0: A/A ru
 says "what changed" (:meth:`Comparison.changed`, the machine notes) reads the words. A *regression*: a gated
 row significant (95%) in the bad direction by more than its threshold. Where the noise is: :mod:`.variance`.
 
-Why one module of 750-odd lines (over 600): the rows, their pairing, the gaps statistic, the gate's verdict and
+Why one module of 780-odd lines (over 600): the rows, their pairing, the gaps statistic, the gate's verdict and
 the checks that refuse impossible figures all read the same paired populations; the file is the comparison. No
 torch here: compare starts fast.
 """
