@@ -8,7 +8,7 @@ The seed's lesson: ``device_map="auto"`` once put weights on disk and made every
 no visible sign. So after loading, every parameter and buffer is checked, and anything on ``disk`` or
 ``meta`` (or on the CPU when a GPU computes) stops the run unless the user allowed it.
 
-Why one module of 700-odd lines: naming the source, choosing device and dtype, loading and the offload proof
+Why one module of 700-odd lines (over 600): naming the source, choosing device and dtype, loading and the offload proof
 are one sequence over the same few objects (the spec, the config, the model); the pieces that stand alone live
 beside it (autodtype, builtin, quantize, generation).
 """
