@@ -131,6 +131,16 @@ def gated_figures(rows: list[dict], gate_stat: str) -> dict:
     return out
 
 
+def cpu_label(environment: dict) -> str | None:
+    """The CPU a run measured on, as the tables group it: its model and the widest bfloat16 path it has (the
+    job's dtype: emulated on AVX2, native with AVX512-BF16), from the run JSON's ``environment``."""
+    model, flags = environment.get("cpu_model"), set(environment.get("cpu_flags") or ())
+    if not model:
+        return None
+    isa = "AVX512-BF16" if "avx512_bf16" in flags else "AVX2" if "avx2" in flags else "no AVX2"
+    return f"{model}, {isa}"
+
+
 def one_ab(folder: Path, pct: float, ab_args: list[str]) -> dict:
     folder.mkdir(parents=True, exist_ok=True)
     t = time.perf_counter()
@@ -147,7 +157,9 @@ def one_ab(folder: Path, pct: float, ab_args: list[str]) -> dict:
            "inject_kind": INJECT_KIND, "rows": rows,
            **gated_figures(rows, gate_options(ab_args).gate_stat)}  # fmt: skip
     out["gate_failed"] = proc.returncode == 1
-    design = json.loads((folder / "base.json").read_text(encoding="utf-8"))["config"]
+    base = json.loads((folder / "base.json").read_text(encoding="utf-8"))
+    out["cpu"] = cpu_label(base.get("environment") or {})
+    design = base["config"]
     out["design"] = {k: design["ab"].get(k) for k in ("order", "processes", "ttft_pairs", "budget_s")}
     out["design"]["rounds"] = design.get("repeats")
     out["variance"] = comp.get("variance")
@@ -296,7 +308,11 @@ def read_folder(folder: Path) -> tuple[list[str], list[dict], list[str]]:
         if r["pct"] and r.get("inject") != "slow_pct":  # a sleep-based head: its size was not its nominal
             sleep.append(r)
             continue
-        again = regated(folder / f"run-{r['index']:03d}", args)
+        run_dir = folder / f"run-{r['index']:03d}"
+        if not r.get("cpu") and (run_dir / "base.json").exists():
+            r = {**r, "cpu": cpu_label(json.loads((run_dir / "base.json").read_text(encoding="utf-8"))
+                                       .get("environment") or {})}  # fmt: skip
+        again = regated(run_dir, args)
         if again is None:
             gone += 1
         else:
@@ -316,20 +332,26 @@ def read_folder(folder: Path) -> tuple[list[str], list[dict], list[str]]:
     return args, kept, notes
 
 
+UNRECORDED_CPU = "not recorded (runs kept before 2026-12-02 13:00: the README names the CPU of those days)"
+
+
 def report(folders: list[Path]) -> None:
     """The tables over several study folders' runs, pooled by setting (the same ab args), each run's gate
     re-decided: the job's gate now (REGRESSION_GATE), overridden by the arm's own gate options where it had them."""
-    settings: dict[tuple[str, ...], list[dict]] = {}
+    # pooled by setting and by CPU: the same job on another CPU is another study (a machine of this kind was an
+    # AVX2-only AMD EPYC one day and an AVX512-BF16 Xeon another)
+    settings: dict[tuple[tuple[str, ...], str], list[dict]] = {}
     for folder in folders:
         args, runs, notes = read_folder(folder)
         log = json.loads((folder / "gate_study.json").read_text(encoding="utf-8"))
         calib = f", calibration TPOT {log['tpot_ms_calibration']:.2f} ms" if "tpot_ms_calibration" in log else ""
         print(f"{folder}: {len(log['runs'])} runs{calib}, machine {log.get('machine', '(not recorded)')}, ab args "
               f"{' '.join(args) or '(the job as it is)'}" + "".join(f"\n  - {n}" for n in notes))  # fmt: skip
-        settings.setdefault(tuple(args), []).extend(runs)
+        for r in runs:
+            settings.setdefault((tuple(args), r.get("cpu") or UNRECORDED_CPU), []).append(r)
     print(f"\njob's gate now: {' '.join(REGRESSION_GATE)} (an arm with thresholds of its own keeps its own gate)")
-    for args, runs in settings.items():
-        print(f"\n## ab args {' '.join(args) or '(the job as it is)'}: {len(runs)} runs\n")
+    for (args, cpu), runs in settings.items():
+        print(f"\n## ab args {' '.join(args) or '(the job as it is)'}, CPU {cpu}: {len(runs)} runs\n")
         print("\n".join(summarize(runs)))
 
 
