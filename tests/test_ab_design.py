@@ -79,6 +79,26 @@ def test_a_duet_starts_both_at_once_on_two_cpus_swapped_pair_by_pair():
     assert base_cpus == [0, 1, 0, 1] and head_cpus == [1, 0, 1, 0]
 
 
+def test_full_and_ttft_only_pairs_each_alternate_cpus_and_orders_on_their_own():
+    import random
+
+    from llmbench.drivers.ab import balanced_firsts
+
+    # a budget's design seen in the gate study: 15 processes, one round of 20 prompts, 31 TTFT-only pairs spread
+    # among the full ones; counted together, every full pair had put the head on the same CPU
+    base, head, p = _plan(20, 1, 15, ttft_pairs=31, duet=(0, 1))
+    for short in (False, True):
+        head_cpus = Counter(r.cpu for t, r in p if t is head and r.ttft_only == short)
+        assert abs(head_cpus[0] - head_cpus[1]) <= 1, (short, head_cpus)
+    # ABBA: within each process, each kind's pairs alternate who goes first, from the process's drawn side
+    firsts = balanced_firsts(4, random.Random(1))
+    base, _, p = _plan(5, 4, 4, ttft_pairs=12, base_first=firsts)
+    for proc in range(4):
+        for short in (False, True):
+            mine = [t is base for t, r in p[::2] if _process(r, 5, 4) == proc and r.ttft_only == short]
+            assert mine[0] == firsts[proc] and all(a != b for a, b in itertools.pairwise(mine)), (proc, short)
+
+
 # --- the budget -------------------------------------------------------------------------------------------------
 
 
