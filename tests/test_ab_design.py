@@ -270,3 +270,26 @@ def test_an_older_worker_that_would_ignore_a_ttft_only_or_duet_request_is_refuse
     with pytest.raises(UserError, match="predates --duet"):
         _check_features([old, new], Design(duet=True))
     _check_features([new, new], Design(ttft_pairs=4, duet=True))
+
+
+def test_warm_ups_take_turns_in_every_event_loop_a_process_runs():
+    # a module-wide asyncio lock binds to the loop it first waited in: the second `ab` of one process (a notebook,
+    # the in-process CLI) failed with "bound to a different event loop" as soon as two warm-ups met
+    import asyncio
+
+    from llmbench.backends.pool import warming_lock
+
+    async def two_warm_ups_meet() -> list[str]:
+        order: list[str] = []
+
+        async def warm(name: str) -> None:
+            async with warming_lock():
+                order.append(f"{name} in")
+                await asyncio.sleep(0.01)
+                order.append(f"{name} out")
+
+        await asyncio.gather(warm("base"), warm("head"))
+        return order
+
+    for _ in range(3):
+        assert asyncio.run(two_warm_ups_meet()) == ["base in", "base out", "head in", "head out"]

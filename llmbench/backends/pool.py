@@ -22,6 +22,7 @@ import contextlib
 import os
 import random
 import time
+import weakref
 from collections.abc import Hashable
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -37,8 +38,19 @@ from llmbench.workloads.prompts import PromptSet
 ENV_PAD_MAX = 4096  # bytes of environment padding: moves the initial stack by up to a page
 # Two sides warming their new processes at the same moment, each on several threads, oversubscribe the CPUs:
 # OpenMP's spinning threads then wait for ones that are descheduled (measured: a 4 s warm-up took 15-40 s). They
-# take turns, unless the pair is a duet's (one thread a side, one CPU each).
-_WARMING = asyncio.Lock()
+# take turns, unless the pair is a duet's (one thread a side, one CPU each). One lock per event loop: an asyncio
+# lock binds to the loop it first waited in, so a module-wide one failed the second ab of a process (a notebook,
+# the in-process tests: "bound to a different event loop").
+_WARMING: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = weakref.WeakKeyDictionary()
+
+
+def warming_lock() -> asyncio.Lock:
+    """The lock new processes' warm-ups take turns on, in the running event loop."""
+    loop = asyncio.get_running_loop()
+    lock = _WARMING.get(loop)
+    if lock is None:
+        lock = _WARMING[loop] = asyncio.Lock()
+    return lock
 
 
 @dataclass(frozen=True)
@@ -111,7 +123,7 @@ class PoolBackend:
         await worker.start(self.prompts)
         t = time.perf_counter()
         if warm and self.warmups:
-            async with contextlib.nullcontext() if together else _WARMING:
+            async with contextlib.nullcontext() if together else warming_lock():
                 t = time.perf_counter()
                 for req in self.warmups:
                     if await worker.measure(req, self._stop, 0.0) is None:

@@ -282,6 +282,27 @@ def lock_timeout_s() -> float:
     return value
 
 
+def _wal(cur: Any, timeout_s: float) -> None:
+    """``PRAGMA journal_mode=WAL``, tried again while the database is locked, up to ``timeout_s``. Switching a
+    rollback-journal file (a new one, or an older llmbench's) to WAL takes an exclusive lock; when several
+    processes open it at the same moment, each holding a shared lock, SQLite answers "database is locked" at once
+    instead of calling the busy handler (it would deadlock), so the busy timeout never applies (seen: 8 first
+    uses at once on a fast CPU)."""
+    import random
+    import sqlite3
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            cur.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(random.uniform(0.005, 0.05))  # apart, so the next tries don't meet again
+
+
 def is_complete(extra: dict[str, Any] | None) -> bool:
     """A recorded result's ``extra`` -> whether it is complete (records without the notion are)."""
     return (extra or {}).get("complete") is not False
@@ -327,7 +348,7 @@ class History:
                 dbapi_conn.isolation_level = None
                 cur = dbapi_conn.cursor()
                 cur.execute("PRAGMA foreign_keys=ON")
-                cur.execute("PRAGMA journal_mode=WAL")  # readers never block the writer, nor it them
+                _wal(cur, self.timeout_s)  # readers never block the writer, nor it them
                 cur.close()
 
             @event.listens_for(self.engine, "begin")
