@@ -286,8 +286,9 @@ def _wal(cur: Any, timeout_s: float) -> None:
     """``PRAGMA journal_mode=WAL``, tried again while the database is locked, up to ``timeout_s``. Switching a
     rollback-journal file (a new one, or an older llmbench's) to WAL takes an exclusive lock; when several
     processes open it at the same moment, each holding a shared lock, SQLite answers "database is locked" at once
-    instead of calling the busy handler (it would deadlock), so the busy timeout never applies (seen: 8 first
-    uses at once on a fast CPU)."""
+    instead of calling the busy handler (it would deadlock), so the busy timeout never applies (SQLite's busy
+    handler docs). The likely cause of a test's 8 first uses at once failing so on a fast CPU; not reproduced
+    on demand."""
     import random
     import sqlite3
     import time
