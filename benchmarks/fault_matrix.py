@@ -22,7 +22,7 @@ JSON, mid-stream). Mounting needs root; without it the tmpfs rows are skipped wi
 PostgreSQL rows without Debian's server binaries.
 
     python benchmarks/fault_matrix.py                 # every row (about 10 minutes on 2 cores)
-    python benchmarks/fault_matrix.py --quick         # the CI subset (tests/test_fault_matrix.py)
+    python benchmarks/fault_matrix.py --quick         # the CI subset (tests/e2e/test_fault_matrix_quick.py)
     python benchmarks/fault_matrix.py --only run,ab --faults sigkill,disk-full --json out.json
 """
 

@@ -88,8 +88,8 @@ rm -rf "$OUT/sweep" "$OUT/ab" "$OUT/tiny-model"  # this script's own outputs of 
 echo "# llmbench gpu_check, $(date -u +%FT%TZ), device $DEVICE, commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')" >>"$FIG"
 
 step "1. stopwatch, loop and telemetry tests" tests
-timeout 60 "$PYTHON" -m pytest -q -x -p no:cacheprovider tests/test_stopwatch.py tests/test_loop.py \
-  tests/test_telemetry.py -m "not subprocess" >>"$LOG" 2>&1
+timeout 60 "$PYTHON" -m pytest -q -x -p no:cacheprovider tests/unit/test_stopwatch.py tests/unit/test_loop.py \
+  tests/unit/test_telemetry.py >>"$LOG" 2>&1
 tail -n 1 "$LOG" | sed 's/^/tests: /' >>"$FIG"
 
 step "2. run --device auto --dtype auto: CUDA, bfloat16, energy and clocks recorded" run

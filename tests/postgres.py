@@ -72,3 +72,18 @@ def server() -> Iterator[str]:
         subprocess.run([*prefix, _binary("pg_ctl") or "pg_ctl", "-D", str(data), "-m", "immediate", "stop"],
                        capture_output=True, timeout=60)  # fmt: skip
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def new_database(server_url: str, name: str) -> str:
+    """A new, empty database on the test server; its URL (SQLAlchemy's spelling)."""
+    from sqlalchemy import create_engine, text
+
+    from llmbench.history.db import resolve_url
+
+    url = resolve_url(server_url)
+    assert url is not None
+    engine = create_engine(url, isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        conn.execute(text(f"CREATE DATABASE {name}"))
+    engine.dispose()
+    return url.rsplit("/", 1)[0] + f"/{name}"

@@ -14,11 +14,11 @@ Python imports ``sitecustomize`` at start-up when it is on the path; this one ac
 a causal LM (one per token, the prefill's included):
 
 - SLEEP_MS / EXIT_AFTER (a global torch forward hook, on every module, as always): sleeps, or ends the process
-  as a crash would (exit status 9, nothing flushed). Used by tests/test_ab.py, tests/test_history.py and
-  benchmarks/ab_noise.py to make a head measurably slower, or a worker die mid-run.
+  as a crash would (exit status 9, nothing flushed). Used by the nightly tests (tests/nightly), the bisect test
+  (tests/bisect_repo.py) and benchmarks/ab_noise.py to make a head measurably slower, or a worker die mid-run.
 - LOAD_SLEEP_S=S: the first ``eval()`` (``train(False)``) of a causal LM (transformers' from_pretrained ends with
   it, and llmbench's load calls it: both inside ``load.seconds``) sleeps S seconds once, as a slower loading path
-  would: the test of ``ab --fail-on load_s`` (tests/test_cold_start.py).
+  would: the cold-start tests (tests/e2e/test_cold_start_phases.py, tests/nightly/test_measured_claims.py).
 - SLOW_PCT=P: BUSY-WAITS (spins on perf_counter, never sleeps: a sleeping CPU may clock down, and a sleep
   overshoots) for P% of that very forward's own measured wall time, so the head is slower by a known share of
   the model's work whatever the machine does. Only the outermost ``*ForCausalLM`` module's forward counts: the

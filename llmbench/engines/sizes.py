@@ -35,7 +35,7 @@ def gguf_tensors(path: Path) -> dict[str, tuple[int, int]]:
     """{tensor name: (elements, bytes as stored)} from a little-endian GGUF's header, skipping the metadata
     without decoding it. Why not ``gguf.GGUFReader``: it builds a numpy view per metadata item, ~19 s for a
     151,936-token vocabulary on this project's 2-core machine, inside every llama.cpp run's cold start; this reads
-    the same header in a fraction of a second (tests/test_cold_start.py checks both agree). ValueError for a file
+    the same header in a fraction of a second (tests/unit/test_cold_start.py checks both agree). ValueError for a file
     that isn't one (or a big-endian one)."""
     import struct
 

@@ -16,12 +16,15 @@ beside it (autodtype, builtin, quantize, generation).
 from __future__ import annotations
 
 import atexit
+import collections
 import contextlib
+import copy
 import json
 import os
 import re
 import shutil
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from itertools import chain
@@ -498,6 +501,28 @@ def _model_files(spec: ModelOptions, source: str, path: Path | None) -> tuple[Pa
     return None, {}
 
 
+# A process reads a folder's config and tokenizer once (~1-2 s with a 151,936-token vocabulary): a notebook, a sweep
+# or a test suite that loads the same folder again (another dtype, quantized, another run) reuses them. The key
+# holds every file's size and mtime, so a changed folder is read again. The tokenizer is shared (llmbench only
+# reads it; a deep copy costs as much as a read); the config is copied (loading writes dtype and attention into it).
+_READ: collections.OrderedDict[tuple, tuple[Any, Any]] = collections.OrderedDict()
+_READ_MAX = 4
+_READ_LOCK = threading.Lock()
+
+
+def _read_key(folder: Path, gguf: dict[str, Any], remote: bool) -> tuple | None:
+    """What a folder's config and tokenizer were read from: its files' names, sizes and mtimes (None: unreadable,
+    or remote code, whose modules may change without the folder changing)."""
+    if remote:
+        return None
+    try:
+        files = tuple(sorted((p.name, st.st_size, st.st_mtime_ns) for p in folder.iterdir()
+                             if (st := p.stat()) and p.is_file()))  # fmt: skip
+    except OSError:
+        return None
+    return (str(folder.resolve()), files, tuple(sorted(gguf.items())))
+
+
 def _config_and_tokenizer(
     spec: ModelOptions, source: str, folder: Path | None, gguf: dict[str, Any], warnings: list[str] | None = None
 ):
@@ -512,10 +537,18 @@ def _config_and_tokenizer(
         if source in ("folder", "hub") and not (folder / "config.json").is_file():
             raise UserError(f"{folder} has no config.json: not a transformers model folder")
         remote = {"trust_remote_code": spec.trust_remote_code}
-        return (
-            AutoConfig.from_pretrained(folder, **gguf, **remote),
-            AutoTokenizer.from_pretrained(folder, **gguf, **remote),
-        )
+        key = _read_key(folder, gguf, spec.trust_remote_code)
+        with _READ_LOCK:
+            hit = _READ.get(key) if key is not None else None
+        if hit is None:
+            hit = (AutoConfig.from_pretrained(folder, **gguf, **remote),
+                   AutoTokenizer.from_pretrained(folder, **gguf, **remote))  # fmt: skip
+            if key is not None:
+                with _READ_LOCK:
+                    _READ[key] = hit
+                    while len(_READ) > _READ_MAX:
+                        _READ.popitem(last=False)
+        return copy.deepcopy(hit[0]), hit[1]
     except UserError:
         raise
     except Exception as e:  # config.json or tokenizer files unreadable: transformers raises many types

@@ -1,0 +1,51 @@
+"""Every figure `report` draws reads at a glance: no tick label, legend entry or title over another (matplotlib's
+own text extents after drawing), reference lines that mean what their legend says, short names, units on every
+axis; and a screenshot of each report kind, taken in headless Chromium, kept in test-artifacts/.
+
+This file: the part that needs real worker processes, real-size models, an engine or the browser (tests/e2e); the
+rest is in tests/unit/test_figures.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from llmbench.present import html as report
+from llmbench.results.storage import save_run
+from tests.helpers import synthetic_run
+from tests.unit.test_figures import ARTIFACTS, CHROMIUM, _trend, load_record
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)")
+def test_each_report_kind_in_chromium_is_kept_as_a_screenshot(tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    a, b = tmp_path / "base.json", tmp_path / "head.json"
+    save_run(synthetic_run(n=30, tokens=24, noise=0.2, seed=1), a)
+    save_run(synthetic_run(n=30, tokens=24, noise=0.2, seed=2, tpot_ms=26.0), b)
+    from llmbench.results.storage import load_run
+
+    pages = {
+        "run": report.build_report([("base", load_run(a))]),
+        "compare": report.build_report([("base", load_run(a)), ("head", load_run(b))]),
+        "load": report.build_load_report([("load", load_record([0.2, 0.5, 1, 2, 4, 8], 3.0))]),
+        "trend": report.build_trend_report(_trend(), budget=5.0),
+    }
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu",
+                                    "--disable-background-networking", "--disable-component-update"])  # fmt: skip
+        page = browser.new_page(viewport={"width": 1100, "height": 900})
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        for kind, html in pages.items():
+            path = tmp_path / f"{kind}.html"
+            path.write_text(html, encoding="utf-8")
+            page.goto(path.as_uri())
+            page.wait_for_load_state("networkidle")
+            assert page.locator("svg").count() >= 1
+            shot = ARTIFACTS / f"report-{kind}.png"
+            page.screenshot(path=str(shot), full_page=True)
+            assert shot.stat().st_size > 10_000
+        browser.close()
+    assert errors == []

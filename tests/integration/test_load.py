@@ -1,0 +1,191 @@
+"""Open-loop arrivals, rate sweeps with goodput under SLOs, load generators over several processes, reasoning
+streams and token counts that disagree: against real uvicorn servers on loopback.
+
+The server under load is ``llmbench serve``'s app around a model whose forward passes take known times
+(tests/delayed_model.py), one request at a time with a queue of 4 and 429 beyond: its capacity is known, so
+a rate far below it must hold and a rate far above it must not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from llmbench.backends.endpoint import LATE_MS
+from llmbench.drivers import load as ld
+from llmbench.drivers.run import run as run_driver
+from llmbench.options import EndpointOptions, OpenLoop, RunOptions
+from llmbench.results.storage import load_run
+from llmbench.runner.loop import NullReporter
+from llmbench.serve import create_app
+from llmbench.workloads.prompts import PromptSet
+from tests.delayed_model import delayed_loaded
+from tests.servers import BackgroundServer, faulty_server
+
+PREFILL_MS, DECODE_MS, NEW_TOKENS = 20.0, 10.0, 4  # one request holds the model ~50 ms: capacity ~20/s
+PROMPTS = PromptSet.from_list(["a plant dumps water at night", "某工厂夜间偷排废水", "mixed 文本 text"])
+OPTIONS = RunOptions(max_new_tokens=NEW_TOKENS, ignore_eos=True, warmup=1)
+
+
+@pytest.fixture(scope="module")
+def server(qwen_tokenizer):
+    lm = delayed_loaded(qwen_tokenizer, prefill_ms=PREFILL_MS, decode_ms=DECODE_MS)
+    with BackgroundServer(create_app(lm, max_queue=4)) as url:
+        yield url
+
+
+def _open(url: str, rate: float, **kw) -> EndpointOptions:
+    return EndpointOptions(url=url, open_loop=OpenLoop(rate_rps=rate, **kw))
+
+
+# -- schedules ----------------------------------------------------------------------------------------------
+
+
+# -- one open-loop run -------------------------------------------------------------------------------------
+
+
+def test_an_open_loop_run_sends_on_schedule_and_records_how_late(cli, server, tmp_path):
+    out = tmp_path / "r.json"
+    run, _ = asyncio.run(run_driver(PROMPTS, _open(server, 8.0, arrival="constant", requests=12), OPTIONS,
+                                    output=out))  # fmt: skip
+    saved = load_run(out)
+    assert saved.summary == run.summary
+    a = saved.config.endpoint.arrival
+    assert (a.rate_rps, a.process, a.requests) == (8.0, "constant", 12) and saved.complete
+    assert [r.scheduled_s for r in saved.requests] == pytest.approx([i / 8 for i in range(12)])
+    # request i is prompt i % 3, repeat i // 3: the schedule walks the prompt list round and round
+    assert [(r.prompt_index, r.repeat) for r in saved.requests] == [(i % 3, i // 3) for i in range(12)]
+    for r in saved.requests:
+        assert r.send_lateness_ms is not None and r.send_lateness_ms >= 0
+        assert r.ttft_from_schedule_ms == pytest.approx(r.ttft_ms + r.send_lateness_ms, abs=0.01)
+        # the sends really went out on schedule: started_s (the loop's clock) follows the due times
+        assert r.started_s == pytest.approx(r.scheduled_s, abs=0.25)
+    s = saved.summary
+    assert s.offered_rate_rps == 8.0 and s.send_lateness_ms.n == 12 and s.achieved_rate_rps > 0
+    shown = cli("show", out)
+    assert shown.returncode == 0 and "open loop: offered 8/s (constant), achieved" in shown.stdout
+
+
+def test_an_open_loop_does_not_wait_for_answers_but_a_closed_loop_does(server):
+    """10 requests due within 90 ms against a server that takes ~50 ms each: an open loop has them all in
+    flight at once (the server queues 4 and refuses the rest with 429), a closed loop never more than one."""
+    run, _ = asyncio.run(run_driver(PROMPTS, _open(server, 100.0, arrival="constant", requests=10), OPTIONS))
+    assert len(run.failed_requests) >= 3 and all(f.status == 429 for f in run.failed_requests)
+    assert all(f.scheduled_s is not None for f in run.failed_requests)
+    served = sorted(run.requests, key=lambda r: r.scheduled_s)
+    # queued requests wait their turn: TTFT grows with the place in the queue
+    assert served[-1].ttft_ms > served[0].ttft_ms + 2 * PREFILL_MS
+    closed, _ = asyncio.run(run_driver(PROMPTS, EndpointOptions(url=server), RunOptions(**{**OPTIONS.__dict__,
+                                                                                           "repeats": 3})))  # fmt: skip
+    assert not closed.failed_requests and len(closed.requests) == 9
+
+
+class _SlowReporter(NullReporter):
+    """A progress display that blocks the event loop for 40 ms after every answer: a load generator that
+    can't keep up, on purpose."""
+
+    def request(self, result, done: int, total: int) -> None:
+        time.sleep(0.04)
+
+
+def test_a_load_generator_that_falls_behind_says_so_loudly(server):
+    ep = _open(server, 60.0, arrival="constant", requests=24)
+    run, _ = asyncio.run(run_driver(PROMPTS, ep, OPTIONS, reporter=_SlowReporter()))
+    assert run.summary.send_lateness_ms.max > 30  # 40 ms blocks against a 16.7 ms schedule
+    assert any("THE CLIENT FELL BEHIND ITS SCHEDULE" in w for w in run.warnings)
+    on_time, _ = asyncio.run(run_driver(PROMPTS, _open(server, 4.0, arrival="constant", requests=4), OPTIONS))
+    # without the block the client is on time unless the machine itself is starved: the warning says which
+    # the warning's own test, on the raw stamps (the summary's max is rounded: 10.004 ms would read 10.0)
+    late = any(r.send_lateness_ms is not None and r.send_lateness_ms > LATE_MS for r in on_time.requests)
+    assert any("FELL BEHIND" in w for w in on_time.warnings) == late
+
+
+class _StopAfterFirst(NullReporter):
+    def __init__(self, stop) -> None:
+        self.stop = stop
+
+    def request(self, result, done: int, total: int) -> None:
+        self.stop.request("SIGINT")
+
+
+def test_a_stop_between_due_times_ends_an_open_loop_at_once(server, tmp_path):
+    """At 0.1 requests/s the next request is due 10 s after the first: a stop right after the first answer
+    ends the run then, keeping it, instead of waiting for the next due time."""
+    from llmbench.core.errors import RunInterrupted
+    from llmbench.core.process import Stop
+
+    stop = Stop()
+    out = tmp_path / "r.json"
+    t = time.monotonic()
+    with pytest.raises(RunInterrupted):
+        asyncio.run(run_driver(PROMPTS, _open(server, 0.1, arrival="constant", requests=3), OPTIONS, output=out,
+                               stop=stop, reporter=_StopAfterFirst(stop)))  # fmt: skip
+    assert time.monotonic() - t < 8.0  # warm-up + one request + saving; the second was due 10 s in
+    saved = load_run(out)
+    assert len(saved.requests) == 1 and not saved.complete and saved.sessions[-1].interrupted_by == "SIGINT"
+
+
+# -- load: rates, SLOs, goodput, saturation -----------------------------------------------------------------
+
+
+def test_goodput_counts_only_requests_meeting_every_slo_and_one_token_answers_fail_tpot(server):
+    run, _ = asyncio.run(run_driver(PROMPTS, _open(server, 5.0, arrival="constant", requests=6), OPTIONS))
+    ttfts = sorted(r.ttft_ms for r in run.requests)
+    limit = (ttfts[2] + ttfts[3]) / 2  # exactly 3 of 6 under it
+    spec = ld.LoadSpec(rates=[5.0], slos=[ld.Slo("ttft_ms", 50, limit)])
+    row = ld.rate_figures(run, spec)
+    assert row["good"] == 3 and row["attainment"] == 0.5 and row["slos"][f"ttft_ms:p50={limit:g}"]["holds"]
+    assert row["goodput_rps"] < row["achieved_rate_rps"]
+    one = run.model_copy(deep=True)
+    for r in one.requests:
+        r.tpot_ms, r.output_tokens = None, 1
+    tpot = ld.LoadSpec(rates=[5.0], slos=[ld.Slo("tpot_ms", 90, 1e9)])
+    assert ld.rate_figures(one, tpot)["good"] == 0  # no TPOT does not pass a TPOT limit ...
+    tpot.one_token_passes = True
+    assert ld.rate_figures(one, tpot)["good"] == 6  # ... unless asked
+
+
+def _prompts(tmp_path):
+    p = tmp_path / "p.txt"
+    p.write_text("\n".join(PROMPTS.prompts) + "\n", encoding="utf-8")
+    return p
+
+
+# -- several load generators ----------------------------------------------------------------------------------
+
+
+# -- reasoning and token counts ----------------------------------------------------------------------------
+
+
+def test_reasoning_is_stamped_apart_from_the_answer(qwen_tokenizer, tmp_path):
+    lm = delayed_loaded(qwen_tokenizer, prefill_ms=20.0, decode_ms=15.0)
+    with BackgroundServer(create_app(lm, max_queue=4, reasoning_tokens=3)) as url:
+        run, _ = asyncio.run(run_driver(PROMPTS, EndpointOptions(url=url), RunOptions(max_new_tokens=8,
+                                                                                       ignore_eos=True)))  # fmt: skip
+    for r in run.requests:
+        assert r.reasoning_tokens == 3 and r.reasoning_events and r.reasoning_events <= 3
+        # the first answer token comes three decode steps after the first thought
+        assert r.ttfrt_ms < r.ttft_ms and r.ttft_ms - r.ttfrt_ms >= 3 * 15.0 * 0.9
+        assert r.output_tokens == 5 and r.tokens_from == "usage"  # 8 generated, 3 of them reasoning
+        assert r.tpot_ms >= 15.0 * 0.9  # the answer's own pace
+    assert run.summary.ttfrt_ms is not None and run.summary.ttfrt_ms.n == 3
+
+
+def test_server_and_client_token_counts_are_both_kept_and_disagreements_counted(cli, qwen_tokenizer, tiny_model_dir,
+                                                                                 tmp_path):  # fmt: skip
+    app = faulty_server()
+    app.state.mode, app.state.calls = "usage-count", 0
+    client_count = len(qwen_tokenizer("alpha beta gamma delta", add_special_tokens=False)["input_ids"])
+    with BackgroundServer(app) as url:
+        out = tmp_path / "r.json"
+        r = cli("run", _prompts(tmp_path), "--endpoint", url, "--tokenizer", tiny_model_dir, "--repeats", "2", "-o",
+                out, "-q")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    run = load_run(out)
+    assert all(q.output_tokens_client == client_count and q.tokens_from == "usage" for q in run.requests)
+    assert {q.output_tokens_server for q in run.requests} == {4, 6}
+    expected = sum(q.output_tokens_server != client_count for q in run.requests)
+    assert run.summary.token_count_disagreements == expected > 0
+    assert any(f"token counts disagree on {expected} of 6 requests" in w for w in run.warnings)
