@@ -177,8 +177,17 @@ def smollm2():
 def smollm2_folder(smollm2, tmp_path_factory) -> Path:
     """That one load saved as a transformers folder (safetensors, memory-mapped on load): what the tests that load
     the trained model again, in another dtype or quantized or through the CLI, load instead of the .gguf."""
+    import copy
+
+    from transformers import AutoModelForCausalLM
+
     path = tmp_path_factory.mktemp("smollm2")
-    smollm2.model.save_pretrained(path)
+    config = copy.deepcopy(smollm2.model.config)
+    config.quantization_config = None  # dequantized already; transformers won't save a model marked gguf
+    del config.quantization_config
+    plain = AutoModelForCausalLM.from_config(config, dtype=smollm2.model.dtype)
+    plain.load_state_dict(smollm2.model.state_dict())
+    plain.save_pretrained(path)
     smollm2.tokenizer.save_pretrained(path)
     return path
 

@@ -57,10 +57,11 @@ def test_the_worker_protocol(tiny_model_dir):
 
 
 def test_ab_interleaves_pairs_and_gates_like_compare(cli, tiny_model_dir, prompt_file, tmp_path, probe_on):
-    """Two real workers: ABBA pairs, and each worker's own probe on its own thread."""
+    """Two real workers: ABBA pairs, and each worker's own probe on its own thread. The gate is not the subject (two
+    twins of a tiny model read up to +-25% apart in 6 pairs on a busy day): 200% only asks that it is printed."""
     out = tmp_path / "ab"
     r = cli("ab", prompt_file, "--base", real_worker(tiny_model_dir), "--head", real_worker(tiny_model_dir),
-            "--max-new-tokens", "6", "--repeats", "2", "-o", out, "--fail-on-regression", "25", "-q")  # fmt: skip
+            "--max-new-tokens", "6", "--repeats", "2", "-o", out, "--fail-on-regression", "200", "-q")  # fmt: skip
     check_an_abba_run(cli, r, out, prompt_file, tmp_path, "llmbench worker")
     base, head = load_run(out / "base.json"), load_run(out / "head.json")
     assert base.machine.probe_before.threads == 1 and head.machine.probe_after is not None
