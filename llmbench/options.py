@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmbench.core.errors import UserError
+from llmbench.workloads import limits
+from llmbench.workloads.limits import check_range
 
 # bounds past which a run could never be made (a typo, not a wish): refused in one line instead of a hang
 _MAX_TOKENS = 10_000_000
@@ -58,13 +60,18 @@ class RunOptions:
             raise UserError(f"--warmup must be 0 to {_MAX_COUNT:,}, not {self.warmup}")
         if not 1 <= self.repeats <= _MAX_COUNT:
             raise UserError(f"--repeats must be 1 to {_MAX_COUNT:,}, not {self.repeats}")
-        if self.turns < 1:
-            raise UserError(f"--turns must be at least 1, not {self.turns}")
-        if not 0 <= self.think_time_s < float("inf"):  # NaN fails too
-            raise UserError(f"--think-time must be 0 or more seconds, not {self.think_time_s}")
-        if self.sample and not (0 < self.temperature < float("inf")):
+        from llmbench.workloads.sessions import MAX_TURNS
+
+        if not 1 <= self.turns <= MAX_TURNS:
+            raise UserError(f"--turns must be 1 to {MAX_TURNS:,}, not {self.turns}")
+        check_range("--think-time", self.think_time_s, 0, limits.MAX_WAIT_S, unit=" s")
+        check_range("--seed", self.seed, 0, limits.MAX_SEED)
+        # checked with or without --sample: a NaN or a 1e300 is a typo either way (greedy only ignores them)
+        check_range("--temperature", self.temperature, 0, 100.0)
+        check_range("--top-p", self.top_p, 0, 1)
+        if self.sample and not self.temperature > 0:
             raise UserError(f"--temperature must be above 0 when sampling, not {self.temperature}")
-        if self.sample and not (0 < self.top_p <= 1):
+        if self.sample and not self.top_p > 0:
             raise UserError(f"--top-p must be in (0, 1], not {self.top_p}")
         self.check_levers()
 
@@ -184,8 +191,8 @@ class OpenLoop:
                 raise UserError("--trace replays from one client process: drop --workers/--ray")
             return
 
-        if self.workers < 1:
-            raise UserError(f"--workers must be at least 1, not {self.workers}")
+        if not 1 <= self.workers <= limits.MAX_CLIENTS:
+            raise UserError(f"--workers must be 1 to {limits.MAX_CLIENTS:,}, not {self.workers}")
         plan_arrivals(self.rate_rps, self.arrival, requests=self.requests, duration_s=self.duration_s, seed=self.seed)
 
 
@@ -206,15 +213,14 @@ class EndpointOptions:
 
     def validate(self) -> None:
         """UserError for what no server can be asked."""
-        if self.concurrency < 1:
-            raise UserError(f"--concurrency must be at least 1, not {self.concurrency}")
-        if not 0 < self.timeout_s < float("inf"):  # NaN fails this too
-            raise UserError(f"--timeout must be a number of seconds above 0, not {self.timeout_s}")
+        if not 1 <= self.concurrency <= limits.MAX_CONCURRENCY:
+            raise UserError(f"--concurrency must be 1 to {limits.MAX_CONCURRENCY:,}, not {self.concurrency}")
+        check_range("--timeout", self.timeout_s, 0, limits.MAX_TIMEOUT_S, unit=" s", above=True)  # NaN fails too
         if self.metrics_url is not None and not self.metrics_url.lower().startswith(("http://", "https://")):
             from llmbench.core.redact import redact_url
 
             raise UserError(f"--metrics-url must be an http(s) URL, not '{redact_url(self.metrics_url)}'")
-        if not self.metrics_interval_s > 0:
+        if not 0 < self.metrics_interval_s <= limits.MAX_TIMEOUT_S:  # NaN fails this too
             raise UserError(f"the metrics scrape interval must be above 0 s, not {self.metrics_interval_s}")
         if self.open_loop is not None:
             if self.concurrency != 1:

@@ -512,11 +512,14 @@ def prepare(
     from llmbench.engines.hf import models
     from llmbench.engines.hf.generation import generation_thread
     from llmbench.present import terminal as display
+    from llmbench.workloads.limits import MAX_CONCURRENCY, MAX_PROMPT_TOKENS
 
-    if max_queue < 0:
-        raise UserError(f"--max-queue must be 0 or more, not {max_queue}")
-    if max_tokens < 1:
-        raise UserError(f"--max-tokens must be at least 1, not {max_tokens}")
+    if not 0 <= max_queue <= MAX_CONCURRENCY:  # requests held waiting, each with its prompt
+        raise UserError(f"--max-queue must be 0 to {MAX_CONCURRENCY:,}, not {max_queue}")
+    if not 1 <= max_tokens <= MAX_PROMPT_TOKENS:
+        raise UserError(f"--max-tokens must be 1 to {MAX_PROMPT_TOKENS:,}, not {max_tokens}")
+    if not 0 <= reasoning_tokens <= MAX_PROMPT_TOKENS:
+        raise UserError(f"--test-reasoning-tokens must be 0 to {MAX_PROMPT_TOKENS:,}, not {reasoning_tokens}")
     models.validate(spec)
     check_port(host, port)
     with display.err.status(f"loading {spec.model} ({spec.weights} weights) ..."):

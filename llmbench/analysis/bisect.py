@@ -1,10 +1,12 @@
 """Which commit made it slower: a binary search whose every step is a measurement with an interval, not one
 number (``llmbench bisect``; the driver measures, this module decides).
 
-Each commit c_i of GOOD..BAD (first parent, oldest first; c_0 = GOOD) is measured against **GOOD**, not its
-neighbour, so one cutoff keeps its meaning along the whole search and a creep stays visible: f(i) is the
-metric's change in percent with a 95% interval [lo, hi] over processes (``ab``'s statistics). BAD is measured
-first, giving D (its change); it must be a regression the gate would call (lo > 0 and D > the threshold).
+Each commit c_i of GOOD..BAD (a chain of parents: BAD's first-parent line, through the parent that leads to GOOD
+where a merge's first does not; oldest first; c_0 = GOOD; a merge is one step, its branch's commits not visited)
+is measured against **GOOD**, not its neighbour, so one cutoff keeps its meaning along the whole search and a
+creep stays visible: f(i) is the metric's change in percent with a 95% interval [lo, hi] over processes (``ab``'s
+statistics). BAD is measured first, giving D (its change); it must be a regression the gate would call (lo > 0 and
+D > the threshold).
 
 The rule at a cutoff c (the search for the first commit past D/2 uses c = D/2):
 

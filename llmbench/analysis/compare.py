@@ -5,12 +5,20 @@ Requests pair by (prompt_index, repeat) when both runs used the same prompt file
 ``requests`` with ``ttft_requests`` (ab's one-token requests, keyed apart); the others read ``requests`` alone.
 With b_i, n_i pair i's figures and N processes (``ab --processes``; else the bootstrap):
 
-    mean, p90, unpaired p50:  change = stat(n) / stat(b) - 1;  percentile bootstrap (scipy.stats.bootstrap's
-        resamples, in numpy), paired: one index set for both runs; processes: each one's change c_p, Student t
-        over them: change +- t_{0.975,N-1} sd(c_p) / sqrt(N)
-    paired p50:  d_i = ln(n_i / b_i),  change = expm1(median_i d_i);  bootstrap of the pairs' median; processes:
-        each one's median m_p, t in logs: expm1(median d +- t_{0.975,N-1} sd(m_p) / sqrt(N)). base, new: medians
+    p90, unpaired p50:  change = stat(n) / stat(b) - 1;  percentile bootstrap (scipy.stats.bootstrap's
+        resamples, in numpy), paired: one index set for both runs
+    mean:  change = mean(n) / mean(b) - 1;  Student t, the jackknife's (unpaired: Welch's) standard error
+        (:func:`mean_ratio_interval`)
+    processes (any statistic but the paired median): each one's change c_p, Student t over them:
+        change +- t_{0.975,N-1} sd(c_p) / sqrt(N)
+    paired p50:  d_i = ln(n_i / b_i),  change = expm1(median_i d_i);  the exact order-statistic interval of the
+        pairs' median (from 6 pairs); processes: each one's median m_p, t in logs: expm1(mean m_p +- t_{0.975,N-1}
+        sd(m_p) / sqrt(N)), and the change expm1(mean m_p). base, new: medians
     TPOT gaps (stamps):  the same, d_i of the pair's mean gaps over the positions both reached (:func:`_gaps_row`)
+
+Below the smallest n at which its kind of interval covers 93% (:data:`variance.MIN_N`, found by simulation:
+:mod:`.coverage`), a row has no interval and no verdict ("too few pairs: n = 3; at least 6 needed") and never
+fails a gate (the gate calls it BLIND).
 
 ``significant``: the row's 95% interval excludes 0 (every row; a study counts how often on A/A runs). Only rows
 that *speak* say a verdict word: the p50 rows of TTFT, TPOT, E2E and decode tok/s, TPOT's gaps, and any row a
@@ -58,13 +66,14 @@ METRICS: dict[str, tuple[str, int]] = {
 }
 GATED_BY_DEFAULT = ("ttft_ms", "tpot_ms", "e2e_ms")
 STATS = ("mean", "p50", "p90")
+RUN_STATS = ("mean", "p50", "p90", "p99")  # a run's own statistics in the history (:func:`stats_with_intervals`)
 # TPOT from per-token gaps paired by position (:func:`_gaps_row`): bundled tokens leave a mean gap unchanged, a
 # burst that hits a few pairs moves the median over pairs little. Paired runs with stamps; as a gate statistic it
 # applies to TPOT, and TTFT and E2E are then gated on their median.
 GAPS = "gaps"
 GATE_STATS = (*STATS, GAPS)
 GAPS_MIN_TOKENS = 3  # a request's TPOT over 2+ gaps
-GAPS_MIN_PAIRS = 2  # an interval needs 2 pairs
+GAPS_MIN_PAIRS = 2  # a gaps row needs 2 usable pairs (its interval, 6: variance.MIN_N)
 # which probe bounds which metric: decoding reads every weight per token, prefill is matmul-bound
 PROBE_FOR = {
     "ttft_ms": "matmul_gflops",
@@ -96,7 +105,9 @@ class Row:
     n_base: int
     n_new: int
     speaks: bool = False  # a robust row (see the module's docstring) or a gated one: its verdict is a finding
-    processes: int = 0  # the processes its interval is over (Student t, N - 1 df); 0: a bootstrap
+    processes: int = 0  # the processes its interval is over (Student t, N - 1 df); 0: over pairs
+    # "too few pairs: n = 3; at least 6 needed": below its interval's smallest honest n, no interval, no verdict
+    too_few: str | None = None
 
 
 @dataclass
@@ -172,14 +183,14 @@ class Comparison:
 
     def changed(self) -> list[Row]:
         """The rows that speak and found a change: what compare says changed (never a row of information)."""
-        return [r for r in self.rows if r.speaks and r.verdict not in (INFORMATION, NO_CHANGE)]
+        return [r for r in self.rows if r.speaks and r.too_few is None and r.verdict not in (INFORMATION, NO_CHANGE)]
 
     def speak(self, row: Row) -> None:
         """``row`` speaks from now on (the gate decides on it): its verdict is a finding, its machine note shown.
         A gated row's word is the gate's own test (its 95% interval), so the row and the gate never disagree; the
         other speaking rows keep the joint level (:func:`_spoken`)."""
         row.speaks = True
-        row.verdict = _verdict(METRICS[row.metric][1], row.change_pct, row.significant)
+        row.verdict = row.too_few or _verdict(METRICS[row.metric][1], row.change_pct, row.significant)
         self.machine = _spoken_notes(self.rows, self._notes)
 
     def detectable_pct(self, metric: str, stat: str = "mean") -> float | None:
@@ -199,6 +210,9 @@ class Comparison:
         out = []
         for metric, pct in thresholds.items():
             mdc = self.detectable_pct(metric, stat)
+            row = self.row(metric, stat)
+            if row is not None and row.too_few is not None:
+                mdc = math.inf  # no interval at this n: no change, however large, could have been seen
             if mdc is not None and mdc > pct:
                 out.append((metric, mdc, pct))
         return out
@@ -312,17 +326,27 @@ def gate_options(
     return gates
 
 
-def check_gaps_gate(stat: str, thresholds: dict[str, float], max_new_tokens: int, pairs: int) -> None:
-    """UserError, before anything is measured, when ``--gate-stat gaps`` could not gate TPOT on what would be
-    measured: requests of fewer than 3 tokens, or fewer than 2 pairs, give no gaps row to gate on."""
-    if stat != GAPS or "tpot_ms" not in thresholds:
-        return
-    if max_new_tokens < GAPS_MIN_TOKENS:
+def check_gate_inputs(
+    stat: str, thresholds: dict[str, float], max_new_tokens: int, pairs: int, processes: int = 1, ttft_pairs: int = 0
+) -> None:
+    """UserError, before anything is measured, when the gate could not decide on what would be measured: ``--gate-stat
+    gaps`` on requests of fewer than 3 tokens, or a gated row whose interval needs more pairs (or processes) than
+    the design gives (:data:`variance.MIN_N`): it would print no interval and pass blind after minutes of measuring.
+    ``pairs``: prompts x repeats a process; ``processes``: worker processes a side; ``ttft_pairs``: TTFT's one-token
+    pairs, which its rows pool in."""
+    if stat == GAPS and "tpot_ms" in thresholds and max_new_tokens < GAPS_MIN_TOKENS:
         raise UserError(f"--gate-stat gaps compares TPOT over requests of {GAPS_MIN_TOKENS} or more tokens: "
                         f"--max-new-tokens {max_new_tokens} gives none")  # fmt: skip
-    if pairs < GAPS_MIN_PAIRS:
-        raise UserError(f"--gate-stat gaps needs {GAPS_MIN_PAIRS} or more pairs for an interval, not {pairs}: more "
-                        "prompts or --repeats")  # fmt: skip
+    for metric in (m for m in thresholds if m not in PROCESS_METRICS):
+        if processes > 1:
+            n, kind, unit = processes, "processes", "--processes"
+        else:
+            n = pairs + (ttft_pairs if metric == "ttft_ms" else 0)
+            kind = interval_kind(stat if metric == "tpot_ms" or stat != GAPS else "p50", True, 0)
+            unit = "pairs (prompts x --repeats)"
+        if n < variance.MIN_N[kind]:
+            raise UserError(f"gating {metric} on its {stat}: {n} {unit} give no 95% interval; at least "
+                            f"{variance.MIN_N[kind]} are needed (benchmarks/README.md, Interval coverage)")  # fmt: skip
 
 
 def _requests(run: Run | RunScalars, metric: str) -> list[Any]:
@@ -365,20 +389,63 @@ def change_intervals(
     b, n = _resampled(base, new, paired, seed)
     alpha = (1 - CONFIDENCE) / 2
     out = {}
-    quantiles = [s for s in stats if s != "mean"]
+    quantiles = [s for s in stats if s != "mean"]  # the mean's interval is Student t (:func:`mean_ratio_interval`)
     qb = np.percentile(b, [float(s[1:]) for s in quantiles], axis=-1) if quantiles else None
     qn = np.percentile(n, [float(s[1:]) for s in quantiles], axis=-1) if quantiles else None
     for s in stats:
         f = _stat(s)
         point = 100.0 * (f(new) / f(base) - 1.0)
         if s == "mean":
-            dist = 100.0 * (n.mean(axis=-1) / b.mean(axis=-1) - 1.0)
-        else:
-            k = quantiles.index(s)
-            dist = 100.0 * (qn[k] / qb[k] - 1.0)  # type: ignore[index]
+            out[s] = (point, *mean_ratio_interval(base, new, paired))
+            continue
+        k = quantiles.index(s)
+        dist = 100.0 * (qn[k] / qb[k] - 1.0)  # type: ignore[index]
         low, high = np.quantile(dist, [alpha, 1 - alpha])
         out[s] = (point, float(low), float(high))
     return out
+
+
+def mean_ratio_interval(base: np.ndarray, new: np.ndarray, paired: bool) -> tuple[float, float]:
+    """(low %, high %) of R - 1, R = mean(new) / mean(base), with Student t. Paired (m pairs): the jackknife's
+    standard error, R_(i) = (sum n - n_i) / (sum b - b_i), se^2 = (m - 1) / m sum_i (R_(i) - mean R_(.))^2, m - 1 df.
+    Unpaired (m and k requests): the ratio's linearisation, se^2 = R^2 (s_b^2 / (m mean(b)^2) + s_n^2 / (k
+    mean(n)^2)), Welch-Satterthwaite df. The percentile bootstrap these replaced covered 73-89% below 12 pairs; the
+    paired jackknife covers 93% and more from 7 pairs (92-95% below) with normal, skewed and heavy-tailed noise,
+    where the linearisation covered 91-94% (benchmarks/README.md, "Interval coverage")."""
+    r = float(new.mean() / base.mean())
+    if paired:
+        m = base.size
+        loo = (new.sum() - new) / (base.sum() - base)
+        se, df = math.sqrt((m - 1) / m * float(np.sum((loo - loo.mean()) ** 2))), m - 1
+    else:
+        vb = float(base.var(ddof=1)) / (base.size * float(base.mean()) ** 2)
+        vn = float(new.var(ddof=1)) / (new.size * float(new.mean()) ** 2)
+        se = r * math.sqrt(vb + vn)
+        df = max(1, round((vb + vn) ** 2 / (vb**2 / (base.size - 1) + vn**2 / (new.size - 1)))) if vb + vn else 1
+    half = variance.t_quantile(df, CONFIDENCE) * se
+    return 100.0 * (r - half - 1.0), 100.0 * (r + half - 1.0)
+
+
+def stats_with_intervals(values: list[float], metric: str) -> list[dict[str, Any]]:
+    """A run's own mean, p50, p90 and p99 of ``values`` (the history's rows, trend's points) with 95% intervals:
+    each quantile's exact distribution-free interval (order statistics, :func:`variance.order_interval`: from 6
+    requests for p50, 36 for p90, 368 for p99), the mean's Student t from ``MIN_N["run_mean"]`` requests. Below
+    those an interval is None: none at this n holds 95% (benchmarks/README.md, "Interval coverage")."""
+    a = np.asarray([v for v in values if v is not None and v == v], dtype=float)
+    if a.size == 0:
+        return []
+    rows = []
+    for stat in RUN_STATS:
+        value = float(a.mean()) if stat == "mean" else float(np.percentile(a, int(stat[1:])))
+        low: float | None = None
+        high: float | None = None
+        if stat == "mean" and a.size >= variance.MIN_N["run_mean"]:
+            low, high = variance.t_interval(value, a) if np.ptp(a) > 0 else (value, value)
+        elif stat != "mean":
+            lo, hi = variance.order_interval(a, int(stat[1:]) / 100)
+            low, high = (lo, hi) if lo == lo else (None, None)
+        rows.append({"metric": metric, "stat": stat, "value": value, "ci_low": low, "ci_high": high, "n": int(a.size)})
+    return rows
 
 
 def _resampled(base: np.ndarray, new: np.ndarray, paired: bool, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -412,6 +479,8 @@ def change_interval(
     # The percentile bootstrap, resampled exactly as scipy.stats.bootstrap(method="percentile") does (the same
     # integers from the same generator, the same linear quantiles), in numpy alone: importing scipy.stats cost
     # compare ~0.45 s, more than its arithmetic.
+    if stat == "mean":
+        return (point, *mean_ratio_interval(base, new, paired))
     b, n = _resampled(base, new, paired, seed)
     dist = 100.0 * (f(n, axis=-1) / f(b, axis=-1) - 1.0)
     alpha = (1 - CONFIDENCE) / 2
@@ -547,7 +616,7 @@ def compare_runs(
             logs[(metric, "p50")] = (np.log(n / b), clusters)
             intervals["p50"] = variance.median_change(*logs[(metric, "p50")], _resamples(len(b)), CONFIDENCE)
         rows += [_row(metric, stat, float(_stat(stat)(b)), float(_stat(stat)(n)), *intervals[stat], len(b), len(n),
-                      variance.units(clusters)) for stat in STATS]  # fmt: skip
+                      variance.units(clusters), paired=paired) for stat in STATS]  # fmt: skip
 
     if paired and (gaps := _gaps_row(base, new, processes)) is not None:
         at = max(i for i, r in enumerate(rows) if r.metric == "tpot_ms") + 1 if any(
@@ -557,7 +626,7 @@ def compare_runs(
 
     for metric in PROCESS_METRICS:  # rows of information unless gated (a load's few samples: no word unasked)
         if (got := process_change(base, new, metric)) is not None:
-            rows.append(_row(metric, "mean", *got[:5], got[5], got[5], got[5]))
+            rows.append(_row(metric, "mean", *got[:5], got[5], got[5], got[5], kind="cold_start"))
     compared, changed, note = _outputs(base, new, paired)
     comp = Comparison(
         base=base_name, new=new_name, paired=paired, n_base=len(base.requests), n_new=len(new.requests),
@@ -595,15 +664,43 @@ def _keys(requests: list[Any]) -> set[tuple[int, int]]:
 
 
 def _row(
-    metric: str, stat: str, b: float, n: float, change: float, low: float, high: float, nb: int, nn: int, units: int
+    metric: str,
+    stat: str,
+    b: float,
+    n: float,
+    change: float,
+    low: float,
+    high: float,
+    nb: int,
+    nn: int,
+    units: int,
+    kind: str | None = None,
+    paired: bool = True,
 ) -> Row:
     """A row; it speaks when its statistic is robust (see the module's docstring), else its verdict is
-    ``(information)``, whatever its interval says (``significant`` keeps that)."""
+    ``(information)``, whatever its interval says (``significant`` keeps that). Below its interval's smallest
+    honest n (:func:`interval_kind`, :data:`variance.MIN_N`) it has no interval and its verdict says so: too few."""
+    kind = kind or interval_kind(stat, paired, units)
+    few = variance.too_few(units if units > 1 else min(nb, nn), kind, "processes" if units > 1 else "pairs")
+    if few is not None:
+        low = high = float("nan")
     significant = bool(np.isfinite(low) and (low > 0 or high < 0))
-    row = Row(metric, stat, b, n, change, low, high, significant, INFORMATION, nb, nn, False, units)
+    row = Row(metric, stat, b, n, change, low, high, significant, INFORMATION, nb, nn, False, units, few)
     if stat in SPEAKING_STATS and metric in SPEAKING_METRICS:
         row.speaks, row.verdict = True, _spoken(row)
+    if few is not None:
+        row.verdict = few
     return row
+
+
+def interval_kind(stat: str, paired: bool, processes: int) -> str:
+    """Which :data:`variance.MIN_N` bounds a row's interval: over 2 or more ``processes``, Student t over them;
+    else a paired median's exact interval (p50, gaps), a paired mean's or p90's bootstrap, or an unpaired row's."""
+    if processes > 1:
+        return "processes"
+    if not paired:
+        return "unpaired"
+    return "median" if stat in SPEAKING_STATS else stat
 
 
 def _spoken(row: Row) -> str:

@@ -32,7 +32,8 @@ class GateVerdict:
         """``--require-mdc``'s failure as one line (without the ``llmbench: error:`` prefix), or None."""
         if not self.short or self.require_mdc is None:
             return None
-        shown = ", ".join(f"{m} {st} {mdc:.1f}%" for m, st, mdc in self.short)
+        shown = ", ".join(f"{m} {st} {mdc:.1f}%" if mdc != float("inf") else f"{m} {st}: too few for an interval"
+                          for m, st, mdc in self.short)  # fmt: skip
         return f"--require-mdc {self.require_mdc:g}: this run could not have seen a change that small ({shown})"
 
     @property
@@ -57,10 +58,12 @@ def gate(
     verdict = GateVerdict(checks, require_mdc=require_mdc)
     for c, k in zip(comps, checks, strict=True):
         for metric, mdc, pct in c.blind_spots({x.metric: x.threshold_pct for x in k}, stat):
-            shown = c.row(metric, stat).stat  # type: ignore[union-attr]  # blind_spots found the row
-            verdict.blind.append(f"BLIND: this run could not have seen a {pct:g}% regression of {metric} {shown}: "
-                                 f"its minimum detectable change is {mdc:.1f}% (more pairs: --repeats, or more "
-                                 "processes: --processes)")  # fmt: skip
+            row = c.row(metric, stat)
+            assert row is not None  # blind_spots found it
+            why = (f"{row.too_few}, so no interval and no verdict" if row.too_few else
+                   f"its minimum detectable change is {mdc:.1f}%")  # fmt: skip
+            verdict.blind.append(f"BLIND: this run could not have seen a {pct:g}% regression of {metric} {row.stat}: "
+                                 f"{why} (more pairs: --repeats, or more processes: --processes)")  # fmt: skip
     if require_mdc is not None:
         check_percent("--require-mdc", require_mdc, zero=False)  # a NaN would switch it off, 0 fail every run
         gated = [x.metric for k in checks for x in k] or list(GATED_BY_DEFAULT)

@@ -49,14 +49,13 @@ def process_change(base: Any, new: Any, metric: str) -> tuple[float, float, floa
     if len(pairs) < MIN_PROCESSES:
         return None
     b, n = np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs])
-    d = np.log(n / b)
+    change, low, high = log_mean_change(np.log(n / b))
+    return float(b.mean()), float(n.mean()), change, low, high, len(pairs)
+
+
+def log_mean_change(d: np.ndarray) -> tuple[float, float, float]:
+    """(change %, low %, high %) of the processes' log ratios ``d``: expm1(mean d), Student t in logs (compare shows
+    it from :data:`variance.MIN_N` ["cold_start"] processes: benchmarks/README.md, "Interval coverage")."""
     point = float(d.mean())
     low, high = variance.t_interval(point, d) if np.ptp(d) > 0 else (point, point)
-    return (
-        float(b.mean()),
-        float(n.mean()),
-        100 * math.expm1(point),
-        100 * math.expm1(low),
-        100 * math.expm1(high),
-        len(pairs),
-    )
+    return 100 * math.expm1(point), 100 * math.expm1(low), 100 * math.expm1(high)

@@ -23,10 +23,22 @@ buy processes. ``ab --budget`` plans with :func:`components` and :func:`projecte
 for compare, from the log ratios :func:`winsorized` to median +- 3 robust sd (a stalled pair would set s_w^2,
 while the rows, medians, ignore it), with the MDC and its projections scaled to the row's own half-interval.
 
+The paired median's interval without processes is exact and distribution-free (:func:`order_interval`): with the
+n log ratios sorted, d_(1) <= ... <= d_(n), and B ~ Binomial(n, 1/2) the number of them below the median,
+
+    [d_(k), d_(n-k+1)],   k the largest with P(B <= k - 1) <= (1 - confidence) / 2,  coverage 1 - 2 P(B <= k - 1)
+
+It exists from 6 pairs at 95% (1 - 2 / 2^6 = 96.9%); below that no interval of the median reaches 95% (the
+percentile bootstrap's [min, max] covers 1 - 2 / 2^n: 50% at 2 pairs, 94% at 5), so the row says "too few
+pairs" and gives no verdict. The same construction with Binomial(n, q) bounds any quantile q of one sample
+(a run's p90 in the history). Each other interval's smallest honest n is :data:`MIN_N`, found by simulation
+(:mod:`llmbench.analysis.coverage`, benchmarks/README.md "Interval coverage").
+
 compare's verdict words (:func:`widen`): a speaking row's 95% interval stretched about its point by
 r = q(1 - 0.05 / 6) / q(0.975) (q: Student t's with N - 1 df over N processes, else the normal's), so that the
 words of its three speaking metrics hold together at 95% (Bonferroni). :func:`median_change` is compare's paired
-p50 and gaps estimator (formulas in :mod:`llmbench.analysis.compare`). numpy only: scipy comes with t's quantile.
+p50 and gaps estimator (formulas in :mod:`llmbench.analysis.compare`). numpy only (Student t's quantile in
+Python: :func:`t_quantile`).
 """
 
 from __future__ import annotations
@@ -43,14 +55,72 @@ CONFIDENCE = 0.95
 # tok/s, one test; E2E): Bonferroni, each at 1 - 0.05 / 3 = 98.3%. See :func:`widen`.
 VERDICT_METRICS = 3
 VERDICT_CONFIDENCE = 1 - (1 - CONFIDENCE) / VERDICT_METRICS
+# The smallest n at which each kind of interval llmbench prints covers 93% or more (nominal 95%) in the
+# simulation of :mod:`llmbench.analysis.coverage` (normal, skewed and heavy-tailed pair ratios, under the null and
+# a +3% shift, n from 2 to 40 and on to 80; benchmarks/README.md "Interval coverage"). Below it a row prints no
+# interval and no verdict, and never fails a gate.
+MIN_N: dict[str, int] = {
+    "median": 6,  # the paired p50 and gaps rows: the exact order-statistic interval exists from 6 (96.9%)
+    "processes": 2,  # Student t over the processes' own medians (ab --processes): processes, not pairs
+    "cold_start": 2,  # ab's load_s and ready_s: Student t over processes, one sample each
+    "mean": 7,  # a ratio of means, Student t with the jackknife's standard error: 92% at 6 pairs, 93-95% from 7
+    "p50": 15,  # sweep's margin by p50: the percentile bootstrap of a ratio of medians
+    "p90": 15,  # the percentile bootstrap of a ratio of p90s: 73-90% below 10 pairs
+    "unpaired": 2,  # unpaired rows (different prompt files): the prompts' spread makes them wide, 99% and more
+    "run_mean": 40,  # a run's own mean in the history, Student t: 91-93% below 40 (requests of skewed prompts)
+    "run_p90": 36,  # a run's own p90: the exact order-statistic interval exists from 36 requests (p99: 368)
+}
 
 
 @lru_cache(maxsize=256)
 def t_quantile(df: int, confidence: float = CONFIDENCE) -> float:
-    """Student t's two-sided ``confidence`` quantile with ``df`` degrees of freedom (t_{0.975, df} at 95%)."""
-    from scipy import stats as st
+    """Student t's two-sided ``confidence`` quantile with ``df`` degrees of freedom (t_{0.975, df} at 95%), to
+    ~1e-12 (tests/unit/test_too_few_pairs.py holds it to scipy.stats.t.ppf). In Python: importing scipy's
+    special functions costs compare 0.35 s, more than its arithmetic."""
+    if df < 1 or not 0 < confidence < 1:
+        raise ValueError(f"t_quantile needs df >= 1 and a confidence in (0, 1), not {df}, {confidence}")
+    tail = (1 - confidence) / 2  # P(T > t) = I_{df/(df+t^2)}(df/2, 1/2) / 2, decreasing in t: bisect on it
+    low, high = 0.0, 1.0
+    while _t_upper(high, df) > tail:
+        high *= 2
+    for _ in range(200):
+        mid = (low + high) / 2
+        low, high = (mid, high) if _t_upper(mid, df) > tail else (low, mid)
+        if high - low <= 1e-13 * high:
+            break
+    return (low + high) / 2
 
-    return float(st.t.ppf((1 + confidence) / 2, df))
+
+def _t_upper(t: float, df: int) -> float:
+    """P(T > t) for Student t with ``df`` degrees of freedom, t >= 0."""
+    return 0.5 * _betainc(df / 2, 0.5, df / (df + t * t))
+
+
+def _betainc(a: float, b: float, x: float) -> float:
+    """The regularized incomplete beta I_x(a, b), by its continued fraction (modified Lentz; Numerical Recipes'
+    betacf), used on the side where it converges fast."""
+    if x <= 0:
+        return 0.0
+    if x >= 1:
+        return 1.0
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+    if x > (a + 1) / (a + b + 2):
+        return 1.0 - _betainc(b, a, 1.0 - x)
+    tiny = 1e-300
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    f = d
+    for m in range(1, 1000):
+        for num in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+                    -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):  # fmt: skip
+            d = 1.0 + num * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + num / c
+            c = c if abs(c) > tiny else tiny
+            f *= c * d
+        if abs(c * d - 1.0) < 1e-15:
+            break
+    return front * f / a
 
 
 def widen(
@@ -85,26 +155,65 @@ def t_interval(point: float, per: np.ndarray, confidence: float = CONFIDENCE) ->
     return point - half, point + half
 
 
+@lru_cache(maxsize=4096)
+def order_ranks(n: int, q: float = 0.5, confidence: float = CONFIDENCE) -> tuple[int, int, float] | None:
+    """(j, k, coverage): the 0-based ranks of the exact distribution-free interval [x_(j), x_(k)] of the ``q``
+    quantile of ``n`` sorted values, and its coverage P(j < B <= k) with B ~ Binomial(n, q) the count below the
+    quantile; the narrowest such pair, its two tails each at most (1 - confidence) / 2. None when no pair of order
+    statistics reaches ``confidence`` (the median below 6 values at 95%)."""
+    if n < 1 or not 0 < q < 1:
+        return None
+    tail = (1 - confidence) / 2
+    pmf = [math.exp(math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * math.log(q)
+                    + (n - i) * math.log1p(-q)) for i in range(n + 1)]  # fmt: skip
+    cdf = np.cumsum(pmf)
+    # the lower bound x_(j) (0-based j) is below the quantile unless B <= j: P(B <= j) <= tail
+    below = np.nonzero(cdf <= tail)[0]
+    above = np.nonzero(1 - cdf[:-1] <= tail)[0]  # x_(k) is above it unless B >= k + 1: P(B > k) <= tail
+    if below.size == 0 or above.size == 0:
+        return None
+    j, k = int(below[-1]), int(above[0])
+    coverage = float(cdf[k] - cdf[j]) if k > j else 0.0
+    return (j, k, coverage) if coverage >= confidence else None
+
+
+def order_interval(values: np.ndarray, q: float = 0.5, confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """The exact distribution-free ``confidence`` interval of ``values``' ``q`` quantile (:func:`order_ranks`);
+    (nan, nan) where none exists at this n."""
+    ranks = order_ranks(int(np.asarray(values).size), q, confidence)
+    if ranks is None:
+        return float("nan"), float("nan")
+    x = np.sort(np.asarray(values, dtype=float))
+    return float(x[ranks[0]]), float(x[ranks[1]])
+
+
 def median_change(
     logs: np.ndarray, clusters: np.ndarray | None, resamples: int, confidence: float = CONFIDENCE
 ) -> tuple[float, float, float]:
     """(change %, low %, high %) of the paired median, compare's p50 and gaps rows: 100 expm1(median of ``logs``,
-    each pair's ln(new / base)), with a percentile bootstrap of the pairs (``resamples`` of them, seed 0), or (2 or
-    more ``clusters``: ``ab --processes``) Student t in logs over the processes' own medians m_p,
-    expm1(median +- t_{0.975,N-1} sd(m_p) / sqrt(N)). Logs throughout, so base and head swap exactly."""
+    each pair's ln(new / base)), with the exact order-statistic interval of the pairs' median (:func:`order_interval`;
+    nan below 6 pairs, where none reaches 95%), or (2 or more ``clusters``: ``ab --processes``) Student t in logs
+    over the processes' own medians m_p, expm1(mean m_p +- t_{0.975,N-1} sd(m_p) / sqrt(N)) (compare shows it from
+    :data:`MIN_N` ["processes"]). Logs throughout, so base and head swap exactly. ``resamples`` is kept for callers
+    of the bootstrap this replaced; the interval draws none."""
+    del resamples
     point = float(np.median(logs))
-    if logs.size < 2:
-        low = high = float("nan")
-    elif clusters is not None and len(np.unique(clusters)) > 1:
+    if clusters is not None and np.unique(clusters).size > 1:
         per = np.array([np.median(logs[clusters == c]) for c in np.unique(clusters)])
-        low, high = t_interval(point, per, confidence)
-    elif np.ptp(logs) == 0:
-        low = high = point
+        # the processes are the units: the change is their medians' mean, which t's interval is exact for. Centred
+        # on the pooled median instead, it covered 86-91% with normal noise (a median of all pairs varies more
+        # than the mean of the processes' medians, by up to pi/2: benchmarks/README.md, "Interval coverage")
+        point = float(per.mean())
+        low, high = t_interval(point, per, confidence) if np.ptp(per) > 0 else (point, point)
     else:
-        idx = np.random.default_rng(0).integers(0, logs.size, (resamples, logs.size))
-        alpha = (1 - confidence) / 2
-        low, high = (float(x) for x in np.quantile(np.median(logs[idx], axis=-1), [alpha, 1 - alpha]))
+        low, high = order_interval(logs, 0.5, confidence)
     return 100.0 * math.expm1(point), 100.0 * math.expm1(low), 100.0 * math.expm1(high)
+
+
+def too_few(n: int, kind: str, unit: str = "pairs") -> str | None:
+    """The line "too few pairs: n = 3; at least 6 needed" when ``n`` is under ``kind``'s :data:`MIN_N`, else None."""
+    need = MIN_N[kind]
+    return f"too few {unit}: n = {n}; at least {need} needed" if n < need else None
 
 
 def components(logs: np.ndarray, clusters: np.ndarray) -> tuple[float, float, float]:

@@ -107,50 +107,86 @@ def _on_sigterm(_signum: int, _frame: object) -> None:
 
 
 def main() -> None:
-    """Console entry point: click's usage errors become one line too (exit 2)."""
+    """Console entry point: every way a command ends is one exit code of the contract in docs/exit-codes.md; click's
+    usage errors become one line too (exit 2). ``bisect-step``'s own contract is git's: see :func:`_for_git`."""
     import signal
 
     signal.signal(signal.SIGTERM, _on_sigterm)  # the measuring commands replace it with their stop flag
     from llmbench.core.process import arm_cold_start
 
     arm_cold_start()  # this process was started for the command: its first load's clock starts at its start
+    argv = sys.argv[1:]
+    code = _run(argv)
+    # the work is done and written: a signal while the interpreter shuts down (handlers back to default) must not
+    # turn a finished command into a kill (-15, -2)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sys.exit(_for_git(argv, code))
+
+
+# what `git bisect run` reads: 0 good, 1-124 and 126-127 bad, 125 skip, 128 and above abort the bisect
+BISECT_STEP = "bisect-step"
+GIT_ABORT = 128
+
+
+def _for_git(argv: list[str], code: int) -> int:
+    """``bisect-step``'s exit code as ``git bisect run`` must read it: only a measured verdict (0 good, 1 bad) or a
+    skip (125) passes; a usage error (click's 2, raised before the command's body runs), a user error, an internal
+    error (1), an interrupt (130) or SIGTERM (143) becomes 128, which aborts the bisect instead of marking the
+    commit bad. Help (0) passes. Every other command's code is returned as it is."""
+    if _command(argv) != BISECT_STEP or code == 0 or common.said.get("verdict"):
+        return code
+    return GIT_ABORT
+
+
+def _command(argv: list[str]) -> str | None:
+    """The command's name: the first argument that is not an option (the root takes no option with a value)."""
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
+def _run(argv: list[str]) -> int:
+    """Run the command; its exit code, each failure said in one line on stderr."""
+    common.said.clear()  # a process may run several commands (the API's tests, a notebook)
     try:
-        code = app(args=_bare_history(sys.argv[1:]), standalone_mode=False)
+        code = app(args=_bare_history(argv), standalone_mode=False)
     except _Terminated:
         typer.echo("llmbench: terminated by SIGTERM (nothing unfinished was written)", err=True)
-        sys.exit(143)
+        return 143
+    except SystemExit as e:  # a library's sys.exit: its code, through the contract like any other
+        if e.code is None or isinstance(e.code, int):
+            return e.code or 0
+        typer.echo(f"llmbench: internal error: SystemExit: {e.code}", err=True)  # sys.exit("why"): why, said once
+        return 1
     except typer.Abort:
         typer.echo("llmbench: aborted", err=True)
-        sys.exit(130)
+        return 130
     except typer.TyperException as e:  # click's usage errors (typer vendors click): bad option, bad value
         ctx = getattr(e, "ctx", None)
         command = f"llmbench {ctx.info_name} --help" if ctx is not None and ctx.parent else "llmbench --help"
         message = e.format_message() if hasattr(e, "format_message") else str(e)
         typer.echo(f"llmbench: error: {' '.join(message.split())} (see {command})", err=True)
-        sys.exit(getattr(e, "exit_code", 2))
+        return int(getattr(e, "exit_code", 2))
     except KeyboardInterrupt:
         typer.echo("llmbench: interrupted", err=True)
-        sys.exit(130)
+        return 130
     except Exception as e:  # a bug, not a user error: one line, traceback on request
-        if os.environ.get("LLMBENCH_DEBUG"):
-            raise
+        debug = bool(os.environ.get("LLMBENCH_DEBUG"))
+        if debug:
+            import traceback
+
+            # printed, not raised: the exit code stays the contract's (a full disk's 2, bisect-step's 128)
+            traceback.print_exc()
         if isinstance(e, OSError) and e.errno in _MACHINE_ERRNOS:
             # the machine's state, not a bug: a full disk, a read-only folder (every finished request is on disk)
             where = f" {e.filename}" if e.filename else ""
             typer.echo(f"llmbench: error: cannot write{where}: {e.strerror or e}", err=True)
-            sys.exit(2)
+            return 2
         from llmbench.core.redact import scrub  # a library's message may hold the URL as given
 
-        typer.echo(
-            f"llmbench: internal error: {type(e).__name__}: {scrub(str(e))} (set LLMBENCH_DEBUG=1 for the traceback)",
-            err=True,
-        )
-        sys.exit(1)
-    # the work is done and written: a signal while the interpreter shuts down (handlers back to default) must not
-    # turn a finished command into a kill (-15, -2)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+        hint = "" if debug else " (set LLMBENCH_DEBUG=1 for the traceback)"
+        typer.echo(f"llmbench: internal error: {type(e).__name__}: {scrub(str(e))}{hint}", err=True)
+        return 1
     if code == 130 and not common.said.get("interrupted"):
         # Typer turns a Ctrl-C in a command without a stop flag (quality, history) into a silent exit 130
         typer.echo("llmbench: interrupted (nothing unfinished was written)", err=True)
-    sys.exit(code if isinstance(code, int) else 0)
+    return code if isinstance(code, int) else 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Annotated, Any, Optional
 
 import typer
@@ -119,7 +120,7 @@ def ab(
 ) -> None:
     """Base and head side by side, request by request (ABBA), so machine drift cancels; compare's verdict and
     gate on the pair."""
-    from llmbench.analysis.compare import check_gaps_gate, compare_runs, gate_options
+    from llmbench.analysis.compare import check_gate_inputs, compare_runs, gate_options
     from llmbench.analysis.gate import gate
     from llmbench.drivers.ab import ab as ab_driver
     from llmbench.options import RunOptions
@@ -142,7 +143,9 @@ def ab(
         design = _design(ctx, processes, repeats, ttft_pairs, duet, budget)
         _check_cold_gate(gates, design)
         prompt_set = workload.prompt_list(workload.Workload.of(args), options, tokenizer)
-        check_gaps_gate(gate_stat.value, gates, max_new_tokens, len(prompt_set.prompts) * repeats)
+        # a budget plans its pairs later (and says when they fall short): then only the tokens are checked here
+        pairs = len(prompt_set.prompts) * repeats if design.budget_s is None else sys.maxsize
+        check_gate_inputs(gate_stat.value, gates, max_new_tokens, pairs, design.processes, design.ttft_pairs)
         with measuring(quiet) as (stop, reporter):
             coro = ab_driver(prompt_set, base, head, options, output, resume=resume, stop=stop, reporter=reporter,
                              design=design)  # fmt: skip

@@ -9,7 +9,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from llmbench.cli.common import check_history, history_line, measuring, user_errors
+from llmbench.cli.common import check_history, history_line, measuring, said, user_errors
 from llmbench.cli.params import HistoryOpt, MaxNewTokensOpt, QuietOpt, WarmupOpt
 from llmbench.core.errors import RunInterrupted, UserError
 
@@ -76,13 +76,21 @@ def _settings(
     return settings
 
 
-def _inputs(prompts: str, max_new_tokens: int, warmup: int) -> tuple[Any, Any]:
+def _inputs(prompts: str, max_new_tokens: int, warmup: int, settings: Any) -> tuple[Any, Any]:
+    """The prompts and run options of every look; UserError, before anything is checked out, when a fixed design
+    (--processes) would give each look too few pairs for its statistic's interval: it could never decide."""
+    from llmbench.analysis.compare import check_gate_inputs
     from llmbench.drivers import workload
     from llmbench.options import RunOptions
 
     options = RunOptions(max_new_tokens=max_new_tokens, ignore_eos=True, warmup=warmup)
     options.validate()
-    return workload.prompt_list(workload.Workload(prompts=prompts), options, None), options
+    prompt_set = workload.prompt_list(workload.Workload(prompts=prompts), options, None)
+    design = settings.design
+    if design.budget_s is None:  # a --look budget plans 2 or more processes a side
+        check_gate_inputs(settings.stat, {settings.metric: settings.threshold_pct}, max_new_tokens,
+                          len(prompt_set.prompts) * design.repeats, design.processes)  # fmt: skip
+    return prompt_set, options
 
 
 def _recorder(history: str | None) -> Any:
@@ -129,7 +137,7 @@ def bisect(
     with user_errors():
         settings = _settings(metric, stat, threshold, worker, processes, repeats, look, duet, max_looks, max_skips,
                              build, keep_trees)  # fmt: skip
-        prompt_set, options = _inputs(prompts, max_new_tokens, warmup)
+        prompt_set, options = _inputs(prompts, max_new_tokens, warmup, settings)
         on_look = _recorder(history)
         folder = prepare_folder(output, resume, good, bad, settings)
         with measuring(quiet) as (stop, reporter):
@@ -138,8 +146,8 @@ def bisect(
             try:
                 record = bisector.run()
             except RunInterrupted as e:
-                typer.echo(f"interrupted by {e.signal_name}: every finished look is kept in {folder}; go on with "
-                           f"the same command and -o {folder} --resume", err=True)  # fmt: skip
+                typer.echo(f"llmbench: interrupted by {e.signal_name}: every finished look is kept in {folder}; go "
+                           f"on with the same command and -o {folder} --resume", err=True)  # fmt: skip
                 raise typer.Exit(e.exit_code) from None
     for line in bisect_lines(record):
         typer.echo(line)
@@ -174,13 +182,15 @@ def bisect_step(
         with user_errors():
             settings = _settings(metric, stat, threshold, worker, processes, repeats, look, duet, max_looks, 1,
                                  build, True)  # fmt: skip
-            prompt_set, options = _inputs(prompts, max_new_tokens, warmup)
+            prompt_set, options = _inputs(prompts, max_new_tokens, warmup, settings)
             with measuring(quiet) as (stop, reporter):
                 state, line = step(Path(".").resolve(), good, bad, prompt_set, options, settings, reporter=reporter,
                                    stop=stop)  # fmt: skip
     except typer.Exit as e:
         raise typer.Exit(128 if e.exit_code else 0) from None  # git reads 2 as "bad": an error must abort instead
-    except RunInterrupted:
+    except RunInterrupted as e:
+        typer.echo(f"llmbench: interrupted by {e.signal_name}: the commit is not judged (the bisect aborts)", err=True)
         raise typer.Exit(128) from None
     typer.echo(line)
+    said["verdict"] = True  # main() passes only this exit to git as it is (its errors become 128)
     raise typer.Exit({"good": 0, "bad": 1}.get(state, 125))

@@ -153,7 +153,7 @@ def interrupted(e: Any, resumable: bool) -> None:
     done = sum(len(r.requests) for r in e.runs)
     where = f" saved in {e.path}" if e.path else ""
     resume = f" Resume with:\n  {resume_command(e.path)}" if e.path and resumable else ""
-    display.err.print(f"interrupted by {e.signal_name}: {done} requests{where} (complete: false).{resume}",
+    display.err.print(f"llmbench: interrupted by {e.signal_name}: {done} requests{where} (complete: false).{resume}",
                       markup=False, soft_wrap=True)  # fmt: skip
     said["interrupted"] = True
     raise typer.Exit(e.exit_code)

@@ -10,6 +10,7 @@ import typer
 from llmbench.cli.common import print_lines, since_time, user_errors
 from llmbench.cli.params import CompareFormat, DbOpt, ExportFormat, FormatOpt, OverwriteOpt, SinceOpt
 from llmbench.core.errors import UserError
+from llmbench.workloads.limits import MAX_RESULT_ID
 
 history_app = typer.Typer(help="The history database: results over time, per machine (see --history).",
                           no_args_is_help=True)  # fmt: skip
@@ -53,8 +54,8 @@ def history_list(
     with user_errors():
         if kind is not None and kind not in KINDS:  # refused before the database is opened
             raise UserError(f"--kind {kind}: expected one of {', '.join(KINDS)}")
-        if limit is not None and limit < 1:
-            raise UserError(f"--limit must be at least 1, not {limit}")
+        if limit is not None and not 1 <= limit <= MAX_RESULT_ID:  # SQLite's integers: a larger one overflows
+            raise UserError(f"--limit must be 1 to {MAX_RESULT_ID:,}, not {limit}")
         after = since_time(since)
         h = get_history(history)
         try:
@@ -79,6 +80,8 @@ def history_show(
     from llmbench.present import terminal as display
 
     with user_errors():
+        if not 1 <= result_id <= MAX_RESULT_ID:  # refused before the database is opened (SQLite's integers)
+            raise UserError(f"RESULT_ID {result_id}: expected 1 to {MAX_RESULT_ID:,}")
         h = get_history(history)
         r = h.get(result_id)
         h.close()
@@ -104,8 +107,8 @@ def history_prune(
     from llmbench.history.recording import get_history
 
     with user_errors():
-        if keep < 1:
-            raise UserError(f"--keep must be at least 1, not {keep}")
+        if not 1 <= keep <= MAX_RESULT_ID:
+            raise UserError(f"--keep must be 1 to {MAX_RESULT_ID:,}, not {keep}")
         h = get_history(history)
         try:
             n = h.prune(keep, machine)

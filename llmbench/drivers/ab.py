@@ -27,6 +27,8 @@ from llmbench.options import EndpointOptions, RunOptions
 from llmbench.results.schema import ABConfig, Run
 from llmbench.results.storage import claim, default_dir, load_run, prepare_dir
 from llmbench.runner.loop import Reporter, Track, check_resumable, execute, new_track
+from llmbench.workloads.limits import MAX_PLANNED, MAX_REQUESTS
+from llmbench.workloads.limits import MAX_PROCESSES as MAX_AB_PROCESSES
 from llmbench.workloads.prompts import PromptSet
 
 Role = Literal["base", "head"]
@@ -201,10 +203,23 @@ class Design:
     budget_s: float | None = None  # --budget: the design was chosen to fill it (llmbench.drivers.ab_budget)
 
     def validate(self) -> None:
-        for name, value, least in (("--processes", self.processes, 1), ("--repeats", self.repeats, 1),
-                                   ("--ttft-pairs", self.ttft_pairs, 0)):  # fmt: skip
+        """UserError for a count no run can hold, before anything is planned or started (a plan holds every
+        pair: --ttft-pairs 10**12 was a MemoryError once)."""
+        for name, value, least, most in (("--processes", self.processes, 1, MAX_AB_PROCESSES),
+                                         ("--repeats", self.repeats, 1, MAX_REQUESTS),
+                                         ("--ttft-pairs", self.ttft_pairs, 0, MAX_REQUESTS)):  # fmt: skip
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 raise UserError(f"{name} must be a whole number of at least {least}, not {value!r}")
+            if value > most:
+                raise UserError(f"{name} {value}: expected at most {most:,}")
+
+    def check_plan(self, n_prompts: int) -> None:
+        """UserError when the plan (prompts x --repeats full pairs + --ttft-pairs, two requests each) would hold
+        more requests than :data:`MAX_PLANNED`: checked before the plan is built and before any worker starts."""
+        requests = 2 * (n_prompts * self.repeats + self.ttft_pairs)
+        if requests > MAX_PLANNED:
+            raise UserError(f"--repeats {self.repeats} x {n_prompts} prompts + --ttft-pairs {self.ttft_pairs}: "
+                            f"{requests:,} requests, more than a plan holds (at most {MAX_PLANNED:,})")  # fmt: skip
 
 
 async def ab(
@@ -227,6 +242,7 @@ async def ab(
     options.validate()
     d = design or Design(processes=processes, repeats=options.repeats)
     d.validate()
+    d.check_plan(len(prompts.prompts))
     rng = random.Random(d.seed) if d.seed is not None else random.Random(random.SystemRandom().getrandbits(64))
     cpus = duet_cpus() if d.duet else None
     sides = {"base": base, "head": head}

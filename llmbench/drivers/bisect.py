@@ -12,6 +12,9 @@ measured against GOOD with ``ab``, the looks of one commit pooled, and the searc
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
+import hashlib
 import json
 import math
 import time
@@ -56,6 +59,20 @@ class Settings:
         self.design.validate()
 
 
+def measured_with(settings: Settings, prompts: PromptSet, options: RunOptions) -> dict[str, Any]:
+    """Everything that shapes a look's runs (not the metric, statistic or threshold: those only read them): the
+    worker's options, the build command, the prompts' content, the run options and the ab design. Saved in
+    bisect.json; looks measured with anything else are never pooled with new ones."""
+    return json.loads(json.dumps({"worker": settings.worker, "build": settings.build, "prompts": prompts.sha256,
+                                  "options": asdict(options), "design": asdict(settings.design)}))  # fmt: skip
+
+
+def measured_with_key(settings: Settings, prompts: PromptSet, options: RunOptions) -> str:
+    """A short hash of :func:`measured_with` (bisect-step's folders are named by it: other settings, other looks)."""
+    text = json.dumps(measured_with(settings, prompts, options), sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
 def pool(runs: list[Run]) -> Run:
     """One run of several looks' runs (one side): look j's requests renumbered (repeat + j * LOOK_STRIDE, its
     processes after the earlier looks'), so pairs stay keyed and processes stay clusters."""
@@ -93,11 +110,15 @@ class Bisector:
         stop: Any = None,
         on_look: OnLook | None = None,
         trees: Path | None = None,
+        pair: bool = False,
     ) -> None:
         settings.validate()
         options.validate()
         self.repo, self.prompts, self.options, self.settings, self.out = repo, prompts, options, settings, out
-        self.shas = checkout.commits_between(repo, good, bad)
+        # pair: just GOOD and BAD (bisect-step's judge: git bisect checks out commits that need not descend
+        # from GOOD, on merged branches or the merge base, and each is judged on its own against GOOD)
+        self.shas = _pair(repo, good, bad) if pair else checkout.commits_between(repo, good, bad)
+        self.measured_with = measured_with(settings, prompts, options)
         self.reporter, self.stop, self.on_look = reporter, stop, on_look
         self.trees = trees or out / "trees"  # bisect-step's steps share one place
         self.subjects = [checkout.subject(repo, sha) for sha in self.shas]
@@ -108,8 +129,8 @@ class Bisector:
         self._check_folder()
 
     def _check_folder(self) -> None:
-        """A folder that holds another bisect's looks (other GOOD or BAD) is refused: its looks would be read
-        as this one's."""
+        """A folder that holds another bisect's looks (other GOOD or BAD), or looks measured with other settings
+        (worker, build, prompts, run options, design), is refused: its looks would be pooled with this one's."""
         path = self.out / "bisect.json"
         if not path.is_file():
             return
@@ -121,28 +142,50 @@ class Bisector:
         if ends not in ((self.shas[0], self.shas[-1]), (None, None)):
             raise UserError(f"{self.out} holds a bisect of {str(old.get('good'))[:12]}..{str(old.get('bad'))[:12]}, "
                             f"not {self.shas[0][:12]}..{self.shas[-1][:12]}: choose another -o")  # fmt: skip
+        before = old.get("measured_with") if isinstance(old, dict) else None
+        if before != self.measured_with:
+            differs = sorted(k for k in self.measured_with if not isinstance(before, dict)
+                             or before.get(k) != self.measured_with[k])  # fmt: skip
+            what = f"other {', '.join(differs)}" if isinstance(before, dict) else "settings it did not record"
+            raise UserError(f"{self.out} holds looks measured with {what}: go on with the same options, or "
+                            "choose another -o")  # fmt: skip
 
     # -------------------------------------------------------------------------------------------- a commit
 
     def worker(self, sha: str) -> str:
         """The ab side that runs ``sha`` (its tree checked out, built, an interpreter found); CommitFailed."""
         if sha not in self.workers:
-            tree = checkout.ensure_tree(self.repo, sha, self.trees)
-            checkout.build(self.settings.build, tree)
-            python = checkout.ensure_python(self.repo, sha)
+            try:
+                tree = checkout.ensure_tree(self.repo, sha, self.trees)
+                checkout.build(self.settings.build, tree)
+                python = checkout.ensure_python(self.repo, sha)
+            except (rule.CommitFailed, UserError):
+                self._check_stop()  # Ctrl-C reaches the build too: its failure is the interrupt, not a skip
+                raise
             self.workers[sha] = checkout.worker_command(python, tree, self.settings.worker)
+        self._check_stop()
         return self.workers[sha]
+
+    def _check_stop(self) -> None:
+        """RunInterrupted once a stop was asked for (SIGINT, SIGTERM): nothing after it is measured or skipped."""
+        if self.stop is not None and self.stop.requested:
+            from llmbench.core.errors import RunInterrupted
+
+            raise RunInterrupted([], self.out, str(self.stop.signal))
 
     def _look(self, folder: Path, base_sha: str, head_sha: str) -> tuple[Run, Run]:
         """One ab of head against base into ``folder`` (kept from an earlier bisect when it is complete there)."""
         from llmbench.drivers.ab import ab
         from llmbench.results.storage import load_run
 
-        if (folder / "base.json").exists() and (folder / "head.json").exists():
-            base, head = load_run(folder / "base.json"), load_run(folder / "head.json")
-            if base.complete and head.complete:
-                return base, head
-            folder.rename(folder.with_name(f"{folder.name}.interrupted-{int(time.time())}"))  # kept, not lost
+        if folder.exists():
+            try:
+                base, head = load_run(folder / "base.json"), load_run(folder / "head.json")
+                if base.complete and head.complete:
+                    return base, head
+            except (OSError, UserError, ValueError):
+                pass  # half a pair (one side's file, or none): ab would refuse the folder, and resume never pass it
+            folder.rename(folder.with_name(f"{folder.name}.interrupted-{time.time_ns()}"))  # kept, not lost
         try:
             base_side = self.worker(base_sha)
         except (rule.CommitFailed, UserError) as e:
@@ -189,19 +232,45 @@ class Bisector:
 
     def run(self) -> dict[str, Any]:
         """The whole bisect: BAD against GOOD, the search, the verification; the record (also in bisect.json)."""
-        d = self._bad_change()
-        if not (d.ci_low > 0 and d.change_pct > self.settings.threshold_pct):
-            self.answer = rule.Answer("none", reason=f"BAD against GOOD: {_shown(d)}, not a regression past "
-                                                     f"{self.settings.threshold_pct:g}%")  # fmt: skip
-        else:
-            try:
-                self.answer = rule.bisect(self.search, d, self._verify)
-            except rule.TooManySkips as e:
-                raise UserError(str(e)) from None
-        record = self.save()
+        try:
+            d = self._bad_change()
+            if not (d.ci_low > 0 and d.change_pct > self.settings.threshold_pct):
+                self.answer = rule.Answer("none", reason=f"BAD against GOOD: {_shown(d)}, not a regression past "
+                                                         f"{self.settings.threshold_pct:g}%")  # fmt: skip
+            else:
+                try:
+                    self.answer = rule.bisect(self.search, d, self._verify)
+                except rule.TooManySkips as e:
+                    raise UserError(str(e)) from None
+                self.answer = self._merges_said(self.answer)
+            record = self.save()
+        except BaseException:  # a failure or an interrupt too: the user's `git worktree list` must not grow
+            if not self.settings.keep_trees:
+                with contextlib.suppress(UserError):  # git's complaint must not hide why the bisect ended
+                    checkout.remove_trees(self.repo, self.trees)
+            raise
         if not self.settings.keep_trees:
             checkout.remove_trees(self.repo, self.trees)
         return record
+
+    def _merges_said(self, answer: rule.Answer) -> rule.Answer:
+        """The answer, saying which of its commits are merges: the chain takes a merge's branch in one step (the
+        merge), so a merge named means the change is its own or came in with the commits it merged; the reason
+        says how to look inside."""
+        if answer.first is None or answer.last is None:
+            return answer
+        notes = []
+        for i in range(answer.first, answer.last + 1):
+            sha, own = self.shas[i], self.shas[i - 1]
+            others = [p for p in checkout.parents(self.repo, sha) if p != own]
+            if others:
+                looks = "; ".join(f"llmbench bisect {checkout.git(self.repo, 'merge-base', own, p)[:12]} {p[:12]}"
+                                  for p in others)  # fmt: skip
+                notes.append(f"{sha[:12]} is a merge of {len(others) + 1} parents: the change is its own or came in "
+                             f"with the commits it merged (to find which: {looks})")  # fmt: skip
+        if not notes:
+            return answer
+        return dataclasses.replace(answer, reason=f"{answer.reason}; {'; '.join(notes)}")
 
     def _bad_change(self) -> rule.Look:
         """BAD against GOOD, looked at again (up to ``max_looks``) while it is neither clearly past the threshold
@@ -236,6 +305,7 @@ class Bisector:
             "metric": self.settings.metric,
             "stat": self.settings.stat,
             "threshold_pct": self.settings.threshold_pct,
+            "measured_with": self.measured_with,
             "bad_change": asdict(self.search.commits[-1].looks[-1]) if self.search.commits[-1].looks else None,
             "decisions": [asdict(x) for x in self.search.decisions],
             "commits": commits,
@@ -244,6 +314,11 @@ class Bisector:
         }
         write_record(self.out / "bisect.json", json.loads(json.dumps(record, allow_nan=True), parse_constant=_nan))
         return record
+
+
+def _pair(repo: Path, good: str, bad: str) -> list[str]:
+    """[GOOD, BAD] as full shas, whatever their ancestry (bisect-step's judge)."""
+    return [checkout.git(repo, "rev-parse", "--verify", f"{ref}^{{commit}}") for ref in (good, bad)]
 
 
 def _nan(name: str) -> None:
@@ -285,28 +360,40 @@ def step(repo: Path, good: str, bad: str | None, prompts: PromptSet, options: Ru
          reporter: Any = None, stop: Any = None) -> tuple[str, str]:  # fmt: skip
     """``git bisect run``'s judge: the checked-out commit (HEAD) against GOOD at half of ``bad``'s change (measured
     once and kept) or half the threshold; (state, one line). The looks go under the repository's git folder, so
-    git's checkouts never touch them."""
+    git's checkouts never touch them, in a folder per GOOD, commit and measuring settings (other settings measure
+    again). HEAD need not descend from GOOD (git bisect also checks out merged branches' commits and merge
+    bases). Only GOOD's worktree is kept between steps: the others are removed however the step ends."""
     from llmbench.results.storage import prepare_dir
 
     common = Path(checkout.git(repo, "rev-parse", "--path-format=absolute", "--git-common-dir"))
     head = checkout.git(repo, "rev-parse", "HEAD")
     root = prepare_dir(common / "llmbench-bisect")
     good_sha = checkout.git(repo, "rev-parse", "--verify", f"{good}^{{commit}}")
+    key = measured_with_key(settings, prompts, options)
+    trees = root / "trees"
 
-    def judge_of(commit: str) -> Bisector:  # each pair in a folder of its own; the worktrees shared by all steps
+    def judge_of(commit: str) -> Bisector:  # each pair in a folder of its own; GOOD's worktree shared by all steps
         sha = checkout.git(repo, "rev-parse", "--verify", f"{commit}^{{commit}}")
-        out = prepare_dir(root / f"{good_sha[:12]}-{sha[:12]}")
+        out = prepare_dir(root / f"{good_sha[:12]}-{sha[:12]}-{key}")
         return Bisector(repo, good, sha, prompts, options, settings, out, reporter=reporter, stop=stop,
-                        trees=root / "trees")  # fmt: skip
+                        trees=trees, pair=True)  # fmt: skip
 
-    judge = judge_of(head)
-    cutoff = settings.threshold_pct / 2
-    if bad is not None:
-        d = judge_of(bad)._bad_change()  # kept in its folder: measured once for the whole git bisect
-        if not (d.ci_low > 0 and d.change_pct > settings.threshold_pct):
-            raise UserError(f"BAD against GOOD: {_shown(d)}, not a regression past {settings.threshold_pct:g}%")
-        cutoff = d.change_pct / 2
-    decision = judge.search.look_until_decided(len(judge.shas) - 1, cutoff)
+    judges: list[Bisector] = []
+    try:
+        judges.append(judge_of(head))
+        cutoff = settings.threshold_pct / 2
+        if bad is not None:
+            judges.append(judge_of(bad))
+            d = judges[-1]._bad_change()  # kept in its folder: measured once for the whole git bisect
+            if not (d.ci_low > 0 and d.change_pct > settings.threshold_pct):
+                raise UserError(f"BAD against GOOD: {_shown(d)}, not a regression past {settings.threshold_pct:g}%")
+            cutoff = d.change_pct / 2
+        judge = judges[0]
+        decision = judge.search.look_until_decided(len(judge.shas) - 1, cutoff)
+    finally:  # git bisect visits many commits: their worktrees must not pile up in `git worktree list`
+        for sha in {j.shas[-1] for j in judges} - {good_sha}:
+            with contextlib.suppress(UserError):
+                checkout.remove_tree(repo, trees / sha[:12])
     c = judge.search.commits[-1]
     shown = _shown(c.last) if c.last else c.skipped
     forced = " (still unsure: skipped)" if decision.forced else ""

@@ -17,6 +17,7 @@ import contextlib
 import hashlib
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -40,17 +41,33 @@ def git(repo: Path, *args: str) -> str:
 
 
 def commits_between(repo: Path, good: str, bad: str) -> list[str]:
-    """[GOOD, c_1, ..., BAD]: full shas along BAD's first-parent line, oldest first. UserError unless GOOD is an
-    ancestor of BAD with at least one commit after it."""
+    """[GOOD, c_1, ..., BAD]: full shas of a chain from GOOD to BAD in which each commit's predecessor is one of its
+    parents, oldest first: BAD's first-parent line, except where a merge's first parent does not lead back to GOOD
+    (GOOD was on the merged branch), where the chain follows the first parent that does. So every c_i contains
+    GOOD, and "against its own parent" means its real parent. UserError unless GOOD is an ancestor of BAD with at
+    least one commit after it."""
     good_sha, bad_sha = (git(repo, "rev-parse", "--verify", f"{ref}^{{commit}}") for ref in (good, bad))
     try:
         git(repo, "merge-base", "--is-ancestor", good_sha, bad_sha)
     except UserError:
         raise UserError(f"{good} is not an ancestor of {bad}: nothing to bisect between them") from None
-    between = git(repo, "rev-list", "--first-parent", "--reverse", f"{good_sha}..{bad_sha}").split()
-    if not between:
+    if good_sha == bad_sha:
         raise UserError(f"{good} and {bad} are the same commit: nothing to bisect")
-    return [good_sha, *between]
+    # --first-parent alone would walk down a mainline that never meets GOOD when GOOD came in by a merge: those
+    # commits lack GOOD's code, and a "parent" in the list would not be one. --ancestry-path keeps the commits
+    # that descend from GOOD; of each one's parents the first among them (or GOOD itself) is taken.
+    lines = git(repo, "rev-list", "--parents", "--ancestry-path", f"{good_sha}..{bad_sha}").splitlines()
+    parents = {line.split()[0]: line.split()[1:] for line in lines if line.strip()}
+    chain, sha = [], bad_sha
+    while sha != good_sha:
+        chain.append(sha)
+        sha = next(p for p in parents[sha] if p == good_sha or p in parents)
+    return [good_sha, *reversed(chain)]
+
+
+def parents(repo: Path, sha: str) -> list[str]:
+    """The commit's parents, first parent first (two or more: a merge)."""
+    return git(repo, "rev-list", "--parents", "-n", "1", sha).split()[1:]
 
 
 def subject(repo: Path, sha: str) -> str:
@@ -59,27 +76,55 @@ def subject(repo: Path, sha: str) -> str:
 
 
 def ensure_tree(repo: Path, sha: str, root: Path) -> Path:
-    """``root/<sha12>``: a detached worktree of ``sha`` (kept and reused if it is already there at that commit)."""
+    """``root/<sha12>``: a detached worktree of ``sha`` (kept and reused if it is already there at that commit).
+    A ``worktree add`` that fails (or is interrupted) is undone, so the repository's worktree list does not grow."""
     path = root / sha[:12]
     if path.is_dir():
-        try:
-            if git(path, "rev-parse", "HEAD") == sha:
+        try:  # the folder must be a worktree's top, not a stray folder inside some checkout (OUT often is)
+            top, head = git(path, "rev-parse", "--show-toplevel", "HEAD").splitlines()
+            if Path(top).resolve() == path.resolve() and head == sha:
                 return path
-        except UserError:
+        except (UserError, ValueError):
             pass
-        git(repo, "worktree", "remove", "--force", str(path))
+        remove_tree(repo, path)
     root.mkdir(parents=True, exist_ok=True)
     git(repo, "worktree", "prune")
-    git(repo, "worktree", "add", "--detach", str(path), sha)
+    try:
+        git(repo, "worktree", "add", "--detach", str(path), sha)
+    except BaseException:  # a half-made worktree (git leaves it locked "initializing") would stay listed
+        remove_tree(repo, path)
+        raise
     return path
+
+
+def remove_tree(repo: Path, path: Path) -> None:
+    """One worktree removed: its folder and git's record of it, even when it is locked (a ``worktree add`` cut
+    short leaves its lock, and a single ``--force`` refuses a locked worktree) or its folder is no worktree."""
+    with contextlib.suppress(UserError):  # not registered, or already gone: the folder and prune do the rest
+        git(repo, "worktree", "remove", "--force", "--force", str(path))
+    if path.exists():
+        shutil.rmtree(path, ignore_errors=True)
+    _prune(repo)
+
+
+def _prune(repo: Path) -> None:
+    """``git worktree prune``, with the records of missing folders that are locked unlocked first (prune keeps a
+    locked record forever; ours are never locked on purpose)."""
+    with contextlib.suppress(UserError):
+        listing = git(repo, "worktree", "list", "--porcelain")
+        for block in listing.split("\n\n"):
+            fields = {line.partition(" ")[0]: line.partition(" ")[2] for line in block.splitlines() if line}
+            where = fields.get("worktree")
+            if where and "locked" in fields and not Path(where).exists():
+                git(repo, "worktree", "unlock", where)
+    git(repo, "worktree", "prune")
 
 
 def remove_trees(repo: Path, root: Path) -> None:
     """Every worktree under ``root`` removed (the folder too, when empty)."""
     for path in sorted(root.glob("*")) if root.is_dir() else []:
-        with contextlib.suppress(UserError):  # one that is already gone
-            git(repo, "worktree", "remove", "--force", str(path))
-    git(repo, "worktree", "prune")
+        remove_tree(repo, path)
+    _prune(repo)
     if root.is_dir() and not any(root.iterdir()):
         root.rmdir()
 
@@ -141,7 +186,10 @@ def ensure_python(repo: Path, sha: str) -> str:
         return sys.executable
     import fcntl
 
-    key = hashlib.sha256("\n".join(sorted(reqs)).encode()).hexdigest()[:16]
+    # The venv is made from, and sees the packages of, this interpreter: another one (another Python version,
+    # another environment's torch) must not reuse it.
+    interpreter = f"{os.path.realpath(sys.executable)}|{sys.version}|{sys.prefix}"
+    key = hashlib.sha256("\n".join([interpreter, *sorted(reqs)]).encode()).hexdigest()[:16]
     venv = venv_root() / key
     python = venv / "bin" / "python"
     venv.parent.mkdir(parents=True, exist_ok=True)

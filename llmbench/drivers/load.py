@@ -38,10 +38,14 @@ from llmbench.options import EndpointOptions, OpenLoop, RunOptions
 from llmbench.results.schema import LOAD_VERSION, Run, llmbench_version, utc_now
 from llmbench.results.storage import prepare_driver_dir, prepare_output, write_record
 from llmbench.runner.loop import NullReporter, Reporter
+from llmbench.workloads.arrivals import check_schedule
+from llmbench.workloads.limits import MAX_RATE_RPS, check_range
 from llmbench.workloads.prompts import PromptSet
 
 SLO_METRICS = ("ttft_ms", "tpot_ms", "e2e_ms", "ttft_from_schedule_ms", "e2e_from_schedule_ms")
 MAX_AUTO_TRIALS = 12  # ramp + bisection, at most
+MAX_AUTO_STEPS = 30  # bisections: each halves the geometric gap (30 of them: a billionth of it)
+MAX_RATES = 100  # --rates: each is a run of its own
 _SLO = re.compile(r"^\s*([a-z0-9_]+)\s*:\s*p(\d+(?:\.\d+)?)\s*=\s*([0-9.eE+-]+)\s*$")
 
 DEFINITIONS = {
@@ -127,7 +131,14 @@ class LoadSpec:
             raise UserError(f"--min-attainment must be in (0, 1], not {self.min_attainment}")
         if not self.auto_start > 0 or self.auto_steps < 0:
             raise UserError("--auto-start must be above 0 and --auto-steps 0 or more")
+        check_range("--auto-start", self.auto_start, 0, MAX_RATE_RPS, unit=" requests per second", above=True)
+        if self.auto_steps > MAX_AUTO_STEPS:
+            raise UserError(f"--auto-steps {self.auto_steps}: expected at most {MAX_AUTO_STEPS} bisections")
+        if self.rates is not None and len(self.rates) > MAX_RATES:
+            raise UserError(f"--rates lists {len(self.rates)} rates: expected at most {MAX_RATES} (each is a run)")
         self.open_loop(1.0).validate()
+        for rate in self.rates or [self.auto_start]:  # each rate's schedule, checked now without drawing it
+            check_schedule(rate, self.requests, self.duration_s)
 
     def open_loop(self, rate: float) -> OpenLoop:
         return OpenLoop(rate_rps=rate, arrival=self.arrival, requests=self.requests, duration_s=self.duration_s,

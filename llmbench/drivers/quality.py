@@ -32,6 +32,21 @@ def setup_of(spec: ModelOptions, options: RunOptions | None = None) -> dict[str,
     return setup
 
 
+MODEL_FILES = (".json", ".safetensors", ".bin", ".gguf", ".model", ".tiktoken", ".txt", ".py", ".jinja")
+
+
+def reference_identity(spec: ModelOptions, lm: Any) -> dict[str, Any]:
+    """What a reference's logits depend on, the key of ``--reference-cache``: the setup as loaded (dtype, device),
+    pretrained or random weights, and for a local model the files' identity (name, size, modification time), so a
+    folder re-downloaded or re-saved at the same path is not read through another model's logits."""
+    identity = {**setup_of(spec), "dtype": lm.dtype, "device": str(lm.device).split(":")[0], "weights": spec.weights}
+    path = Path(spec.model).expanduser()
+    files = [path] if path.is_file() else sorted(path.iterdir()) if path.is_dir() else []
+    identity["files"] = [[f.name, f.stat().st_size, f.stat().st_mtime_ns] for f in files
+                         if f.is_file() and f.suffix in MODEL_FILES]  # fmt: skip
+    return identity
+
+
 def default_prompts() -> PromptSet:
     """The first sentences of the shipped text, for greedy continuations when no prompt file is given."""
     sentences = [s.strip() for s in re.split(r"(?<=[.。])\s*", q.default_text()) if len(s.strip()) > 20]
@@ -171,8 +186,8 @@ async def quality(
     prompts = prompts or default_prompts()
     check_fits(ref_lm, prompts, options, cand_lm.max_positions)  # before the teacher-forced pass
     size = min(chunk_tokens, cand_lm.max_positions or chunk_tokens)
-    ref = await asyncio.wrap_future(thread.submit(_reference, ref_lm, text_value, setup_of(reference), size,
-                                                  reference_cache, cached))  # fmt: skip
+    ref = await asyncio.wrap_future(thread.submit(_reference, ref_lm, text_value, reference_identity(reference, ref_lm),
+                                                  size, reference_cache, cached))  # fmt: skip
     result = await asyncio.wrap_future(thread.submit(evaluate, ref, ref_lm, cand_lm, prompts, options))
     record = {
         "quality_version": q.QUALITY_VERSION,
@@ -232,8 +247,8 @@ async def _engine_quality(
         prompts = prompts or default_prompts()
         check_fits(ref_lm, prompts, options, getattr(em, "max_positions", None))
         size = min(chunk_tokens, ref_lm.max_positions or chunk_tokens)
-        ref = await asyncio.wrap_future(thread.submit(_reference, ref_lm, text, setup_of(reference), size,
-                                                      reference_cache, cached))  # fmt: skip
+        ref = await asyncio.wrap_future(thread.submit(_reference, ref_lm, text, reference_identity(reference, ref_lm),
+                                                      size, reference_cache, cached))  # fmt: skip
         result = await asyncio.wrap_future(thread.submit(evaluate_engine, ref, ref_lm, em, prompts, options))
     finally:
         await asyncio.wrap_future(thread.submit(em.runner.close))
@@ -295,8 +310,9 @@ def check_fits(lm: Any, prompts: PromptSet, options: RunOptions, other_positions
 
 def _reference(lm: Any, text: str, setup: dict, size: int, cache: Path | None,
                cached: q.Reference | None = None) -> q.Reference:  # fmt: skip
-    """From the cache file (``cached``: its contents, read before loading) when it holds this very reference,
-    else computed (and saved there)."""
+    """From the cache file (``cached``: its contents, read before loading) when it holds this very reference
+    (``setup``: :func:`reference_identity`; the text; the chunk size), else computed (and saved there, replacing
+    another reference's)."""
     import hashlib
 
     sha = hashlib.sha256(text.encode("utf-8")).hexdigest()

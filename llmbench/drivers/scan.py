@@ -33,6 +33,7 @@ from llmbench.options import ModelOptions, RunOptions
 from llmbench.results.schema import SCAN_VERSION, utc_now
 from llmbench.results.storage import prepare_output, write_record
 from llmbench.runner.loop import NullReporter, Reporter, Track, execute, new_track
+from llmbench.workloads.limits import MAX_TOKENS_MADE
 from llmbench.workloads.prompts import MAX_PROMPT_TOKENS, check_whole
 from llmbench.workloads.synthetic import SyntheticSpec, make, synthetic_record
 
@@ -69,8 +70,9 @@ def grid(prompt_tokens: list[int], depth: list[int], batch: list[int]) -> list[P
         raise UserError("scan has nothing to measure: give --prompt-tokens, --depth and/or --batch")
     for p in points:
         option = f"--{'prompt-tokens' if p.kind == 'length' else p.kind}"
-        if p.value < (1 if p.kind != "depth" else 0):
-            raise UserError(f"{option} {p.value}: must be at least 1")
+        least = 1 if p.kind != "depth" else 0
+        if p.value < least:
+            raise UserError(f"{option} {p.value}: must be at least {least}")
         high = MAX_BATCH if p.kind == "batch" else MAX_PROMPT_TOKENS  # its prompts are made before any check
         if p.value > high:
             raise UserError(f"{option} {p.value}: more than any model {'batches' if p.kind == 'batch' else 'reads'} "
@@ -97,6 +99,13 @@ def check_plan(points: list[Point], rounds: int, prompts_per_point: int, batch_p
                         "it is for --depth and --batch points")  # fmt: skip
     per_round = sum(1 if p.kind == "batch" else prompts_per_point for p in points)
     check_whole("--rounds x points x --prompts-per-point", rounds * per_round, what=" requests")
+    # every point's prompts are made (text held in memory) before the first is measured: their tokens, all told
+    made = sum(p.value * batch_prompt_tokens if p.kind == "batch" else max(p.value, 1) * prompts_per_point
+               for p in points)  # fmt: skip
+    if made > MAX_TOKENS_MADE:
+        raise UserError(f"the scan's points make {made:,} prompt tokens before measuring: more than llmbench "
+                        f"holds (at most {MAX_TOKENS_MADE:,}); give fewer or shorter points, or fewer "
+                        "--prompts-per-point")  # fmt: skip
 
 
 def check_context(points: list[Point], max_positions: int | None, new_tokens: int, batch_tokens: int) -> None:

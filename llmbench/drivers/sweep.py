@@ -354,6 +354,7 @@ class Sweep:
     def margin(self, rows: list[dict], metric: str) -> dict[str, Any] | None:
         """How far the runner-up is behind the best, with a paired 95% interval: is the best really best?"""
         from llmbench.analysis.compare import change_interval
+        from llmbench.analysis.variance import too_few
 
         key = f"{metric}_{self.rank_by}"
         ranked = sorted((r for r in rows if r[key] is not None), key=lambda r: r[key])
@@ -368,12 +369,14 @@ class Sweep:
         change, low, high = change_interval(
             np.array([a[k] for k in keys]), np.array([b[k] for k in keys]), self.rank_by, paired=True
         )
+        few = too_few(len(keys), self.rank_by)  # below it no interval holds 95%: none, and no "significant"
         return {
             "runner_up": ranked[1]["label"],
             "runner_up_slower_pct": round(change, 2),
-            "ci95_low_pct": round(low, 2),
-            "ci95_high_pct": round(high, 2),
-            "significant": bool(low > 0),
+            "ci95_low_pct": None if few else round(low, 2),
+            "ci95_high_pct": None if few else round(high, 2),
+            "significant": bool(few is None and low > 0),
+            "too_few": few,
         }
 
 

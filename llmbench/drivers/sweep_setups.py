@@ -15,7 +15,9 @@ from llmbench.core.errors import UserError
 from llmbench.engines.hf import models
 from llmbench.engines.hf.quantize import forced_dtype
 from llmbench.options import ModelOptions, RunOptions
-from llmbench.workloads.prompts import PromptSet, check_whole
+from llmbench.workloads.prompts import MAX_REQUESTS, PromptSet, check_whole
+
+MAX_SETUPS = 1_000  # setups of one sweep: each loads its model, and the rounds go round them all
 
 
 @dataclass(frozen=True)
@@ -108,11 +110,12 @@ def plan(
     ``prefix_cache``: comma lists of ``--speculative``/``--prefix-cache`` values, crossed with every setup."""
     from llmbench import engines as eng
 
-    if options.repeats < 1:
-        raise UserError(f"--rounds must be at least 1, not {options.repeats}")
+    if not 1 <= options.repeats <= MAX_REQUESTS:
+        raise UserError(f"--rounds must be 1 to {MAX_REQUESTS:,}, not {options.repeats}")
     engine_list = [eng.engine_info(e).name for e in split_list(engine, "--engine")]
     if len(set(engine_list)) != len(engine_list):
         raise UserError(f"--engine '{engine}' names an engine twice")
+    check_grid(dtype, threads, attn, cache, compile_, quantize, engine_list, precision, speculative, prefix_cache)
     thread_list = [_whole(t, "--threads") for t in split_list(threads, "--threads")] or [torch.get_num_threads()]
     setups: list[Setup] = []
     skipped: list[str] = []
@@ -151,6 +154,23 @@ def plan(
         else:
             eng.validate(engine_spec(spec, s))
     return setups, skipped
+
+
+def check_grid(dtype: str, threads: str | None, attn: str | None, cache: str, compile_: bool, quantize: str,
+               engines: list[str], precision: list[str] | None, speculative: str | None,
+               prefix_cache: str | None) -> None:  # fmt: skip
+    """UserError when the lists cross into more than :data:`MAX_SETUPS` setups (each loads a model), counted
+    from the lists' lengths before any setup is made: a generous upper bound of what :func:`plan` expands."""
+
+    def n(text: str | None) -> int:
+        return max(1, len([t for t in (text or "").split(",") if t.strip()]))
+
+    levers = n(speculative) * n(prefix_cache)
+    grid = n(dtype) * n(attn) * n(cache) * (2 if compile_ else 1) * n(quantize) + len(engines)
+    grid += sum(n(p.partition("=")[2] or p) for p in precision or [])
+    if n(threads) * grid * levers > MAX_SETUPS:
+        raise UserError(f"the sweep's lists cross into up to {n(threads) * grid * levers:,} setups, each loading a "
+                        f"model: more than a sweep runs (at most {MAX_SETUPS:,}); list fewer values")  # fmt: skip
 
 
 def with_levers(

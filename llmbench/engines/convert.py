@@ -10,9 +10,10 @@ converted by the engine's own tool, offline, from the local folder:
 
 ``--weights random`` builds the architecture with llmbench's seeded random weights and saves it as a folder first.
 Every step runs in a child process (a converter that crashes or runs out of memory can't take the run with it),
-writes into a temporary folder renamed into the cache when complete, and is reused when the same source (by
-content hash), engine version, precision and tool ask for it again. Conversion time is reported, never timed.
-A failed step is one line (UserError) with the tool's last line.
+writes into a temporary folder renamed into the cache when complete (removed when the step fails or is
+interrupted), and is reused when the same source (by content hash), engine and library versions, precision and
+tool (and the versions of the packages in the tool's environment) ask for it again. Conversion time is
+reported, never timed. A failed step is one line (UserError) with the tool's last line.
 """
 
 from __future__ import annotations
@@ -152,8 +153,11 @@ def _run_step(
             proc = subprocess.run(argv, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                   env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
                                        **(env or {})})  # fmt: skip
-        except OSError as e:
-            raise UserError(f"{what} failed: cannot start {argv[0]}: {e.strerror or e}") from None
+        except BaseException as e:  # Ctrl-C, SIGTERM: the half-written temp must not stay in the cache
+            shutil.rmtree(tmp, ignore_errors=True) if tmp.is_dir() else tmp.unlink(missing_ok=True)
+            if isinstance(e, OSError):
+                raise UserError(f"{what} failed: cannot start {argv[0]}: {e.strerror or e}") from None
+            raise
     seconds = time.perf_counter() - t
     if proc.returncode != 0 or not tmp.exists():
         shutil.rmtree(tmp, ignore_errors=True) if tmp.is_dir() else tmp.unlink(missing_ok=True)
@@ -212,7 +216,7 @@ def _source_files(spec: ModelOptions, source: str, path: Path | None, steps: lis
 
             facts = builtin.builtin_config(spec.model) or {}
         key = cache_key(kind="random", model=spec.model, config=facts, seed=models.RANDOM_SEED,
-                        torch=package_version("torch"))  # fmt: skip
+                        torch=package_version("torch"), transformers=package_version("transformers"))  # fmt: skip
         out = cache_root() / "random" / key
         return _run_step(f"building {spec.model} with random weights", "transformers (llmbench's seeded init)",
                          _py("-m", "llmbench.engines.convert", "random", json.dumps(_spec_args(spec)), "{OUT}"),
@@ -260,7 +264,9 @@ def _to_gguf(folder: Path, precision: str, steps: list[dict[str, Any]], status: 
     tool_hash = file_sha256(converter)[:12]
     outtype = precision if precision in GGUF_OUTTYPES else "f16"
     src_hash = source_sha256(folder)
-    key = cache_key(kind="gguf", source=src_hash, outtype=outtype, converter=tool_hash)
+    # the converter runs on this interpreter: its gguf and transformers (the tokenizer's conversion) shape the file
+    key = cache_key(kind="gguf", source=src_hash, outtype=outtype, converter=tool_hash,
+                    gguf=package_version("gguf"), transformers=package_version("transformers"))  # fmt: skip
     gguf = _run_step(f"converting {folder.name} to GGUF {outtype}", f"llama.cpp convert_hf_to_gguf.py ({tool_hash})",
                      _py(str(converter), str(folder), "--outtype", outtype, "--outfile", "{OUT}"),
                      cache_root() / "llama.cpp" / f"{key}.gguf", key, steps, status)  # fmt: skip
@@ -315,13 +321,26 @@ def optimum_cli() -> Path:
 def _to_openvino(folder: Path, precision: str, steps: list[dict[str, Any]], status: Callable[[str], None]) -> Path:
     cli = optimum_cli()
     key = cache_key(kind="openvino", source=source_sha256(folder), precision=precision, tool=str(cli.resolve()),
-                    openvino=package_version("openvino"))  # fmt: skip
+                    tool_packages=tool_packages(cli), openvino=package_version("openvino"))  # fmt: skip
     return _run_step(
         f"exporting {folder.name} to OpenVINO IR ({precision} weights)", "optimum-intel optimum-cli export openvino",
         [str(cli), "export", "openvino", "--model", str(folder), "--task", "text-generation-with-past",
          "--weight-format", precision, "{OUT}"],
         cache_root() / "openvino" / key, key, steps, status,
     )  # fmt: skip
+
+
+EXPORT_PACKAGES = ("optimum", "optimum_intel", "nncf", "openvino", "openvino_tokenizers", "transformers", "torch")
+
+
+def tool_packages(cli: Path) -> list[str]:
+    """The versions of the packages that shape an export, in the environment ``cli`` runs in (its venv's
+    ``*.dist-info`` names, e.g. ``nncf-2.14.0.dist-info``): the same path after an upgrade is another tool. When
+    ``cli`` is in no venv, this interpreter's versions."""
+    venv = cli.resolve().parent.parent
+    names = sorted(d.name for d in venv.glob("lib/python*/site-packages/*.dist-info")
+                   if d.name.split("-")[0].lower() in EXPORT_PACKAGES)  # fmt: skip
+    return names or [f"{name}-{package_version(name.replace('_', '-'))}" for name in EXPORT_PACKAGES]
 
 
 def _to_onnxruntime(folder: Path, precision: str, steps: list[dict[str, Any]], status: Callable[[str], None]) -> Path:

@@ -8,7 +8,7 @@ metric's statistics with 95% intervals (per-request data stays in the JSON the r
   set's hash beside it.
 - **Code**: the run's ``environment.git`` (commit, branch, dirty, recorded when it ran); ``ab``: the base's and
   head's refs resolved to commits.
-- **Metrics**: per metric the mean, p50, p90 and p99 with percentile-bootstrap 95% intervals and n; for ``ab``
+- **Metrics**: per metric the mean, p50, p90 and p99 with 95% intervals (where one holds at n) and n; for ``ab``
   each paired change with its interval and the minimum detectable change.
 """
 
@@ -21,13 +21,12 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
+from llmbench.analysis.compare import RUN_STATS, stats_with_intervals
 from llmbench.history.db import Result
 from llmbench.machine.envinfo import isa_flags
 
 RUN_METRICS = ("ttft_ms", "tpot_ms", "e2e_ms", "decode_tokens_per_s", "prefill_tokens_per_s")
-STATS = ("mean", "p50", "p90", "p99")
+STATS = RUN_STATS
 
 
 def file_sha256(path: str | Path) -> str:
@@ -83,32 +82,6 @@ def machine_id(machine: dict[str, Any]) -> str:
 
 
 # -------------------------------------------------------------------------------------------------- statistics
-
-
-def _stat(values: np.ndarray, stat: str) -> float:
-    return float(values.mean()) if stat == "mean" else float(np.percentile(values, int(stat[1:])))
-
-
-def stats_with_intervals(values: list[float], metric: str, seed: int = 0) -> list[dict[str, Any]]:
-    """mean, p50, p90, p99 of ``values`` with percentile-bootstrap 95% intervals (resampling the requests; as
-    many resamples as compare draws: 2,000 for small runs, fewer for large ones, the work bounded)."""
-    from llmbench.analysis.compare import _resamples
-
-    a = np.asarray([v for v in values if v is not None and v == v], dtype=float)
-    if a.size == 0:
-        return []
-    rng = np.random.default_rng(seed)
-    samples = a[rng.integers(0, a.size, size=(_resamples(a.size), a.size))] if a.size > 1 else None
-    quantiles = np.percentile(samples, [50, 90, 99], axis=1) if samples is not None else None
-    rows = []
-    for stat in STATS:
-        value = _stat(a, stat)
-        low = high = None
-        if samples is not None and quantiles is not None:
-            boot = samples.mean(axis=1) if stat == "mean" else quantiles[(50, 90, 99).index(int(stat[1:]))]
-            low, high = (float(x) for x in np.percentile(boot, [2.5, 97.5]))
-        rows.append({"metric": metric, "stat": stat, "value": value, "ci_low": low, "ci_high": high, "n": int(a.size)})
-    return rows
 
 
 def run_metrics(run: Any) -> list[dict[str, Any]]:
@@ -285,7 +258,9 @@ def value_result(
 
 def results_of_file(path: Path) -> list[Result]:
     """The records a file on disk gives: a run JSON (one), a sweep/scan/load folder's summary (one per run file
-    it names, plus the summary's own values), a quality.json, or an ab folder (base.json + head.json)."""
+    it names, plus the summary's own values), a quality.json, or an ab folder (base.json + head.json). A summary
+    that is not shaped as llmbench writes it (a hand-edited or cut file) is one UserError naming it and the
+    field, before anything is recorded."""
     from llmbench.results.kinds import kind_of
     from llmbench.results.storage import load_run
 
@@ -297,20 +272,26 @@ def results_of_file(path: Path) -> list[Result]:
         return [ab_result(base, head, path, base_ref=None, head_ref=None)] if ab else []
     if found.kind in ("sweep", "scan"):
         out = []
-        for row in record.get("results") or record.get("points") or []:
-            name = row.get("run_file") or f"{row.get('label') or row.get('kind')}-{row.get('value')}.json"
-            run_path = path.parent / name
-            if row.get("run_file"):
-                _named(path, run_path)
-            if run_path.exists():
+        for where, row in _rows(path, record, "results" if found.kind == "sweep" else "points"):
+            label = _text(path, f"{where}.label", row.get("label"))
+            run_file = _run_file(path, where, row)
+            # a scan before run_file was recorded: its points' files were named by kind and value
+            name = run_file or f"{label or row.get('kind')}-{row.get('value')}.json"
+            run_path = _named(path, path.parent / name) if run_file else path.parent / name
+            if run_path.is_file():
                 run = load_run(run_path, scalars_only=True)
-                out.append(run_result(run, run_path, kind=found.kind, label=row.get("label") or run_path.stem))
+                out.append(run_result(run, run_path, kind=found.kind, label=label or run_path.stem))
         return out
     if found.kind == "load":
         return _load_results(record, path)
     if found.kind == "quality":
-        values = {k: record.get(k) for k in ("kld_mean", "kld_p99", "top1_agreement", "perplexity_candidate")}
-        values["greedy_identical_share"] = (record.get("greedy") or {}).get("identical_share")
+        greedy = record.get("greedy")
+        if greedy is not None and not isinstance(greedy, dict):
+            raise _malformed(path, f"'greedy' is {type(greedy).__name__}, not an object")
+        keys = ("kld_mean", "kld_p99", "top1_agreement", "perplexity_candidate")
+        values = {k: _number(path, k, record.get(k)) for k in keys}
+        share = (greedy or {}).get("identical_share")
+        values["greedy_identical_share"] = _number(path, "greedy.identical_share", share)
         return [value_result(record, path, "quality", values, None, label="quality")]
     return [run_result(load_run(path, scalars_only=True), path)]  # every recorded figure is a per-request scalar
 
@@ -320,19 +301,67 @@ def _load_results(load: dict, path: Path) -> list[Result]:
     from llmbench.results.storage import load_run
 
     out = []
-    for rate in load.get("rates", []):
-        if not rate.get("run_file"):
+    first = None  # the first rate's run (a rate may have none): the load test's machine and setup
+    values: dict[str, float | None] = {}
+    for where, rate in _rows(path, load, "rates"):
+        offered = _number(path, f"{where}.offered_rate_rps", rate.get("offered_rate_rps"), required=True)
+        values[f"goodput_rps@{offered:g}"] = _number(path, f"{where}.goodput_rps", rate.get("goodput_rps"))
+        run_file = _run_file(path, where, rate)
+        if run_file is None:  # a rate without a run file: nothing measured to record
             continue
-        run_path = _named(path, path.parent / rate["run_file"])
-        out.append(run_result(load_run(run_path), run_path, kind="load", label=f"rate-{rate['offered_rate_rps']:g}"))
-    sat = (load.get("saturation") or {}).get("rate_rps")
-    first = load_run(path.parent / load["rates"][0]["run_file"]) if load.get("rates") else None
-    values = {
-        "saturation_rps": sat,
-        **{f"goodput_rps@{r['offered_rate_rps']:g}": r.get("goodput_rps") for r in load.get("rates", [])},
-    }
+        run = load_run(_named(path, path.parent / run_file))
+        first = first or run
+        out.append(run_result(run, path.parent / run_file, kind="load", label=f"rate-{offered:g}"))
+    saturation = load.get("saturation")
+    if saturation is not None and not isinstance(saturation, dict):
+        raise _malformed(path, f"'saturation' is {type(saturation).__name__}, not an object")
+    values = {"saturation_rps": _number(path, "saturation.rate_rps", (saturation or {}).get("rate_rps")), **values}
     out.append(value_result(load, path, "load", values, first, label="load.json"))
     return out
+
+
+def _malformed(record: Path, what: str) -> Exception:
+    """A driver's record not shaped as llmbench writes it: one line naming the file and the field."""
+    from llmbench.core.errors import UserError
+
+    return UserError(f"{record}: {what}: not a record as llmbench writes it; nothing recorded")
+
+
+def _rows(record: Path, data: dict[str, Any], key: str) -> list[tuple[str, dict[str, Any]]]:
+    """(``key[i]``, row) for each row of ``data[key]`` (absent: none); UserError for a non-list or a non-object."""
+    rows = data.get(key)
+    if rows is None:
+        return []
+    if not isinstance(rows, list):
+        raise _malformed(record, f"'{key}' is {type(rows).__name__}, not a list")
+    for i, row in enumerate(rows):
+        if not isinstance(row, dict):
+            raise _malformed(record, f"{key}[{i}] is {type(row).__name__}, not an object")
+    return [(f"{key}[{i}]", row) for i, row in enumerate(rows)]
+
+
+def _run_file(record: Path, where: str, row: dict[str, Any]) -> str | None:
+    """A row's ``run_file``: a file name in the record's folder (None: the row names none)."""
+    name = row.get("run_file")
+    if name is None or name == "":
+        return None
+    if not isinstance(name, str) or Path(name).name != name or name in (".", ".."):
+        raise _malformed(record, f"{where}.run_file is {name!r}, not a file name in its folder")
+    return name
+
+
+def _text(record: Path, where: str, v: Any) -> str | None:
+    """A text field of a driver's record (a label), or None."""
+    if v is not None and not isinstance(v, str):
+        raise _malformed(record, f"{where} is {v!r}, not text")
+    return v
+
+
+def _number(record: Path, where: str, v: Any, required: bool = False) -> float | None:
+    """A figure of a driver's record: a number (a bool is none), or None where it may be missing."""
+    if (v is None and not required) or (isinstance(v, (int, float)) and not isinstance(v, bool)):
+        return v
+    raise _malformed(record, f"{where} is {v!r}, not a number")
 
 
 def _named(record: Path, run_path: Path) -> Path:
@@ -341,5 +370,5 @@ def _named(record: Path, run_path: Path) -> Path:
     from llmbench.core.errors import UserError
 
     if not run_path.is_file():
-        raise UserError(f"{record} names {run_path.name}, which is not in {run_path.parent}: nothing recorded")
+        raise UserError(f"{record}: names {run_path.name}, which is not in {run_path.parent}: nothing recorded")
     return run_path

@@ -222,6 +222,11 @@ def compare_lines(comp, checks: list[Any]) -> tuple[list[str], list[str]]:
         )
     tail += [f"{note.metric}: {note.explanation}" for note in comp.machine]
     tail += [changed_line(comp), *noise_lines(comp)]
+    few: dict[str, list[str]] = {}
+    for r in comp.rows:
+        if r.too_few:
+            few.setdefault(r.too_few, []).append(f"{r.metric} {r.stat}")
+    tail += [f"no 95% interval, no verdict ({why}): {', '.join(rows)}" for why, rows in few.items()]
     for c in checks:
         status = "REGRESSION" if c.regression else "ok"
         tail.append(
@@ -289,6 +294,8 @@ def _row_cells(r, regression: bool, first: bool = True, short: bool = False) -> 
     verdict = "REGRESSION" if regression else r.verdict
     if short and verdict == "no significant change":
         verdict = "n.s."
+    elif short and r.too_few:
+        verdict = "too few"  # the whole line is under the table
     return [
         METRICS[r.metric][0] if first else "",
         r.stat,
@@ -438,7 +445,10 @@ def sweep_verdicts(record: dict) -> list[str]:
         if not b:
             continue
         m = record.get("best_margin", {}).get(metric)
-        if m:
+        if m and m.get("too_few"):  # no interval holds at this n: neither "beyond" nor "within" noise
+            lines.append(f"best {name}: {b['label']} (runner-up {m['runner_up']} is {m['runner_up_slower_pct']:+.1f}%; "
+                         f"{m['too_few']} to tell it from noise)")  # fmt: skip
+        elif m:
             sure = "beyond noise" if m["significant"] else "within noise: not a clear winner"
             lines.append(
                 f"best {name}: {b['label']} (runner-up {m['runner_up']} is {m['runner_up_slower_pct']:+.1f}% "
@@ -836,7 +846,11 @@ def server_lines(run: Any) -> list[str]:
     for key, label in (("running_requests", "running"), ("waiting_requests", "waiting"),
                        ("kv_cache_usage", "KV cache usage")):  # fmt: skip
         if key in g:
-            parts.append(f"{label} mean {g[key]['mean']:.3g} max {g[key]['max']:.3g}")
+            gauge = g[key]
+            # a fraction averaged over ranks: the busiest one's peak beside it (an average hides one rank full)
+            sets = (f" (mean of {gauge['label_sets']} label sets; highest one {gauge['max_label_set']:.3g})"
+                    if gauge.get("max_label_set") is not None else "")  # fmt: skip
+            parts.append(f"{label} mean {gauge['mean']:.3g} max {gauge['max']:.3g}{sets}")
     if sm.get("prefix_cache_hit_rate") is not None:
         parts.append(f"prefix cache hit rate {sm['prefix_cache_hit_rate']:.1%} (tokens)")
     window = f" over {sm['window_s']:.1f} s, {sm['scrapes']} scrapes" if sm.get("window_s") else ""

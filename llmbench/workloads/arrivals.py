@@ -24,6 +24,7 @@ import numpy as np
 
 from llmbench.core.errors import UserError
 from llmbench.results.schema import Arrival
+from llmbench.workloads.limits import MAX_RATE_RPS, MAX_SCHEDULE_S, check_range
 from llmbench.workloads.prompts import MAX_REQUESTS, check_whole
 
 PROCESSES = ("poisson", "constant", "gamma")
@@ -46,6 +47,28 @@ def parse_arrival(text: str) -> tuple[str, float]:
     raise UserError(f"unknown --arrival '{text}'; expected poisson, constant or gamma:CV")
 
 
+def check_schedule(rate_rps: float, requests: int | None, duration_s: float | None) -> None:
+    """UserError for an open loop that can't be drawn or kept, checked without drawing it: a rate that is no
+    positive number up to :data:`MAX_RATE_RPS`, neither or both of ``requests`` and ``duration_s``, more requests
+    than a plan holds, or a schedule longer than :data:`MAX_SCHEDULE_S` (a week)."""
+    if not (rate_rps > 0 and math.isfinite(rate_rps)):
+        raise UserError(f"--rate must be a positive number of requests per second, not {rate_rps}")
+    if rate_rps > MAX_RATE_RPS:
+        raise UserError(f"--rate {rate_rps:g}: expected at most {MAX_RATE_RPS:,g} requests per second")
+    if (requests is None) == (duration_s is None):
+        raise UserError("an open-loop run needs --requests N or --duration S (one of them)")
+    if requests is not None:
+        check_whole("--requests", requests, what=" requests")
+        if (requests - 1) / rate_rps > MAX_SCHEDULE_S:  # the last one's mean due time
+            raise UserError(f"--requests {requests} at --rate {rate_rps:g} is a schedule of "
+                            f"{(requests - 1) / rate_rps:.3g} s: longer than a run keeps (at most a week)")  # fmt: skip
+    if duration_s is not None:
+        check_range("--duration", duration_s, 0, MAX_SCHEDULE_S, unit=" s (a week)", above=True)
+    if duration_s is not None and rate_rps * duration_s > MAX_REQUESTS:  # drawn in advance: they must fit
+        raise UserError(f"--rate {rate_rps:g} for --duration {duration_s:g} s is {rate_rps * duration_s:.3g} "
+                        f"requests: more than llmbench can plan (at most {MAX_REQUESTS:,})")  # fmt: skip
+
+
 def plan_arrivals(
     rate_rps: float,
     arrival: str = "poisson",
@@ -56,17 +79,7 @@ def plan_arrivals(
 ) -> tuple[Arrival, list[float]]:
     """The schedule's record and its offsets (seconds): ``requests`` of them, or as many as fall within
     ``duration_s``. UserError for a rate or length that is not positive, or neither/both given."""
-    if not (rate_rps > 0 and math.isfinite(rate_rps)):
-        raise UserError(f"--rate must be a positive number of requests per second, not {rate_rps}")
-    if (requests is None) == (duration_s is None):
-        raise UserError("an open-loop run needs --requests N or --duration S (one of them)")
-    if requests is not None:
-        check_whole("--requests", requests, what=" requests")
-    if duration_s is not None and not (duration_s > 0 and math.isfinite(duration_s)):
-        raise UserError(f"--duration must be a positive number of seconds, not {duration_s}")
-    if duration_s is not None and rate_rps * duration_s > MAX_REQUESTS:  # drawn in advance: they must fit
-        raise UserError(f"--rate {rate_rps:g} for --duration {duration_s:g} s is {rate_rps * duration_s:.3g} "
-                        f"requests: more than llmbench can plan (at most {MAX_REQUESTS:,})")  # fmt: skip
+    check_schedule(rate_rps, requests, duration_s)
     process, cv = parse_arrival(arrival)
     record = Arrival(
         rate_rps=rate_rps,

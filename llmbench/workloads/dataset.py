@@ -32,6 +32,7 @@ from typing import Any
 
 from llmbench.core.errors import UserError, read_user_file
 from llmbench.workloads import files, formats
+from llmbench.workloads.limits import MAX_PROMPT_TOKENS, MAX_REQUESTS
 from llmbench.workloads.prompts import PromptSet
 from llmbench.workloads.source import describe as describe  # re-exported: run, show and compare print it
 
@@ -65,6 +66,9 @@ class DatasetSpec:
                         self.max_prompt_tokens), ("--num-prompts", self.num_prompts)):  # fmt: skip
             if v is not None and v < 1:
                 raise UserError(f"{name} must be at least 1, not {v}")
+            most = MAX_REQUESTS if name == "--num-prompts" else MAX_PROMPT_TOKENS
+            if v is not None and v > most:
+                raise UserError(f"{name} {v}: expected at most {most:,}")
         lo, hi = self.min_prompt_tokens, self.max_prompt_tokens
         if lo is not None and hi is not None and lo > hi:
             raise UserError(f"--min-prompt-tokens {lo} is above --max-prompt-tokens {hi}: nothing could be kept")

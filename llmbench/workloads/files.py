@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import io
 import json
 import math
 from collections.abc import Iterator
@@ -52,18 +53,23 @@ def jsonl_objects(p: Path, text: str) -> Records:
 
 
 def csv_rows(p: Path, text: str, columns: tuple[str, ...] = (), what: str = "") -> Records:
-    """(``file:line``, row) for each row of a CSV text with a header line; ``columns``: those it must have (``what``:
-    whose, for the message: "a BurstGPT trace has ..."). Lazy: a row is read when the caller comes to it."""
+    """(``file:line``, row) for each row of a CSV text with a header line (``line``: where the row starts; a quoted
+    cell may span lines, and keeps its line breaks); ``columns``: those it must have (``what``: whose, for the
+    message: "a BurstGPT trace has ..."). Lazy: a row is read when the caller comes to it."""
     try:
-        reader = csv.DictReader(text.splitlines())
+        # newline="": the csv module's own reading of line ends. Lines split apart (str.splitlines) lose the
+        # breaks inside a quoted cell, and split on \x0b, \x1c, \u2028..., which are text inside a cell.
+        reader = csv.DictReader(io.StringIO(text, newline=""))
+        fields = reader.fieldnames or []  # reads the header line
         if columns:
-            fields = reader.fieldnames or []
             missing = [c for c in columns if c not in fields]
             if missing:
                 raise UserError(f"{p}: no column {', '.join(repr(c) for c in missing)} (a {what} trace has "
                                 f"{', '.join(columns)}; this one: {', '.join(fields) or 'none'})")  # fmt: skip
-        for number, row in enumerate(reader, start=2):  # line 1: the header
-            yield f"{p}:{number}", row
+        end = reader.line_num  # the last line read so far
+        for row in reader:
+            yield f"{p}:{end + 1}", row
+            end = reader.line_num
     except csv.Error as e:
         raise UserError(f"{p}: not a readable CSV file ({e})") from None
 

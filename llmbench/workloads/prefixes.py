@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmbench.core.errors import UserError
+from llmbench.workloads.limits import MAX_TOKENS_MADE
 from llmbench.workloads.prompts import MAX_PROMPT_TOKENS, PromptSet, check_whole
 from llmbench.workloads.text import Corpus, block, fit
 
@@ -52,6 +53,9 @@ class PrefixSpec:
         if self.prefix_tokens + self.suffix_tokens > MAX_PROMPT_TOKENS:
             raise UserError(f"--prefix-tokens {self.prefix_tokens} + --suffix-tokens {self.suffix_tokens}: longer "
                             f"than any model reads (at most {MAX_PROMPT_TOKENS:,} tokens)")  # fmt: skip
+        if (made := self.count * (self.prefix_tokens + self.suffix_tokens)) > MAX_TOKENS_MADE:
+            raise UserError(f"--num-prompts {self.count} of --prefix-tokens + --suffix-tokens: {made:,} prompt tokens "
+                            f"in all, more than llmbench makes (at most {MAX_TOKENS_MADE:,})")  # fmt: skip
         m = _DIST.match(self.dist)
         if not m or (m.group(2) is not None and not 0 < float(m.group(2)) < math.inf):
             raise UserError(f"--group-dist '{self.dist}': expected uniform, zipf or zipf:A with A > 0")

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmbench.core.errors import UserError
+from llmbench.workloads.limits import MAX_TOKENS_MADE
 from llmbench.workloads.prompts import MAX_PROMPT_TOKENS, MAX_REQUESTS, PromptSet
 from llmbench.workloads.text import MAX_SHIFTS, Corpus, Shape, corpus_sha256, exact
 from llmbench.workloads.text import corpus_text as corpus_text  # re-exported: what the prompts are cut from
@@ -52,6 +53,9 @@ class SyntheticSpec:
         if spec.count > MAX_REQUESTS:
             raise UserError(f"--synthetic '{text}': {spec.count} prompts is more than llmbench makes (at most "
                             f"{MAX_REQUESTS:,})")  # fmt: skip
+        if spec.tokens * spec.count > MAX_TOKENS_MADE:  # each prompt is text held in memory before the run
+            raise UserError(f"--synthetic '{text}': {spec.tokens * spec.count:,} prompt tokens in all, more than "
+                            f"llmbench makes (at most {MAX_TOKENS_MADE:,})")  # fmt: skip
         return spec
 
     @property

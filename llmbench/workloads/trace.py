@@ -39,6 +39,7 @@ from typing import Any
 
 from llmbench.core.errors import UserError, read_user_file
 from llmbench.workloads import files
+from llmbench.workloads.limits import MAX_REQUESTS, MAX_TOKENS_MADE
 from llmbench.workloads.prompts import PromptSet
 from llmbench.workloads.text import Corpus, block, fit
 
@@ -125,6 +126,13 @@ def read(spec: TraceSpec) -> Trace:
     if not span <= MAX_REPLAY_S:  # each time is finite, but no one waits for the last row (inf: nor counts to it)
         raise UserError(f"trace {p}: its {kept[-1].t_s - kept[0].t_s:g} s times --time-scale {spec.time_scale:g} "
                         f"is no schedule a replay can keep (at most {MAX_REPLAY_S:g} s, ten years)")  # fmt: skip
+    # every kept row becomes a prompt of its own length, made before the replay starts
+    if len(kept) > MAX_REQUESTS:
+        raise UserError(f"trace {p}: {len(kept):,} rows to replay, more than a run plans (at most "
+                        f"{MAX_REQUESTS:,}); give --start/--end")  # fmt: skip
+    if (made := sum(r.input_tokens for r in kept)) > MAX_TOKENS_MADE:
+        raise UserError(f"trace {p}: its rows ask for {made:,} prompt tokens, more than llmbench makes (at most "
+                        f"{MAX_TOKENS_MADE:,}); give --start/--end")  # fmt: skip
     return Trace(spec, hashlib.sha256(raw).hexdigest(), kept, len(rows))
 
 

@@ -206,9 +206,13 @@ def test_a_gate_that_cannot_see_its_threshold_says_so_and_require_mdc_fails(cli,
     noisy = ("--ttft-ms", "3", "--tpot-ms", "1.5", "--jitter", "0.3")
     args = ("ab", prompt_file, "--base", fake_worker(*noisy), "--head", fake_worker(*noisy, "--seed", "3"),
             "--max-new-tokens", "3", "--fail-on-regression", "0.01", "-q")  # fmt: skip
-    r = cli(*args, "-o", tmp_path / "a")
-    assert "BLIND: this run could not have seen a 0.01% regression" in r.stderr  # 3 pairs can't see 0.01%
-    r = cli(*args, "-o", tmp_path / "b", "--require-mdc", "0.01")
+    # 3 prompts once: 3 pairs give a median no 95% interval at all; refused before a worker starts
+    r = cli(*args, "-o", tmp_path / "few")
+    assert r.returncode == 2 and "3 pairs (prompts x --repeats) give no 95% interval; at least 6" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "few").exists()
+    r = cli(*args, "--repeats", "2", "-o", tmp_path / "a")
+    assert "BLIND: this run could not have seen a 0.01% regression" in r.stderr  # 6 pairs can't see 0.01%
+    r = cli(*args, "--repeats", "2", "-o", tmp_path / "b", "--require-mdc", "0.01")
     assert r.returncode == 1
     assert r.stderr.strip().splitlines()[-1].startswith("llmbench: error: --require-mdc 0.01: this run could not")
 

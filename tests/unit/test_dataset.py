@@ -133,3 +133,28 @@ def test_a_whole_float_is_a_length_as_a_parquet_column_of_floats_gives_it(tmp_pa
     path.write_text('{"prompt": "x", "n": 3.0}\n{"prompt": "y", "n": "4"}\n', encoding="utf-8")
     chosen = dataset.load(DatasetSpec(str(path), output_len_column="n"))
     assert chosen.output_tokens == (3, 4)
+
+
+MULTILINE = "Summarize:\nline one\nline two"
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl", ".json", ".parquet"])
+def test_a_multi_line_prompt_keeps_its_line_breaks_in_every_format(tmp_path, suffix):
+    # a quoted CSV cell with newlines was sent as "Summarize:line oneline two" (the reader was fed split lines)
+    rows = [{"prompt": MULTILINE, "n": 3}, {"prompt": "crlf\r\nand\ru2028\u2028kept", "n": 4}, {"prompt": "x", "n": 5}]
+    path = tmp_path / f"d{suffix}"
+    if suffix == ".csv":
+        _write_csv(path, rows)  # csv quotes the cells with line breaks (and writes \r\n between rows)
+    elif suffix == ".jsonl":
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    elif suffix == ".json":
+        path.write_text(json.dumps(rows), encoding="utf-8")
+    else:
+        pq = pytest.importorskip("pyarrow.parquet")
+        import pyarrow as pa
+
+        pq.write_table(pa.Table.from_pylist(rows), path)
+    chosen = dataset.load(DatasetSpec(str(path), output_len_column="n"))
+    assert chosen.prompts == tuple(r["prompt"] for r in rows) and chosen.output_tokens == (3, 4, 5)
+    if suffix == ".csv":  # each row is named by the line it starts on
+        assert chosen.source["rows"] == [f"{path}:2", f"{path}:5", f"{path}:8"]

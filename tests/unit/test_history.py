@@ -296,7 +296,7 @@ def test_list_filters_and_numbers_filter_or_are_refused(cli, tmp_path):
     assert len(ids) == 8
     newest = json.loads(cli("history", "list", "--limit", "1", "--format", "json", "--history", url).stdout)
     assert [x["id"] for x in newest] == ids[-1:]
-    at_least = "--limit must be at least 1"
+    at_least = "--limit must be 1 to"
     for args, why in ((("--limit", "0"), at_least), (("--limit", "-2"), at_least),
                       (("--kind", "runs"), "--kind runs: expected one of"), (("--since", "2026-13-45"), "--since"),
                       (("--since", "0d"), "--since 0d"), (("--since", "99999999999d"), "--since")):  # fmt: skip
@@ -411,6 +411,52 @@ def test_history_add_refuses_what_would_record_nothing_or_part(cli, tmp_path):
     r = cli("history", "add", empty, "--history", url)
     assert r.returncode == 2 and "no measured request" in r.stderr
     assert History(url).list() == []  # every path is read before anything is added
+
+
+@pytest.mark.parametrize(
+    ("name", "record", "said"),
+    [
+        ("sweep.json", {"sweep_version": 1, "results": [{"run_file": 5}]}, "results[0].run_file is 5"),
+        ("sweep.json", {"sweep_version": 1, "results": 5}, "'results' is int, not a list"),
+        ("sweep.json", {"sweep_version": 1, "results": {"run_file": "r.json"}}, "'results' is dict, not a list"),
+        ("sweep.json", {"sweep_version": 1, "results": [{"run_file": "r.json"}, "r.json"]}, "results[1] is str"),
+        ("sweep.json", {"sweep_version": 1, "results": [{"run_file": "gone.json"}]}, "names gone.json"),
+        ("sweep.json", {"sweep_version": 1, "results": [{"run_file": "r.json", "label": 7}]}, "results[0].label"),
+        ("sweep.json", {"sweep_version": 1, "results": [{"run_file": "../r.json"}]}, "not a file name in its folder"),
+        ("quality.json", {"quality_version": 1, "kld_mean": "low"}, "kld_mean is 'low', not a number"),
+        ("quality.json", {"quality_version": 1, "kld_mean": 0.1, "greedy": [1]}, "'greedy' is list, not an object"),
+        ("scan.json", {"scan_version": 1, "points": [{"run_file": ["r.json"]}]}, "points[0].run_file is ['r.json']"),
+        ("scan.json", {"scan_version": 1, "points": "r.json"}, "'points' is str, not a list"),
+        ("load.json", {"load_version": 1, "rates": 5}, "'rates' is int, not a list"),
+        ("load.json", {"load_version": 1, "rates": [None]}, "rates[0] is NoneType"),
+        ("load.json", {"load_version": 1, "rates": [{"run_file": 5, "offered_rate_rps": 1}]}, "rates[0].run_file"),
+        ("load.json", {"load_version": 1, "rates": [{"run_file": "r.json"}]}, "rates[0].offered_rate_rps is None"),
+        ("load.json", {"load_version": 1, "rates": [{"run_file": "r.json", "offered_rate_rps": "2"}]},
+         "rates[0].offered_rate_rps is '2', not a number"),
+        ("load.json", {"load_version": 1, "rates": [{"offered_rate_rps": 1},
+                                                    {"run_file": "r.json", "offered_rate_rps": 2, "goodput_rps": 1}]},
+         None),
+        ("load.json", {"load_version": 1, "rates": [{"run_file": "r.json", "offered_rate_rps": 1,
+                                                     "goodput_rps": "many"}]}, "rates[0].goodput_rps is 'many'"),
+        ("load.json", {"load_version": 1, "rates": [], "saturation": 3}, "'saturation' is int, not an object"),
+    ],
+)  # fmt: skip
+def test_history_add_of_a_malformed_driver_record_is_one_line_naming_it(cli, tmp_path, name, record, said):
+    # a hand-edited or cut sweep/scan/load record was "internal error: TypeError" (or AttributeError, KeyError)
+    url = sqlite_url(tmp_path)
+    folder = tmp_path / "driver"
+    folder.mkdir()
+    _run_file(folder / "r.json", run_id="r")
+    path = folder / name
+    path.write_text(json.dumps(record), encoding="utf-8")  # load_version first: load.json is told by it
+    r = cli("history", "add", path, "--history", url)
+    if said is None:  # a rate without a run file (not measured) is no error: the others are recorded
+        assert r.returncode == 0 and "2 new" in r.stdout, r.stdout + r.stderr
+        return
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert r.stderr.startswith(f"llmbench: error: {path}: ") and said in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "internal error" not in r.stderr
+    assert History(url).list() == []
 
 
 def test_a_database_password_is_never_printed(cli, tmp_path):

@@ -45,7 +45,7 @@ def test_schedules_are_drawn_in_advance_reproducibly_with_the_asked_rate_and_sha
         ({"rate_rps": 1, "requests": 3, "duration_s": 2}, "--requests N or --duration S"),
         ({"rate_rps": 1}, "--requests N or --duration S"),
         ({"rate_rps": 1, "requests": 0}, "--requests must be at least 1"),
-        ({"rate_rps": 1, "duration_s": -1}, "--duration must be a positive"),
+        ({"rate_rps": 1, "duration_s": -1}, "--duration -1: expected a number above 0"),
         ({"rate_rps": 1, "requests": 3, "arrival": "burst"}, "unknown --arrival"),
         ({"rate_rps": 1, "requests": 3, "arrival": "gamma:x"}, "coefficient of variation"),
     ],

@@ -43,3 +43,37 @@ def test_a_counter_that_went_down_is_not_trusted():
 def test_the_default_metrics_url_is_the_servers_root():
     assert default_metrics_url("http://127.0.0.1:8000/v1") == "http://127.0.0.1:8000/metrics"
     assert default_metrics_url("https://h.example/api/v1/") == "https://h.example/metrics"
+
+
+TWO_RANKS = """# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{{model_name="m",engine="0"}} {run0}
+vllm:num_requests_running{{model_name="m",engine="1"}} {run1}
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{{model_name="m",engine="0"}} {kv0}
+vllm:kv_cache_usage_perc{{model_name="m",engine="1"}} {kv1}
+# TYPE sglang:cache_hit_rate gauge
+sglang:cache_hit_rate{{tp_rank="0"}} 0.5
+sglang:cache_hit_rate{{tp_rank="1"}} 0.7
+# TYPE queue_depth gauge
+queue_depth{{rank="0"}} 2
+queue_depth{{rank="1"}} 3
+"""
+
+
+def test_a_usage_gauge_is_averaged_over_ranks_and_a_count_summed():
+    # two data-parallel ranks at 60% KV cache were recorded and shown as "KV cache usage mean 1.2": 120% of a cache
+    from types import SimpleNamespace
+
+    from llmbench.present import terminal
+
+    pages = [TWO_RANKS.format(run0=2, run1=3, kv0=0.6, kv1=0.6), TWO_RANKS.format(run0=4, run1=0, kv0=0.9, kv1=0.5)]
+    rec = servermetrics.summarize("u", [(float(k), servermetrics.parse(p)) for k, p in enumerate(pages)], [], 1.0)
+    kv, running = rec["gauges"]["kv_cache_usage"], rec["gauges"]["running_requests"]
+    assert kv["mean"] == pytest.approx(0.65) and kv["max"] == pytest.approx(0.7) and kv["min"] == pytest.approx(0.6)
+    assert kv["over_labels"] == "mean" and kv["label_sets"] == 2 and kv["max_label_set"] == pytest.approx(0.9)
+    assert running["mean"] == pytest.approx(4.5) and running["max"] == 5 and running["over_labels"] == "sum"
+    assert rec["raw"]["sglang:cache_hit_rate"]["mean"] == pytest.approx(0.6)  # a fraction, by its name
+    assert rec["raw"]["queue_depth"]["mean"] == pytest.approx(5) and rec["raw"]["queue_depth"]["over_labels"] == "sum"
+    (line,) = terminal.server_lines(SimpleNamespace(server_metrics=rec))
+    assert "KV cache usage mean 0.65 max 0.7 (mean of 2 label sets; highest one 0.9)" in line, line
+    assert "running mean 4.5 max 5," in line, line

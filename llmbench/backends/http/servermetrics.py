@@ -12,13 +12,27 @@ turns the scrapes into the run's ``server_metrics``:
   ``llmbench serve`` are mapped to one vocabulary (``KNOWN``); every other metric is kept by its raw name;
 - derived: the prefix-cache hit rate (Δhits / Δqueries, in tokens) where the server counts both.
 
-Labels are summed over (a server with several models or data-parallel ranks reports one figure a name).
+A server with several models or data-parallel ranks reports a name once per label set; the record keeps one
+figure a name, and how the label sets combine depends on what the figure is (``over_labels`` in each gauge's entry):
+
+- counters and histograms are summed (tokens, requests: every rank's add up);
+- gauges that count (``running_requests``, ``waiting_requests``, and an unknown gauge by default) are summed: the
+  requests running on two ranks are both ranks' requests;
+- gauges that are a fraction of something each label set has its own of (``kv_cache_usage``: vLLM's
+  ``*_cache_usage_perc``, SGLang's ``token_usage``, llama.cpp's ``kv_cache_usage_ratio``; an unknown gauge whose
+  name says usage, ``_perc``, percent, ratio, fraction, utilization or hit rate) are averaged over the label
+  sets, each weighted alike (data-parallel ranks have caches of one size): two ranks at 60% are 0.6, never 1.2.
+  The entry keeps ``label_sets`` and, where there were several, ``max_label_set`` (the highest one label set's
+  value at any scrape: one rank full while the other idles averages to half).
+
+Each scrape is combined first; mean, min and max are then over the scrapes.
 The page is read with the URL as given (credentials and all); the record, the errors and every message carry it
 through :func:`llmbench.core.redact.redact_url` only. No torch here.
 """
 
 from __future__ import annotations
 
+import re
 import statistics
 import threading
 import time
@@ -49,13 +63,18 @@ KNOWN: dict[str, tuple[str, tuple[str, ...]]] = {
                                              "sglang:cached_tokens")),
     "rejected_requests": ("counter", ("llmbench_requests_rejected",)),
 }  # fmt: skip
+# how a gauge's label sets combine (module docstring): "sum" for counts, "mean" for fractions of a rank's own
+GAUGE_OVER_LABELS: dict[str, str] = {"running_requests": "sum", "waiting_requests": "sum", "kv_cache_usage": "mean"}
+# an unknown gauge is a fraction (averaged) when its name says so; else a count (summed)
+FRACTION_NAME = re.compile(r"usage|_perc(_|$)|percent|ratio|fraction|utili[sz]ation|hit_rate")
 SERVERS = {"vllm:": "vLLM", "sglang:": "SGLang", "tgi_": "TGI", "llamacpp:": "llama.cpp server",
            "llmbench_": "llmbench serve"}  # fmt: skip
 
 
 def parse(text: str) -> dict[str, dict[str, float]]:
-    """One scrape: {family name: {"kind": ..., "value": sum over labels, "count"/"sum" for histograms}}.
-    Raises ValueError on a page that is not the Prometheus text format."""
+    """One scrape: {family name: {"kind": ..., "value": sum over labels, "count"/"sum" for histograms}}; a
+    gauge also has ``label_sets`` (how many) and ``max`` (the highest label set's value), so :func:`summarize` can
+    average it instead. Raises ValueError on a page that is not the Prometheus text format."""
     from prometheus_client.parser import text_string_to_metric_families
 
     out: dict[str, dict[str, Any]] = {}
@@ -70,8 +89,21 @@ def parse(text: str) -> dict[str, dict[str, float]]:
             elif kind == "counter" and s.name.endswith("_created"):
                 continue
             else:
-                entry["value"] = entry.get("value", 0.0) + float(s.value)
+                v = float(s.value)
+                entry["value"] = entry.get("value", 0.0) + v
+                if kind != "counter":
+                    entry["label_sets"] = entry.get("label_sets", 0) + 1
+                    entry["max"] = max(entry.get("max", v), v)
     return out
+
+
+def over_labels(name: str, canonical: list[str]) -> str:
+    """How gauge ``name``'s label sets combine: "sum" (a count) or "mean" (a fraction of each set's own); see the
+    module docstring. ``canonical``: the names it is known by."""
+    for canon in canonical:
+        if canon in GAUGE_OVER_LABELS:
+            return GAUGE_OVER_LABELS[canon]
+    return "mean" if FRACTION_NAME.search(name.lower()) else "sum"
 
 
 @dataclass
@@ -167,9 +199,14 @@ def summarize(url: str, scrapes: list[tuple[float, dict[str, dict[str, float]]]]
                     record["counters"][canon] = {"name": name, "delta": ds, "kind": kind}
             record["histograms"][name] = entry
             continue
-        values = [s[name]["value"] for _, s in scrapes if name in s and "value" in s[name]]
-        if not values:
+        present = [s[name] for _, s in scrapes if name in s and "value" in s[name]]
+        if not present:
             continue
+        rule = over_labels(name, targets) if kind != "counter" else "sum"
+        if rule == "mean":  # each scrape's label sets averaged first: two ranks at 0.6 are 0.6
+            values = [round(x["value"] / max(1, x.get("label_sets", 1)), 6) for x in present]
+        else:
+            values = [x["value"] for x in present]
         if kind == "counter":
             delta = values[-1] - values[0]
             entry = {"name": name, "delta": delta if delta >= 0 else None, "first": values[0], "last": values[-1]}
@@ -177,8 +214,11 @@ def summarize(url: str, scrapes: list[tuple[float, dict[str, dict[str, float]]]]
                 record["notes"].append(f"{name} went down during the run (a restart?): its delta is not trusted")
             where = "counters"
         else:
+            sets = max(int(x.get("label_sets", 1)) for x in present)
             entry = {"name": name, "mean": round(statistics.fmean(values), 6), "max": max(values),
-                     "min": min(values)}  # fmt: skip
+                     "min": min(values), "over_labels": rule, "label_sets": sets}  # fmt: skip
+            if rule == "mean" and sets > 1:
+                entry["max_label_set"] = max(x.get("max", x["value"]) for x in present)
             where = "gauges"
         for canon in targets:
             record[where][canon] = entry
