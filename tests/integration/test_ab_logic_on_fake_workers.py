@@ -43,7 +43,9 @@ def test_a_head_slower_by_construction_fails_the_gate_by_its_true_size(cli, fake
     assert r.returncode == 1, r.stderr
     [comp] = json.loads(r.stdout)
     tpot = _gate(comp, "tpot_ms")
-    assert tpot["regression"] and tpot["ci_low_pct"] <= 20 <= tpot["ci_high_pct"]
+    # the interval holds the truth (+20%) in 95% or more of such runs (the head's jitter is drawn anew each run:
+    # tests/integration/test_interval_coverage.py holds the rate), so one run is held to being near it and past 10%
+    assert tpot["regression"] and 10 < tpot["ci_low_pct"] <= tpot["change_pct"] <= tpot["ci_high_pct"] < 30
     assert 16 < tpot["change_pct"] < 24 and not _gate(comp, "ttft_ms")["regression"]
     side = load_run(tmp_path / "ab" / "head.json").config.ab.side
     assert "LLMBENCH_FAKE_X=redacted" in side and "s3cret" not in side
