@@ -42,3 +42,31 @@ def test_bad_inputs_are_one_line(cli, tmp_path):
     # bisect-step's errors abort git bisect run (128), never read as "bad"
     r = cli("bisect-step", "no-such-ref", cwd=repo)
     assert r.returncode == 128 and "llmbench: error:" in r.stderr
+
+
+def test_git_bisect_run_with_a_typod_option_aborts_and_names_no_commit(tmp_path):
+    """Issue 44: `git bisect run llmbench bisect-step GOOD --threshhold 2` exited 2 (the option parser's), which git
+    reads as "bad": it walked to the first commit after GOOD and named it "the first bad commit", nothing measured.
+    Every failure of bisect-step now exits 128, and git aborts the bisect."""
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tests.bisect_repo import commit, git
+
+    repo = tmp_path / "plain"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    shas = [commit(repo, f"c{i}", {f"f{i}.txt": f"{i}\n"}) for i in range(5)]
+    llmbench = shutil.which("llmbench", path=str(Path(sys.executable).parent))
+    assert llmbench is not None
+    git(repo, "bisect", "start", shas[-1], shas[0])
+    for typo in (["--threshhold", "2"], ["--threshold", "abc"], ["--processes", "0"]):
+        r = subprocess.run(["git", "-C", str(repo), "bisect", "run", llmbench, "bisect-step", shas[0], *typo],
+                           capture_output=True, text=True)  # fmt: skip
+        said = r.stdout + r.stderr
+        assert r.returncode != 0 and "is the first bad commit" not in said, said
+        assert "exit code 128" in said or "cannot continue" in said or "128" in said, said
+        assert "llmbench: error:" in said and "Traceback" not in said
+    git(repo, "bisect", "reset")
