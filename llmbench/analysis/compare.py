@@ -335,7 +335,7 @@ def check_gate_inputs(
     ``pairs``: prompts x repeats a process; ``processes``: worker processes a side; ``ttft_pairs``: TTFT's one-token
     pairs, which its rows pool in."""
     if stat == GAPS and "tpot_ms" in thresholds and max_new_tokens < GAPS_MIN_TOKENS:
-        raise UserError(f"--gate-stat gaps compares TPOT over requests of {GAPS_MIN_TOKENS} or more tokens: "
+        raise UserError(f"gating TPOT on its gaps compares requests of {GAPS_MIN_TOKENS} or more tokens: "
                         f"--max-new-tokens {max_new_tokens} gives none")  # fmt: skip
     for metric in (m for m in thresholds if m not in PROCESS_METRICS):
         if processes > 1:

@@ -4,6 +4,7 @@ an exit code for ``git bisect run`` (0 good, 1 bad, 125 skip or still unsure, 12
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -87,9 +88,10 @@ def _inputs(prompts: str, max_new_tokens: int, warmup: int, settings: Any) -> tu
     options.validate()
     prompt_set = workload.prompt_list(workload.Workload(prompts=prompts), options, None)
     design = settings.design
-    if design.budget_s is None:  # a --look budget plans 2 or more processes a side
-        check_gate_inputs(settings.stat, {settings.metric: settings.threshold_pct}, max_new_tokens,
-                          len(prompt_set.prompts) * design.repeats, design.processes)  # fmt: skip
+    # a --look budget plans 2 or more processes a side: then only the tokens (gaps need 3) are checked here
+    pairs = len(prompt_set.prompts) * design.repeats if design.budget_s is None else sys.maxsize
+    check_gate_inputs(settings.stat, {settings.metric: settings.threshold_pct}, max_new_tokens, pairs,
+                      design.processes)  # fmt: skip
     return prompt_set, options
 
 

@@ -25,7 +25,7 @@ from llmbench.core.process import Stop
 from llmbench.drivers.ab_budget import MAX_PROCESSES
 from llmbench.options import EndpointOptions, RunOptions
 from llmbench.results.schema import ABConfig, Run
-from llmbench.results.storage import claim, default_dir, load_run, prepare_dir
+from llmbench.results.storage import claim, default_dir, load_run, prepare_dir, tidied_on_failure
 from llmbench.runner.loop import Reporter, Track, check_resumable, execute, new_track
 from llmbench.workloads.limits import MAX_PLANNED, MAX_REQUESTS
 from llmbench.workloads.limits import MAX_PROCESSES as MAX_AB_PROCESSES
@@ -246,7 +246,20 @@ async def ab(
     rng = random.Random(d.seed) if d.seed is not None else random.Random(random.SystemRandom().getrandbits(64))
     cpus = duet_cpus() if d.duet else None
     sides = {"base": base, "head": head}
+    # what this call makes, so that a failure to start leaves none of it: the folder, and results/ by default
+    new = [f for f in ([Path("results")] if out is None else [*reversed(out.expanduser().parents), out.expanduser()])
+           if not f.exists()]  # fmt: skip
     folder = prepare_ab_dir(out, resume)
+    made = [folder, *reversed(new)] if out is None else list(reversed(new))
+    with tidied_on_failure(made, tuple(f"{r}.json" for r in ROLES)):
+        return await _measure(folder, prompts, sides, options, d, rng, cpus, resume, stop, reporter)
+
+
+async def _measure(
+    folder: Path, prompts: PromptSet, sides: dict[str, str], options: RunOptions, d: Design, rng: random.Random,
+    cpus: tuple[int, int] | None, resume: bool, stop: Stop | None, reporter: Reporter | None,
+) -> tuple[Run, Run, Path]:  # fmt: skip
+    """:func:`ab`'s measuring, in its folder: the sides started, the design chosen (a budget's), the plan run."""
     previous = {r: load_run(folder / f"{r}.json") if resume else None for r in ROLES}
     budgeted = d.budget_s is not None
     servers = [r for r in ROLES if is_url(sides[r])]

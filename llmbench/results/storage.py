@@ -22,7 +22,7 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -548,6 +548,24 @@ def default_dir(kind: str, record: str, parent: str | Path = "results") -> Path:
         prepare_dir(folder)
         claim(folder / record)
         return folder
+
+
+@contextlib.contextmanager
+def tidied_on_failure(made: list[Path], records: tuple[str, ...]) -> Iterator[None]:
+    """The folders this command made (``made``, innermost first) that a failure left empty before anything was
+    written in them: removed, the first with the lock files of its ``records``' claims, so a command that could
+    not start leaves nothing behind. A folder holding any file (a finished request, a run file) is kept whole: an
+    interrupted run keeps its work."""
+    try:
+        yield
+    except BaseException:
+        for name in records if made else ():
+            release(made[0] / name)
+        for folder in made:
+            with contextlib.suppress(OSError):
+                if not any(folder.iterdir()):
+                    folder.rmdir()
+        raise
 
 
 def prepare_dir(folder: str | Path) -> Path:
