@@ -261,7 +261,18 @@ class Comparison:
         d["gate"] = [asdict(c) for c in checks or []]
         d["regression"] = any(c.regression for c in checks or [])
         d["verdict_confidence"] = variance.VERDICT_CONFIDENCE
-        return d
+        return _nulled(d)
+
+
+def _nulled(x: Any) -> Any:
+    """``x`` with every NaN or infinity as None: JSON has none (a row with too few pairs has no interval)."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: _nulled(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_nulled(v) for v in x]
+    return x
 
 
 def _prompt_ids_differ(base: Any, new: Any) -> tuple[str, str] | None:

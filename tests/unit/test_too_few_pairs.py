@@ -61,10 +61,11 @@ def test_compare_of_few_pairs_says_how_many_are_needed(n, tmp_path, cli):
     r = cli("compare", str(tmp_path / "b.json"), str(tmp_path / "n.json"), "--fail-on", "tpot_ms=0.5",
             "--gate-stat", "gaps", "--format", "json")  # fmt: skip
     assert r.returncode == 0, r.stderr
+    assert "NaN" not in r.stdout  # JSON has no NaN: a missing interval is null
     rows = {(x["metric"], x["stat"]): x for x in json.loads(r.stdout)[0]["rows"]}
     for key in (("tpot_ms", "p50"), ("tpot_ms", "gaps"), ("ttft_ms", "p50")):
         assert rows[key]["too_few"] == f"too few pairs: n = {n}; at least 6 needed"
-        assert rows[key]["ci_low_pct"] is None or math.isnan(rows[key]["ci_low_pct"])
+        assert rows[key]["ci_low_pct"] is None and rows[key]["ci_high_pct"] is None
     text = cli("compare", str(tmp_path / "b.json"), str(tmp_path / "n.json"))
     assert f"too few pairs: n = {n}; at least 6 needed" in text.stdout and "slower" not in text.stdout
 
