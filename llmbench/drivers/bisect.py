@@ -35,6 +35,11 @@ BISECT_VERSION = 1
 LOOK_STRIDE = 10_000  # look j's pairs are numbered repeat + j * LOOK_STRIDE when the looks are pooled
 
 
+MAX_THRESHOLD_PCT = 10_000.0  # a 100x slowdown: past it a bisect needs no statistics
+MAX_LOOKS = 100  # looks at one commit, each minutes of measuring
+MAX_SKIPS = 10_000  # commits that may fail to build: more than any bisect walks
+
+
 @dataclass
 class Settings:
     """What a bisect measures and how long it may look: the gate's metric, statistic and threshold, the worker's
@@ -51,11 +56,14 @@ class Settings:
     keep_trees: bool = False
 
     def validate(self) -> None:
-        if not (math.isfinite(self.threshold_pct) and self.threshold_pct > 0):
-            raise UserError(f"--threshold must be a percentage above 0, not {self.threshold_pct}")
-        for name, value in (("--max-looks", self.max_looks), ("--max-skips", self.max_skips)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise UserError(f"{name} must be a whole number of at least 1, not {value!r}")
+        """UserError for a setting no bisect can use, before anything is checked out (docs/limits.md)."""
+        if not (math.isfinite(self.threshold_pct) and 0 < self.threshold_pct <= MAX_THRESHOLD_PCT):
+            raise UserError(f"--threshold must be a percentage above 0, at most {MAX_THRESHOLD_PCT:g}, not "
+                            f"{self.threshold_pct}")  # fmt: skip
+        for name, value, most in (("--max-looks", self.max_looks, MAX_LOOKS), ("--max-skips", self.max_skips,
+                                                                               MAX_SKIPS)):  # fmt: skip
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
+                raise UserError(f"{name} must be a whole number from 1 to {most:,}, not {value!r}")
         self.design.validate()
 
 

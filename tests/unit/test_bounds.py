@@ -61,6 +61,11 @@ CASES = [
     *_int_cases(["history", "prune", "--history", "{H}"], "--keep", (str(2**63), "0")),
     pytest.param(["history", "show", str(2**63), "--history", "{H}"], "RESULT_ID", id="history show 2**63"),
     pytest.param(["history", "show", "0", "--history", "{H}"], "RESULT_ID", id="history show 0"),
+    *_float_cases(["bisect", "v0"], "--threshold", ("1e300", "0", "-1")),
+    *_int_cases(["bisect", "v0"], "--max-looks", (HUGE, "0")),
+    *_int_cases(["bisect", "v0"], "--max-skips", (HUGE, "0")),
+    *_int_cases(["bisect", "v0"], "--processes", (HUGE, "0")),
+    pytest.param(["bisect", "v0", "--look", "99999h"], "--look", id="bisect --look 99999h"),
 ]
 
 
