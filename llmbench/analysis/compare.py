@@ -8,7 +8,7 @@ With b_i, n_i pair i's figures and N processes (``ab --processes``; else the boo
     p90, unpaired p50:  change = stat(n) / stat(b) - 1;  percentile bootstrap (scipy.stats.bootstrap's
         resamples, in numpy), paired: one index set for both runs
     mean:  change = mean(n) / mean(b) - 1;  Student t, the jackknife's (unpaired: Welch's) standard error
-        (:func:`mean_ratio_interval`)
+        (:func:`variance.mean_ratio_interval`)
     processes (any statistic but the paired median): each one's change c_p, Student t over them:
         change +- t_{0.975,N-1} sd(c_p) / sqrt(N)
     paired p50:  d_i = ln(n_i / b_i),  change = expm1(median_i d_i);  the exact order-statistic interval of the
@@ -33,7 +33,7 @@ interval at 1 - 0.05/3 (Bonferroni, :func:`variance.widen`) to exclude 0: A/A ru
 says "what changed" (:meth:`Comparison.changed`, the machine notes) reads the words. A *regression*: a gated
 row significant (95%) in the bad direction by more than its threshold. Where the noise is: :mod:`.variance`.
 
-Why one module of 780-odd lines (over 600): the rows, their pairing, the gaps statistic, the gate's verdict and
+Why one module of 800-odd lines (over 600): the rows, their pairing, the gaps statistic, the gate's verdict and
 the checks that refuse impossible figures all read the same paired populations; the file is the comparison. No
 torch here: compare starts fast.
 """
@@ -66,7 +66,6 @@ METRICS: dict[str, tuple[str, int]] = {
 }
 GATED_BY_DEFAULT = ("ttft_ms", "tpot_ms", "e2e_ms")
 STATS = ("mean", "p50", "p90")
-RUN_STATS = ("mean", "p50", "p90", "p99")  # a run's own statistics in the history (:func:`stats_with_intervals`)
 # TPOT from per-token gaps paired by position (:func:`_gaps_row`): bundled tokens leave a mean gap unchanged, a
 # burst that hits a few pairs moves the median over pairs little. Paired runs with stamps; as a gate statistic it
 # applies to TPOT, and TTFT and E2E are then gated on their median.
@@ -400,63 +399,21 @@ def change_intervals(
     b, n = _resampled(base, new, paired, seed)
     alpha = (1 - CONFIDENCE) / 2
     out = {}
-    quantiles = [s for s in stats if s != "mean"]  # the mean's interval is Student t (:func:`mean_ratio_interval`)
+    # the mean's interval is Student t (:func:`variance.mean_ratio_interval`): only the quantiles are resampled
+    quantiles = [s for s in stats if s != "mean"]
     qb = np.percentile(b, [float(s[1:]) for s in quantiles], axis=-1) if quantiles else None
     qn = np.percentile(n, [float(s[1:]) for s in quantiles], axis=-1) if quantiles else None
     for s in stats:
         f = _stat(s)
         point = 100.0 * (f(new) / f(base) - 1.0)
         if s == "mean":
-            out[s] = (point, *mean_ratio_interval(base, new, paired))
+            out[s] = (point, *variance.mean_ratio_interval(base, new, paired))
             continue
         k = quantiles.index(s)
         dist = 100.0 * (qn[k] / qb[k] - 1.0)  # type: ignore[index]
         low, high = np.quantile(dist, [alpha, 1 - alpha])
         out[s] = (point, float(low), float(high))
     return out
-
-
-def mean_ratio_interval(base: np.ndarray, new: np.ndarray, paired: bool) -> tuple[float, float]:
-    """(low %, high %) of R - 1, R = mean(new) / mean(base), with Student t. Paired (m pairs): the jackknife's
-    standard error, R_(i) = (sum n - n_i) / (sum b - b_i), se^2 = (m - 1) / m sum_i (R_(i) - mean R_(.))^2, m - 1 df.
-    Unpaired (m and k requests): the ratio's linearisation, se^2 = R^2 (s_b^2 / (m mean(b)^2) + s_n^2 / (k
-    mean(n)^2)), Welch-Satterthwaite df. The percentile bootstrap these replaced covered 73-89% below 12 pairs; the
-    paired jackknife covers 93% and more from 7 pairs (92-95% below) with normal, skewed and heavy-tailed noise,
-    where the linearisation covered 91-94% (benchmarks/README.md, "Interval coverage")."""
-    r = float(new.mean() / base.mean())
-    if paired:
-        m = base.size
-        loo = (new.sum() - new) / (base.sum() - base)
-        se, df = math.sqrt((m - 1) / m * float(np.sum((loo - loo.mean()) ** 2))), m - 1
-    else:
-        vb = float(base.var(ddof=1)) / (base.size * float(base.mean()) ** 2)
-        vn = float(new.var(ddof=1)) / (new.size * float(new.mean()) ** 2)
-        se = r * math.sqrt(vb + vn)
-        df = max(1, round((vb + vn) ** 2 / (vb**2 / (base.size - 1) + vn**2 / (new.size - 1)))) if vb + vn else 1
-    half = variance.t_quantile(df, CONFIDENCE) * se
-    return 100.0 * (r - half - 1.0), 100.0 * (r + half - 1.0)
-
-
-def stats_with_intervals(values: list[float], metric: str) -> list[dict[str, Any]]:
-    """A run's own mean, p50, p90 and p99 of ``values`` (the history's rows, trend's points) with 95% intervals:
-    each quantile's exact distribution-free interval (order statistics, :func:`variance.order_interval`: from 6
-    requests for p50, 36 for p90, 368 for p99), the mean's Student t from ``MIN_N["run_mean"]`` requests. Below
-    those an interval is None: none at this n holds 95% (benchmarks/README.md, "Interval coverage")."""
-    a = np.asarray([v for v in values if v is not None and v == v], dtype=float)
-    if a.size == 0:
-        return []
-    rows = []
-    for stat in RUN_STATS:
-        value = float(a.mean()) if stat == "mean" else float(np.percentile(a, int(stat[1:])))
-        low: float | None = None
-        high: float | None = None
-        if stat == "mean" and a.size >= variance.MIN_N["run_mean"]:
-            low, high = variance.t_interval(value, a) if np.ptp(a) > 0 else (value, value)
-        elif stat != "mean":
-            lo, hi = variance.order_interval(a, int(stat[1:]) / 100)
-            low, high = (lo, hi) if lo == lo else (None, None)
-        rows.append({"metric": metric, "stat": stat, "value": value, "ci_low": low, "ci_high": high, "n": int(a.size)})
-    return rows
 
 
 def _resampled(base: np.ndarray, new: np.ndarray, paired: bool, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -491,7 +448,7 @@ def change_interval(
     # integers from the same generator, the same linear quantiles), in numpy alone: importing scipy.stats cost
     # compare ~0.45 s, more than its arithmetic.
     if stat == "mean":
-        return (point, *mean_ratio_interval(base, new, paired))
+        return (point, *variance.mean_ratio_interval(base, new, paired))
     b, n = _resampled(base, new, paired, seed)
     dist = 100.0 * (f(n, axis=-1) / f(b, axis=-1) - 1.0)
     alpha = (1 - CONFIDENCE) / 2

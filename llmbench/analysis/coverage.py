@@ -107,7 +107,7 @@ def _cold_start(d: Data) -> tuple[float, float]:
 
 def _run_stat(stat: str) -> Callable[[Data], tuple[float, float]]:
     def interval(d: Data) -> tuple[float, float]:
-        from llmbench.analysis.compare import stats_with_intervals
+        from llmbench.analysis.variance import stats_with_intervals
 
         row = next(r for r in stats_with_intervals(list(d.head), "ttft_ms") if r["stat"] == stat)
         low, high = row["ci_low"], row["ci_high"]

@@ -55,6 +55,7 @@ CONFIDENCE = 0.95
 # tok/s, one test; E2E): Bonferroni, each at 1 - 0.05 / 3 = 98.3%. See :func:`widen`.
 VERDICT_METRICS = 3
 VERDICT_CONFIDENCE = 1 - (1 - CONFIDENCE) / VERDICT_METRICS
+RUN_STATS = ("mean", "p50", "p90", "p99")  # a run's own statistics in the history (:func:`stats_with_intervals`)
 # The smallest n from which each kind of interval llmbench prints covers 93% or more (nominal 95%) in the
 # simulation of :mod:`llmbench.analysis.coverage` (normal, skewed and heavy-tailed pair ratios, under the null and
 # a +3% shift, n from 2 to 40; the worst of the 6 at each n, 1,000 data sets each, so +-1.5 points of noise:
@@ -185,6 +186,49 @@ def order_interval(values: np.ndarray, q: float = 0.5, confidence: float = CONFI
         return float("nan"), float("nan")
     x = np.sort(np.asarray(values, dtype=float))
     return float(x[ranks[0]]), float(x[ranks[1]])
+
+
+def mean_ratio_interval(base: np.ndarray, new: np.ndarray, paired: bool) -> tuple[float, float]:
+    """(low %, high %) of R - 1, R = mean(new) / mean(base), with Student t. Paired (m pairs): the jackknife's
+    standard error, R_(i) = (sum n - n_i) / (sum b - b_i), se^2 = (m - 1) / m sum_i (R_(i) - mean R_(.))^2, m - 1 df.
+    Unpaired (m and k requests): the ratio's linearisation, se^2 = R^2 (s_b^2 / (m mean(b)^2) + s_n^2 / (k
+    mean(n)^2)), Welch-Satterthwaite df. The percentile bootstrap these replaced covered 73-89% below 12 pairs; the
+    paired jackknife covers 93% and more from 7 pairs (92-95% below) with normal, skewed and heavy-tailed noise,
+    where the linearisation covered 91-94% (benchmarks/README.md, "Interval coverage")."""
+    r = float(new.mean() / base.mean())
+    if paired:
+        m = base.size
+        loo = (new.sum() - new) / (base.sum() - base)
+        se, df = math.sqrt((m - 1) / m * float(np.sum((loo - loo.mean()) ** 2))), m - 1
+    else:
+        vb = float(base.var(ddof=1)) / (base.size * float(base.mean()) ** 2)
+        vn = float(new.var(ddof=1)) / (new.size * float(new.mean()) ** 2)
+        se = r * math.sqrt(vb + vn)
+        df = max(1, round((vb + vn) ** 2 / (vb**2 / (base.size - 1) + vn**2 / (new.size - 1)))) if vb + vn else 1
+    half = t_quantile(df, CONFIDENCE) * se
+    return 100.0 * (r - half - 1.0), 100.0 * (r + half - 1.0)
+
+
+def stats_with_intervals(values: list[float], metric: str) -> list[dict[str, Any]]:
+    """A run's own mean, p50, p90 and p99 of ``values`` (the history's rows, trend's points) with 95% intervals:
+    each quantile's exact distribution-free interval (order statistics, :func:`order_interval`: from 6
+    requests for p50, 36 for p90, 368 for p99), the mean's Student t from ``MIN_N["run_mean"]`` requests. Below
+    those an interval is None: none at this n holds 95% (benchmarks/README.md, "Interval coverage")."""
+    a = np.asarray([v for v in values if v is not None and v == v], dtype=float)
+    if a.size == 0:
+        return []
+    rows = []
+    for stat in RUN_STATS:
+        value = float(a.mean()) if stat == "mean" else float(np.percentile(a, int(stat[1:])))
+        low: float | None = None
+        high: float | None = None
+        if stat == "mean" and a.size >= MIN_N["run_mean"]:
+            low, high = t_interval(value, a) if np.ptp(a) > 0 else (value, value)
+        elif stat != "mean":
+            lo, hi = order_interval(a, int(stat[1:]) / 100)
+            low, high = (lo, hi) if lo == lo else (None, None)
+        rows.append({"metric": metric, "stat": stat, "value": value, "ci_low": low, "ci_high": high, "n": int(a.size)})
+    return rows
 
 
 def median_change(

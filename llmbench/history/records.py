@@ -21,7 +21,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from llmbench.analysis.compare import RUN_STATS, stats_with_intervals
+from llmbench.analysis.variance import RUN_STATS, stats_with_intervals
 from llmbench.history.db import Result
 from llmbench.machine.envinfo import isa_flags
 

@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 
 from llmbench.analysis import variance
-from llmbench.analysis.compare import compare_runs, mean_ratio_interval
+from llmbench.analysis.compare import compare_runs
 from llmbench.analysis.gate import gate
+from llmbench.analysis.variance import mean_ratio_interval
 from llmbench.results.metrics import ids_sha256, request_result, summarize
 from llmbench.results.storage import save_run
 from tests.helpers import synthetic_run
