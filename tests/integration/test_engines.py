@@ -40,3 +40,23 @@ def test_a_request_that_evaluated_part_of_its_prompt_is_flagged(qwen_tokenizer):
                            max_new_tokens=3, ignore_eos=True, warmup=0, repeats=2)  # fmt: skip
     assert run.summary.prompt_reuse_requests == 4
     assert any(w.startswith("PREFIX REUSED: 4 of 4") for w in run.warnings)
+
+
+
+def test_engines_lists_every_engine_and_asks_llama_cpp_in_a_child(cli):
+    """The real `llmbench engines`: llama.cpp's build is asked in a child process (a build for a wider CPU dies
+    of SIGILL there, not in llmbench); with no llama.cpp to import the child's failure is a note, not an exit."""
+    import importlib.util
+
+    from llmbench.engines import llama_cpp_build_check, status
+
+    r = cli("engines")
+    assert r.returncode == 0, r.stderr
+    for name in ("transformers", "llama.cpp", "openvino", "onnxruntime"):
+        assert f"{name}: " in r.stdout
+    note = llama_cpp_build_check()
+    if importlib.util.find_spec("llama_cpp") is None:
+        assert note == "its build could not be asked what it uses (exit 1)"
+    else:
+        assert note in ("", "build matches this CPU") or "lacks" in note
+        assert next(row for row in status() if row["engine"] == "llama.cpp")["note"] == note
