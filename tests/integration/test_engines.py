@@ -42,7 +42,6 @@ def test_a_request_that_evaluated_part_of_its_prompt_is_flagged(qwen_tokenizer):
     assert any(w.startswith("PREFIX REUSED: 4 of 4") for w in run.warnings)
 
 
-
 def test_engines_lists_every_engine_and_asks_llama_cpp_in_a_child(cli):
     """The real `llmbench engines`: llama.cpp's build is asked in a child process (a build for a wider CPU dies
     of SIGILL there, not in llmbench); with no llama.cpp to import the child's failure is a note, not an exit."""
