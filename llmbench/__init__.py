@@ -27,6 +27,8 @@ _EXPORTS = {
     "ameasure_load": "llmbench.api",
     "OpenLoop": "llmbench.options",
     "load_model": "llmbench.api",
+    "load_spec": "llmbench.api",
+    "RunSpec": "llmbench.spec",
     "LoadedModel": "llmbench.engines.hf.models",
     "load_run": "llmbench.results.storage",
     "save_run": "llmbench.results.storage",
@@ -62,6 +64,7 @@ __all__ = [
     "Run",
     "RunInterrupted",
     "RunOptions",
+    "RunSpec",
     "Stop",
     "Summary",
     "UserError",
@@ -74,6 +77,7 @@ __all__ = [
     "load_model",
     "load_prompts",
     "load_run",
+    "load_spec",
     "measure",
     "measure_load",
     "measure_quality",
@@ -89,6 +93,7 @@ if TYPE_CHECKING:
         ameasure_load,
         ameasure_quality,
         load_model,
+        load_spec,
         measure,
         measure_load,
         measure_quality,
@@ -98,6 +103,7 @@ if TYPE_CHECKING:
     from llmbench.engines.hf.models import LoadedModel
     from llmbench.options import EndpointOptions, ModelOptions, OpenLoop, RunOptions
     from llmbench.results.schema import RequestResult, Run, Summary
+    from llmbench.spec import RunSpec
     from llmbench.results.storage import load_run, save_run
     from llmbench.workloads.prompts import PromptSet, load_prompts
 

@@ -11,6 +11,7 @@ collector alone (see :func:`llmbench.stop_on_signals` and :func:`llmbench.frozen
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -19,9 +20,18 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from llmbench.core.errors import UserError
 from llmbench.core.process import Stop
-from llmbench.options import DEFAULT_MODEL, EndpointOptions, ModelOptions, OpenLoop, RunOptions, default_metrics_url
+from llmbench.options import (
+    EndpointOptions,
+    ModelOptions,
+    RunOptions,
+    endpoint_options_of,
+    model_options_of,
+    open_loop_of,
+    run_options_of,
+)
 from llmbench.results.schema import Run
 from llmbench.runner.loop import Reporter
+from llmbench.spec import RunSpec
 from llmbench.workloads.dataset import DatasetSpec
 from llmbench.workloads.prompts import PromptSet, as_prompt_set
 
@@ -49,209 +59,114 @@ def _sync(coro_fn: Callable[P, Awaitable[R]]) -> Callable[P, R]:
     return run
 
 
-def run_options(
-    *,
-    max_new_tokens: int = 256,
-    ignore_eos: bool | None = None,
-    weights: str = "pretrained",
-    warmup: int = 1,
-    repeats: int = 1,
-    sample: bool = False,
-    seed: int = 0,
-    temperature: float = 1.0,
-    top_p: float = 1.0,
-    system_prompt: str | None = None,
-    chat_template: bool = True,
-    truncate: bool = False,
-    cache: str = "dynamic",
-    compile: bool = False,
-    turns: int = 1,
-    think_time_s: float = 0.0,
-    speculative: str | None = None,
-    prefix_cache: str = "none",
-) -> RunOptions:
-    """:class:`RunOptions` as :func:`measure` and ``llmbench run`` take them: ``ignore_eos`` None is on with random
-    ``weights`` (their text is meaningless, so the length is fixed); ``compile`` decodes on the static cache;
-    ``speculative`` and ``prefix_cache`` as ``--speculative`` and ``--prefix-cache`` spell them."""
-    return RunOptions(
-        max_new_tokens=max_new_tokens, ignore_eos=(weights == "random") if ignore_eos is None else ignore_eos,
-        warmup=warmup, repeats=repeats, sample=sample, seed=seed, temperature=temperature, top_p=top_p,
-        system_prompt=system_prompt, chat_template=chat_template, truncate=truncate,
-        cache="static" if compile else cache, compile=compile, turns=turns, think_time_s=think_time_s,
-        speculative=speculative, prefix_cache=prefix_cache,
-    )  # fmt: skip
+def run_options(**settings: Any) -> RunOptions:
+    """:class:`RunOptions` from spec settings by name (:class:`llmbench.spec.RunSpec`'s fields; the rest keep the
+    spec's defaults): ``ignore_eos`` unset is on with random ``weights``; ``compile`` decodes on the static cache."""
+    return run_options_of(RunSpec.of(settings).flat())
 
 
-def model_options(
-    model: str | None = None,
-    *,
-    weights: str = "pretrained",
-    device: str = "auto",
-    dtype: str = "auto",
-    reprobe: bool = False,
-    threads: int | None = None,
-    attn: str | None = None,
-    quantize: str | None = None,
-    engine: str = "transformers",
-    precision: str | None = None,
-    isolate: bool | None = None,
-    device_map: str | dict[str, Any] | None = None,
-    allow_offload: bool = False,
-    allow_pickle: bool = False,
-    trust_remote_code: bool = False,
-) -> ModelOptions:
-    """:class:`ModelOptions` as :func:`measure` and the CLI take them: ``model`` None is the default model,
-    ``quantize`` "none" is None."""
-    return ModelOptions(
-        model=model or DEFAULT_MODEL, weights=weights, device=device, dtype=dtype, reprobe=reprobe, threads=threads,
-        device_map=device_map, allow_offload=allow_offload, allow_pickle=allow_pickle,
-        trust_remote_code=trust_remote_code, attn=attn, quantize=None if quantize in (None, "none") else quantize,
-        engine=engine, precision=precision, isolate=isolate,
-    )  # fmt: skip
-
-
-def endpoint_options(
-    url: str,
-    *,
-    model: str | None = None,
-    api_key_env: str | None = None,
-    concurrency: int = 1,
-    timeout_s: float = 600.0,
-    tokenizer: str | None = None,
-    open_loop: OpenLoop | None = None,
-    metrics_url: str | None = None,
-) -> EndpointOptions:
-    """:class:`EndpointOptions` of the server at ``url`` as :func:`measure` and the CLI name it."""
-    return EndpointOptions(url=url, model=model, api_key_env=api_key_env, concurrency=concurrency, timeout_s=timeout_s,
-                           tokenizer=tokenizer, open_loop=open_loop, metrics_url=metrics_url)  # fmt: skip
+def model_options(model: str | None = None, **settings: Any) -> ModelOptions:
+    """:class:`ModelOptions` from spec settings by name: ``model`` None is the default model, ``quantize`` "none"
+    is None; ``device_map`` may also be a dict (accelerate's), ``isolate`` runs an engine in this process (False)."""
+    device_map, isolate = settings.pop("device_map", None), settings.pop("isolate", None)
+    if settings.get("quantize", "") is None:  # the API's None is the spec's "none"
+        settings["quantize"] = "none"
+    spec = RunSpec.of({"model": model, **settings, "device_map": device_map if isinstance(device_map, str) else None})
+    return dataclasses.replace(model_options_of(spec.flat()), device_map=device_map, isolate=isolate)
 
 
 async def ameasure(
-    prompts: Sequence[str] | str | Path | PromptSet | DatasetSpec,
+    prompts: Sequence[str] | str | Path | PromptSet | DatasetSpec | None = None,
+    spec: RunSpec | None = None,
     *,
     model: str | LoadedModel | EngineModel | None = None,
-    weights: str = "pretrained",
-    device: str = "auto",
-    dtype: str = "auto",
-    reprobe: bool = False,
-    threads: int | None = None,
     endpoint: str | EndpointOptions | None = None,
-    max_new_tokens: int = 256,
-    ignore_eos: bool | None = None,
-    warmup: int = 1,
-    repeats: int = 1,
-    sample: bool = False,
-    seed: int = 0,
-    temperature: float = 1.0,
-    top_p: float = 1.0,
-    system_prompt: str | None = None,
-    chat_template: bool = True,
-    truncate: bool = False,
-    attn: str | None = None,
-    cache: str = "dynamic",
-    compile: bool = False,
-    quantize: str | None = None,
-    engine: str = "transformers",
-    precision: str | None = None,
-    speculative: str | None = None,
-    prefix_cache: str = "none",
+    server_metrics: bool | str = False,
     isolate: bool | None = None,
     device_map: str | dict[str, Any] | None = None,
-    allow_offload: bool = False,
-    allow_pickle: bool = False,
-    trust_remote_code: bool = False,
-    concurrency: int = 1,
-    api_key_env: str | None = None,
-    tokenizer: str | None = None,
-    server_metrics: bool | str = False,
     output: str | Path | None = None,
     overwrite: bool = False,
     resume: str | Path | None = None,
     stop: Stop | None = None,
     reporter: Reporter | None = None,
+    **settings: Any,
 ) -> Run:
     """Measure TTFT and TPOT of every prompt, in this process or (``endpoint``) on a server; the run.
 
-    ``prompts``: a list of strings, or a prompt file's path. ``model``: a hub id, a folder or a .gguf file
-    (default Qwen/Qwen2.5-0.5B-Instruct), or a model :func:`load_model` loaded (measure it again without loading;
-    the loading options then don't apply); with ``endpoint``, the model name to send. ``ignore_eos`` None:
-    on with random weights (their text is meaningless, so the length is fixed). A file is written only at
-    ``output`` (or ``resume``, an incomplete run to continue). Safe inside a running event loop: an
-    in-process model generates on its own thread. ``engine``: transformers, llama.cpp, openvino or
-    onnxruntime (``precision``: the latter's weight format); the latter run in a worker process unless
-    ``isolate=False``. ``server_metrics`` (endpoint runs): True scrapes the server's ``/metrics`` during the run,
-    a URL scrapes that page (``run.server_metrics``). ``speculative`` (``prompt-lookup[:N[:MAX_NGRAM]]``,
-    ``draft:MODEL[:K]``) and ``prefix_cache`` (``system``): the levers of ``--speculative`` and ``--prefix-cache``.
-    Raises :class:`~llmbench.core.errors.UserError` for bad input and :class:`~llmbench.core.errors.RunInterrupted`
-    when ``stop`` was requested.
+    ``spec``: everything ``llmbench run`` takes (:class:`llmbench.spec.RunSpec`, e.g. read from a config file
+    with :func:`load_spec`); ``settings``: any of its fields by name, over it (``max_new_tokens=16``,
+    ``dtype="bfloat16"``, ``turns=3``, ``think_time_s=0.5``, ``rate=2.0``, ...). ``prompts``: a list of strings, a
+    prompt file's path, a prompt set or a dataset spec; None: the spec's own (a file, ``synthetic``, a dataset,
+    prefix groups or a trace). ``model``: a hub id, a folder or a .gguf file (default Qwen/Qwen2.5-0.5B-Instruct),
+    or a model :func:`load_model` loaded (measured again without loading; the loading settings then don't apply);
+    with ``endpoint``, the model name to send. ``ignore_eos`` unset: on with random weights (their text is
+    meaningless, so the length is fixed). A file is written only at ``output`` (or ``resume``, an incomplete run to
+    continue). Safe inside a running event loop: an in-process model generates on its own thread. ``engine``s
+    other than transformers run in a worker process unless ``isolate=False``. ``server_metrics`` (endpoint runs):
+    True scrapes the server's ``/metrics`` during the run, a URL scrapes that page (``run.server_metrics``).
+    Raises :class:`~llmbench.core.errors.UserError` for bad input (a setting no spec has, a value out of its
+    bounds) and :class:`~llmbench.core.errors.RunInterrupted` when ``stop`` was requested.
     """
+    from llmbench.drivers import workload
     from llmbench.drivers.run import run as run_driver
 
-    options = run_options(
-        max_new_tokens=max_new_tokens, ignore_eos=ignore_eos, weights=weights, warmup=warmup, repeats=repeats,
-        sample=sample, seed=seed, temperature=temperature, top_p=top_p, system_prompt=system_prompt,
-        chat_template=chat_template, truncate=truncate, cache=cache, compile=compile, speculative=speculative,
-        prefix_cache=prefix_cache,
-    )  # fmt: skip
+    named = {**settings}
+    if isinstance(model, str):
+        named["model"] = model
+    if isinstance(endpoint, str):
+        named["endpoint"] = endpoint
+    if server_metrics:
+        named["server_metrics"] = True
+        named |= {"metrics_url": server_metrics} if isinstance(server_metrics, str) else {}
+    made = (spec or RunSpec()).flat() | named
+    full = RunSpec.of(made)
+    flat = full.flat()
+    options = run_options_of(flat)
+    trace = workload.read_trace(workload.Workload.of(flat)) if prompts is None else None
     target: ModelOptions | EndpointOptions | LoadedModel | EngineModel
     if isinstance(endpoint, EndpointOptions):
         target = endpoint
-    elif endpoint is not None:
+    elif flat["endpoint"] is not None:
         if model is not None and not isinstance(model, str):
             raise UserError("with endpoint, model names the model to send (a string)")
-        metrics = default_metrics_url(endpoint) if server_metrics is True else server_metrics or None
-        target = endpoint_options(endpoint, model=model, api_key_env=api_key_env, concurrency=concurrency,
-                                  tokenizer=tokenizer, metrics_url=metrics)  # fmt: skip
+        target = endpoint_options_of(flat, open_loop_of(flat, trace))
     elif model is not None and not isinstance(model, str):
         target = model  # a LoadedModel
     else:
-        target = model_options(
-            model, weights=weights, device=device, dtype=dtype, reprobe=reprobe, threads=threads, attn=attn,
-            quantize=quantize, engine=engine, precision=precision, isolate=isolate, device_map=device_map,
-            allow_offload=allow_offload, allow_pickle=allow_pickle, trust_remote_code=trust_remote_code,
-        )  # fmt: skip
-    from llmbench.drivers.workload import as_source
-
-    source = as_source(prompts)  # the one prompt-source ladder: a dataset is chosen once the model is loaded
+        target = dataclasses.replace(model_options_of(flat), device_map=device_map or flat["device_map"],
+                                     isolate=isolate)  # fmt: skip
+    # the one prompt-source ladder: a dataset is chosen once the model is loaded
+    source = workload.as_source(prompts) if prompts is not None else workload.source(workload.Workload.of(flat), trace)
     run, _path = await run_driver(
         source, target, options, output=output, overwrite=overwrite, resume=resume, stop=stop, reporter=reporter,
+        spec=full.setup(),
     )  # fmt: skip
     return run
+
+
+def load_spec(path: str | Path) -> RunSpec:
+    """A config file (``llmbench run --print-config``'s TOML) as the spec :func:`measure` takes; UserError in one
+    line for an unknown key or a value of the wrong type."""
+    from llmbench.spec import read_toml
+
+    return RunSpec.validated(read_toml(Path(path)), where=str(path))  # type: ignore[return-value]
 
 
 measure = _sync(ameasure)
 measure.__doc__ = "The blocking form of :func:`ameasure` (same arguments): measure and return the run."
 
 
-def load_model(
-    model: str = DEFAULT_MODEL,
-    *,
-    weights: str = "pretrained",
-    device: str = "auto",
-    dtype: str = "auto",
-    reprobe: bool = False,
-    threads: int | None = None,
-    attn: str | None = None,
-    quantize: str | None = None,
-    engine: str = "transformers",
-    precision: str | None = None,
-    device_map: str | dict[str, Any] | None = None,
-    allow_offload: bool = False,
-    allow_pickle: bool = False,
-    trust_remote_code: bool = False,
-) -> LoadedModel | EngineModel:
+def load_model(model: str | None = None, **settings: Any) -> LoadedModel | EngineModel:
     """Load a model as ``measure`` would (offload check included), on the generation thread it will run on;
     pass it to :func:`measure` as ``model`` to measure it several times without loading it again. With another
-    ``engine`` it is that engine's model (converted first when needed), loaded in this process."""
+    ``engine`` it is that engine's model (converted first when needed), loaded in this process. ``settings``: the
+    spec's model settings by name (``weights``, ``device``, ``dtype``, ``threads``, ``engine``, ...)."""
     from llmbench import engines
     from llmbench.core.process import freeze_now
     from llmbench.engines.hf import models
     from llmbench.engines.hf.generation import generation_thread
 
-    spec = model_options(model, weights=weights, device=device, dtype=dtype, reprobe=reprobe, threads=threads,
-                         attn=attn, quantize=quantize, device_map=device_map, allow_offload=allow_offload,
-                         allow_pickle=allow_pickle, trust_remote_code=trust_remote_code, engine=engine,
-                         precision=precision)  # fmt: skip
+    spec = model_options(model, **settings)
     if not spec.is_transformers:
         from llmbench.engines.base import load
 

@@ -6,69 +6,59 @@ this process; :class:`EndpointOptions` name a server to stream from instead.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from llmbench.core.errors import UserError
+from llmbench.spec import (
+    DEFAULT_MODEL,
+    ArrivalsSection,
+    LeversSection,
+    ModelSection,
+    RequestsSection,
+    ServerSection,
+    check_fields,
+)
+from llmbench.spec import default as _d
 from llmbench.workloads import limits
-from llmbench.workloads.limits import check_range
 
-# bounds past which a run could never be made (a typo, not a wish): refused in one line instead of a hang
-_MAX_TOKENS = 10_000_000
-_MAX_COUNT = 1_000_000
+DEFAULT_DURATION_S = 30.0  # an open loop given neither --duration nor --requests sends for this long
 
-DEFAULT_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
+__all__ = ["DEFAULT_MODEL", "EndpointOptions", "ModelOptions", "OpenLoop", "RunOptions"]
 
 
 @dataclass
 class RunOptions:
     """How each prompt is sent. Defaults follow the README."""
 
-    max_new_tokens: int = 256
-    ignore_eos: bool = False
-    warmup: int = 1
-    repeats: int = 1
-    sample: bool = False
-    seed: int = 0
-    temperature: float = 1.0
-    top_p: float = 1.0
-    system_prompt: str | None = None
-    chat_template: bool = True
-    truncate: bool = False  # cut prompts longer than the context (keeping their end) instead of refusing
-    cache: str = "dynamic"  # KV cache: dynamic (grows per token) or static (preallocated, compilable)
-    compile: bool = False  # decode steps through torch.compile; needs the static cache
-    turns: int = 1  # --turns: each prompt opens a conversation of this many turns (llmbench.workloads.sessions)
-    think_time_s: float = 0.0  # --think-time: a session's pause after a reply before its next turn
-    # --speculative (llmbench.core.speculative): none, prompt-lookup[:N[:MAX_NGRAM]] or draft:MODEL[:K]
-    speculative: str | None = None
-    # --prefix-cache: none (nothing reused between requests), or system (the prompts' shared leading tokens:
-    # system prompt and template preamble, computed once per process and reused, accounted per request)
-    prefix_cache: str = "none"
+    # each default is the spec's (llmbench.spec): one declaration, read here
+    max_new_tokens: int = _d(RequestsSection, "max_new_tokens")
+    ignore_eos: bool = False  # resolved: the spec's None (on with random weights) is decided by run_options_of
+    warmup: int = _d(RequestsSection, "warmup")
+    repeats: int = _d(RequestsSection, "repeats")
+    sample: bool = _d(RequestsSection, "sample")
+    seed: int = _d(RequestsSection, "seed")
+    temperature: float = _d(RequestsSection, "temperature")
+    top_p: float = _d(RequestsSection, "top_p")
+    system_prompt: str | None = _d(RequestsSection, "system_prompt")
+    chat_template: bool = _d(RequestsSection, "chat_template")
+    truncate: bool = _d(RequestsSection, "truncate")  # cut prompts longer than the context (keeping their end)
+    cache: str = _d(LeversSection, "cache")  # KV cache: dynamic (grows per token) or static (preallocated)
+    compile: bool = _d(LeversSection, "compile")  # decode steps through torch.compile; needs the static cache
+    turns: int = _d(RequestsSection, "turns")  # each prompt opens a conversation (llmbench.workloads.sessions)
+    think_time_s: float = _d(RequestsSection, "think_time_s")  # a session's pause after a reply
+    speculative: str | None = _d(LeversSection, "speculative")  # none, prompt-lookup[:N[:MAX_NGRAM]], draft:MODEL[:K]
+    # none (nothing reused between requests), or system (the prompts' shared leading tokens computed once per
+    # process and reused, accounted per request)
+    prefix_cache: str = _d(LeversSection, "prefix_cache")
 
     def validate(self) -> None:
         """UserError for options no run can honour."""
-        if self.cache not in ("dynamic", "static"):
-            raise UserError(f"unknown --cache '{self.cache}'; expected dynamic or static")
+        check_fields(RequestsSection, self)  # types and bounds, as the spec declares them
+        check_fields(LeversSection, self)
         if self.compile and self.cache != "static":
             raise UserError("--compile needs --cache static: torch.compile can't trace a growing cache")
-        if self.max_new_tokens < 1:
-            raise UserError(f"--max-new-tokens must be at least 1, not {self.max_new_tokens}")
-        if self.max_new_tokens > _MAX_TOKENS:
-            raise UserError(f"--max-new-tokens {self.max_new_tokens}: more than any model writes (at most "
-                            f"{_MAX_TOKENS:,})")  # fmt: skip
-        if not 0 <= self.warmup <= _MAX_COUNT:
-            raise UserError(f"--warmup must be 0 to {_MAX_COUNT:,}, not {self.warmup}")
-        if not 1 <= self.repeats <= _MAX_COUNT:
-            raise UserError(f"--repeats must be 1 to {_MAX_COUNT:,}, not {self.repeats}")
-        from llmbench.workloads.sessions import MAX_TURNS
-
-        if not 1 <= self.turns <= MAX_TURNS:
-            raise UserError(f"--turns must be 1 to {MAX_TURNS:,}, not {self.turns}")
-        check_range("--think-time", self.think_time_s, 0, limits.MAX_WAIT_S, unit=" s")
-        check_range("--seed", self.seed, 0, limits.MAX_SEED)
-        # checked with or without --sample: a NaN or a 1e300 is a typo either way (greedy only ignores them)
-        check_range("--temperature", self.temperature, 0, 100.0)
-        check_range("--top-p", self.top_p, 0, 1)
         if self.sample and not self.temperature > 0:
             raise UserError(f"--temperature must be above 0 when sampling, not {self.temperature}")
         if self.sample and not self.top_p > 0:
@@ -138,20 +128,20 @@ class ModelOptions:
     """A model to load in this process, and how."""
 
     model: str = DEFAULT_MODEL  # a hub id, a local folder or a .gguf file
-    weights: str = "pretrained"  # "pretrained" | "random"
-    device: str = "auto"
-    dtype: str = "auto"
-    threads: int | None = None
-    device_map: str | dict[str, Any] | None = None
-    allow_offload: bool = False
-    allow_pickle: bool = False
-    trust_remote_code: bool = False
-    attn: str | None = None  # attention kernel: eager, sdpa, ... (None: transformers' default)
-    quantize: str | None = None  # "int8" (weight-only) or "int8-dynamic": see llmbench.engines.hf.quantize
-    reprobe: bool = False  # --dtype auto: measure again instead of reusing this machine's cached choice
+    weights: str = _d(ModelSection, "weights")  # "pretrained" | "random"
+    device: str = _d(ModelSection, "device")
+    dtype: str = _d(ModelSection, "dtype")
+    threads: int | None = _d(ModelSection, "threads")
+    device_map: str | dict[str, Any] | None = None  # the spec's JSON text, or the API's dict
+    allow_offload: bool = _d(ModelSection, "allow_offload")
+    allow_pickle: bool = _d(ModelSection, "allow_pickle")
+    trust_remote_code: bool = _d(ModelSection, "trust_remote_code")
+    attn: str | None = _d(ModelSection, "attn")  # attention kernel: eager, sdpa, ... (None: transformers' default)
+    quantize: str | None = None  # "int8" (weight-only) or "int8-dynamic" (the spec's "none" is None here)
+    reprobe: bool = _d(ModelSection, "reprobe")  # --dtype auto: measure again instead of the cached choice
     # the engine that generates: transformers (this process, torch), or llama.cpp, openvino, onnxruntime
     # (llmbench.engines), each fed the same token ids
-    engine: str = "transformers"
+    engine: str = _d(ModelSection, "engine")
     precision: str | None = None  # an engine's weight format (llama.cpp q8_0, openvino int4, ...): see engines
     # an engine other than transformers runs in a worker process of its own (None: so it does), so a crash of
     # the engine (SIGILL, SIGSEGV) ends as a recorded failure with a clear line; False: in this process
@@ -203,8 +193,8 @@ class EndpointOptions:
     url: str
     model: str | None = None  # the name sent as "model"; None: ask GET /v1/models
     api_key_env: str | None = None  # the environment variable holding the API key (never written anywhere)
-    concurrency: int = 1
-    timeout_s: float = 600.0
+    concurrency: int = _d(ServerSection, "concurrency")
+    timeout_s: float = _d(ServerSection, "timeout_s")
     tokenizer: str | None = None  # hub id, folder or .gguf, to count tokens when the server sends no usage
     open_loop: OpenLoop | None = None  # None: closed loop, ``concurrency`` requests in flight
     # --server-metrics: the server's Prometheus page, scraped during the measured window (None: not scraped)
@@ -213,9 +203,7 @@ class EndpointOptions:
 
     def validate(self) -> None:
         """UserError for what no server can be asked."""
-        if not 1 <= self.concurrency <= limits.MAX_CONCURRENCY:
-            raise UserError(f"--concurrency must be 1 to {limits.MAX_CONCURRENCY:,}, not {self.concurrency}")
-        check_range("--timeout", self.timeout_s, 0, limits.MAX_TIMEOUT_S, unit=" s", above=True)  # NaN fails too
+        check_fields(ServerSection, self)  # --concurrency, --timeout (NaN fails too): the spec's bounds
         if self.metrics_url is not None and not self.metrics_url.lower().startswith(("http://", "https://")):
             from llmbench.core.redact import redact_url
 
@@ -236,3 +224,75 @@ def default_metrics_url(endpoint_url: str) -> str:
 
     u = urlsplit(endpoint_url)
     return urlunsplit((u.scheme, u.netloc, "/metrics", "", ""))
+
+
+# ------------------------------------------------------------------------------- a spec, resolved (one place)
+
+
+def run_options_of(s: Mapping[str, Any]) -> RunOptions:
+    """How each prompt is sent, from a spec's settings by name (:meth:`llmbench.spec.Spec.flat`; a setting a
+    command's spec lacks keeps the spec's default): ``ignore_eos`` unset is on with random weights (their text is
+    meaningless, so the length is fixed); ``compile`` decodes on the static cache."""
+    g = _getter(s, RequestsSection, LeversSection)
+    ignore_eos = g("ignore_eos")
+    return RunOptions(
+        max_new_tokens=g("max_new_tokens"), ignore_eos=(s.get("weights") == "random") if ignore_eos is None
+        else ignore_eos, warmup=g("warmup"), repeats=g("repeats"), sample=g("sample"), seed=g("seed"),
+        temperature=g("temperature"), top_p=g("top_p"), system_prompt=g("system_prompt"),
+        chat_template=g("chat_template"), truncate=g("truncate"), cache="static" if g("compile") else g("cache"),
+        compile=g("compile"), turns=g("turns"), think_time_s=g("think_time_s"), speculative=g("speculative"),
+        prefix_cache=g("prefix_cache"),
+    )  # fmt: skip
+
+
+def model_options_of(s: Mapping[str, Any]) -> ModelOptions:
+    """The model to load, from a spec's settings by name: no model is the default one, quantize "none" is None."""
+    g = _getter(s, ModelSection)
+    return ModelOptions(
+        model=g("model") or DEFAULT_MODEL, weights=g("weights"), device=g("device"), dtype=g("dtype"),
+        reprobe=g("reprobe"), threads=g("threads"), device_map=g("device_map"), allow_offload=g("allow_offload"),
+        allow_pickle=g("allow_pickle"), trust_remote_code=g("trust_remote_code"), attn=g("attn"),
+        quantize=None if g("quantize") in (None, "none") else g("quantize"), engine=g("engine"),
+        precision=g("precision"), isolate=s.get("isolate"),
+    )  # fmt: skip
+
+
+def endpoint_options_of(s: Mapping[str, Any], open_loop: OpenLoop | None = None) -> EndpointOptions:
+    """The server to stream from, from a spec's settings by name (``endpoint``: its URL; ``model``: the name to
+    send; ``server_metrics``/``metrics_url``: the page scraped, or none)."""
+    g = _getter(s, ServerSection)
+    url = g("endpoint")
+    if not url:
+        raise UserError("no endpoint URL given")
+    metrics = g("metrics_url")
+    metrics = metrics if metrics is not None else default_metrics_url(url) if g("server_metrics") else None
+    return EndpointOptions(url=url, model=s.get("model"), api_key_env=g("api_key_env"), concurrency=g("concurrency"),
+                           timeout_s=g("timeout_s"), tokenizer=g("tokenizer"), open_loop=open_loop,
+                           metrics_url=metrics)  # fmt: skip
+
+
+def open_loop_of(s: Mapping[str, Any], trace: Any = None) -> OpenLoop | None:
+    """``--rate``'s schedule from a spec's settings by name (or ``trace``'s rows), None for a closed loop."""
+    if trace is not None:
+        return OpenLoop(rate_rps=1.0, trace=trace)
+    g = _getter(s, ArrivalsSection, RequestsSection)
+    if g("rate") is None:
+        return None
+    duration = g("duration_s") if g("duration_s") is not None or g("requests") is not None else DEFAULT_DURATION_S
+    return OpenLoop(rate_rps=g("rate"), arrival=g("arrival"), requests=g("requests"), duration_s=duration,
+                    seed=g("seed"), workers=g("workers"), ray=g("ray"))  # fmt: skip
+
+
+def _getter(s: Mapping[str, Any], *sections: type) -> Any:
+    """``g(name)``: the setting's value in ``s``, else its declared default (a command's spec may lack it)."""
+
+    def g(name: str) -> Any:
+        if name in s:
+            v = s[name]
+            return v.value if hasattr(v, "value") and not isinstance(v, (str, int, float)) else v
+        for sec in sections:
+            if name in sec.model_fields:  # type: ignore[attr-defined]
+                return _d(sec, name)
+        raise KeyError(name)
+
+    return g

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from llmbench.core.errors import UserError
+from llmbench.spec import ModelSection
 
 if TYPE_CHECKING:
     from llmbench.options import ModelOptions, RunOptions
@@ -60,8 +61,13 @@ def flag(name: str) -> str:
 
 
 def given(ctx: typer.Context, name: str) -> bool:
-    """Whether the user gave ``name`` (on the command line or in the environment), not its default."""
-    return getattr(ctx.get_parameter_source(name), "name", None) in ("COMMANDLINE", "ENVIRONMENT")
+    """Whether the user gave ``name`` (on the command line, in the environment, or in a --config file where it
+    differs from the option's default: a printed config lists every setting), not its default."""
+    source = getattr(ctx.get_parameter_source(name), "name", None)
+    if source == "DEFAULT_MAP":
+        param = next((q for q in ctx.command.params if q.name == name), None)
+        return param is not None and value(ctx.params.get(name)) != value(param.default)
+    return source in ("COMMANDLINE", "ENVIRONMENT")
 
 
 def refuse_given(ctx: typer.Context, names: tuple[str, ...], why: str) -> None:
@@ -76,47 +82,24 @@ def value(v: Any) -> Any:
     return v.value if isinstance(v, Enum) else v
 
 
-# the model options a command may declare (params.ModelOpt, WeightsOpt, ...); sweep's comma lists are not these
-MODEL_PARAMS = ("model", "weights", "device", "dtype", "reprobe", "threads", "attn", "quantize", "engine", "precision",
-                "device_map", "allow_offload", "allow_pickle", "trust_remote_code")  # fmt: skip
+# the model options a command may declare (the spec's model section); sweep's comma lists are not these
+MODEL_PARAMS = tuple(ModelSection.model_fields)
 
 
 def model_options(params: Mapping[str, Any], swept: tuple[str, ...] = ()) -> ModelOptions:
     """The model a command names, from its parsed flags (``ctx.params``): a flag the command does not declare,
-    or one of ``swept`` (sweep's lists, expanded per setup), keeps ModelOptions' default."""
-    from llmbench import api
+    or one of ``swept`` (sweep's lists, expanded per setup), keeps the spec's default."""
+    from llmbench.options import model_options_of
 
-    p = {k: value(v) for k, v in params.items() if k in MODEL_PARAMS and k not in swept}
-    return api.model_options(
-        p.get("model"), weights=p.get("weights", "pretrained"), device=p.get("device", "auto"),
-        dtype=p.get("dtype", "auto"), reprobe=p.get("reprobe", False), threads=p.get("threads"), attn=p.get("attn"),
-        quantize=p.get("quantize"), engine=p.get("engine", "transformers"), precision=p.get("precision"),
-        device_map=p.get("device_map"), allow_offload=p.get("allow_offload", False),
-        allow_pickle=p.get("allow_pickle", False), trust_remote_code=p.get("trust_remote_code", False),
-    )  # fmt: skip
+    return model_options_of({k: value(v) for k, v in params.items() if k in MODEL_PARAMS and k not in swept})
 
 
 def run_options(params: Mapping[str, Any], **fixed: Any) -> RunOptions:
-    """``run``'s RunOptions from its parsed flags (``fixed``: what a command sets itself, e.g. sweep's rounds)."""
-    from llmbench import api
+    """A command's RunOptions from its parsed flags (``fixed``: what a command sets itself, e.g. sweep's rounds);
+    a setting the command does not declare keeps the spec's default."""
+    from llmbench.options import run_options_of
 
-    p = {k: value(v) for k, v in params.items()} | fixed
-    return api.run_options(
-        max_new_tokens=p["max_new_tokens"], ignore_eos=p.get("ignore_eos"), weights=p.get("weights", "pretrained"),
-        warmup=p.get("warmup", 1), repeats=p.get("repeats", 1), sample=p.get("sample", False), seed=p.get("seed", 0),
-        temperature=p.get("temperature", 1.0), top_p=p.get("top_p", 1.0), system_prompt=p.get("system_prompt"),
-        chat_template=not p.get("no_chat_template", False), truncate=p.get("truncate", False),
-        cache=p.get("cache", "dynamic"), compile=p.get("compile_", False), turns=p.get("turns", 1),
-        think_time_s=p.get("think_time", 0.0), speculative=p.get("speculative"),
-        prefix_cache=p.get("prefix_cache", "none"),
-    )  # fmt: skip
-
-
-def metrics_url_of(endpoint: str, server_metrics: bool, url: str | None) -> str | None:
-    """The metrics page ``--server-metrics``/``--metrics-url`` name, or None (not scraped)."""
-    from llmbench.options import default_metrics_url
-
-    return url if url is not None else default_metrics_url(endpoint) if server_metrics else None
+    return run_options_of({k: value(v) for k, v in params.items()} | fixed)
 
 
 def since_time(text: str | None) -> str | None:

@@ -10,7 +10,6 @@ import typer
 from llmbench.cli.common import (
     check_history,
     measuring,
-    metrics_url_of,
     print_lines,
     record_file,
     run_async,
@@ -87,9 +86,8 @@ def load(
 ) -> None:
     """A server under open-loop load, rate by rate: latency percentiles, 429s, goodput under SLOs, and the
     saturation point."""
-    from llmbench.api import endpoint_options
     from llmbench.drivers import load as ld
-    from llmbench.options import RunOptions
+    from llmbench.options import RunOptions, endpoint_options_of
     from llmbench.present import terminal as display
 
     args = dict(ctx.params)
@@ -101,9 +99,7 @@ def load(
             auto_steps=auto_steps,
         )  # fmt: skip
         spec.validate()
-        target = endpoint_options(endpoint, model=model, api_key_env=api_key_env, tokenizer=tokenizer,
-                                  timeout_s=timeout_s,
-                                  metrics_url=metrics_url_of(endpoint, server_metrics, metrics_url))  # fmt: skip
+        target = endpoint_options_of(args)
         options = RunOptions(max_new_tokens=max_new_tokens, ignore_eos=ignore_eos, warmup=warmup,
                              system_prompt=system_prompt)  # fmt: skip
         prompt_set = workload.prompt_list(workload.Workload.of(args), options, tokenizer)

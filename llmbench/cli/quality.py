@@ -17,12 +17,12 @@ from llmbench.cli.params import (
 from llmbench.cli.shared import ENGINE, LOADING, MODEL, takes
 
 
-@takes(*MODEL, "device", "dtype", "threads", "attn", "quantize", *ENGINE, "compile_", "reference_dtype",
+@takes(*MODEL, "device", "dtype", "threads", "attn", "quantize", *ENGINE, "compile", "reference_dtype",
        "reference_model", "text", "prompts", "max_new_tokens", "chunk_tokens", "reference_cache", *LOADING,
        "output", "overwrite", "history")  # fmt: skip
 def quality(
     ctx: typer.Context,
-    compile_: Annotated[bool, typer.Option("--compile", help="The candidate decodes through torch.compile.")] = False,
+    compile: Annotated[bool, typer.Option("--compile", help="The candidate decodes through torch.compile.")] = False,
     reference_dtype: Annotated[
         DType, typer.Option(help="The reference setup's dtype (no quantization).")
     ] = DType.float32,
@@ -55,7 +55,7 @@ def quality(
     with user_errors():
         spec = model_options(ctx.params)
         engines.validate(spec)
-        options = RunOptions(max_new_tokens=max_new_tokens, cache="static" if compile_ else "dynamic", compile=compile_)
+        options = RunOptions(max_new_tokens=max_new_tokens, cache="static" if compile else "dynamic", compile=compile)
         options.validate()
         path = prepare_output(output, overwrite)
         check_history(history)

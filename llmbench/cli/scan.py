@@ -20,7 +20,6 @@ from llmbench.cli.common import (
 from llmbench.cli.params import (
     HistoryOpt,
     MaxNewTokensOpt,
-    NoChatTemplateOpt,
     QuietOpt,
     SystemPromptOpt,
     WarmupOpt,
@@ -30,7 +29,7 @@ from llmbench.cli.shared import DEVICE, ENGINE, LOADING, MODEL, takes
 
 @takes("prompt_tokens", "depth", "batch", "rounds", "max_new_tokens", "prompts_per_point", "batch_prompt_tokens",
        "seed", "warmup", *MODEL, *DEVICE, "attn", "quantize", *ENGINE, "speculative", *LOADING, "system_prompt",
-       "no_chat_template", "output", "history", "quiet")  # fmt: skip
+       "chat_template", "output", "history", "quiet")  # fmt: skip
 def scan(
     ctx: typer.Context,
     prompt_tokens: Annotated[
@@ -45,7 +44,6 @@ def scan(
     seed: Annotated[int, typer.Option(help="Seed of the synthetic prompts.")] = 0,
     warmup: WarmupOpt = 1,
     system_prompt: SystemPromptOpt = None,
-    no_chat_template: NoChatTemplateOpt = False,
     output: Annotated[
         Optional[Path], typer.Option("--output", "-o", help="Folder (default: results/scan-<time>).")
     ] = None,
@@ -76,7 +74,7 @@ def scan(
         sc.check_plan(points, rounds, prompts_per_point, batch_prompt_tokens,
                       {n for n in ("batch_prompt_tokens", "max_new_tokens") if given(ctx, n)})  # fmt: skip
         options = RunOptions(max_new_tokens=max_new_tokens, ignore_eos=True, warmup=warmup, repeats=rounds,
-                             system_prompt=system_prompt, chat_template=not no_chat_template,
+                             system_prompt=system_prompt, chat_template=ctx.params["chat_template"],
                              speculative=speculative)  # fmt: skip
         options.validate()
         spec = model_options(ctx.params)

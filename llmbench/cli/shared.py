@@ -13,37 +13,20 @@ import inspect
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from llmbench.cli import params as p
-from llmbench.cli import params_workload as pw
+from llmbench.cli.specs import section_option
+from llmbench.spec import LeversSection, ModelSection, PromptsSection, RequestsSection
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-# name -> (type with its typer.Option, default): the same in every command that takes it
+DATASET = ("prompt_format", "prompt_column", "output_len_column", "min_prompt_tokens", "max_prompt_tokens",
+           "num_prompts")  # fmt: skip
+
+# name -> (type with its typer.Option, default): the same in every command that takes it, generated from the spec
 SHARED: dict[str, tuple[Any, Any]] = {
-    "model": (p.ModelOpt, None),
-    "weights": (p.WeightsOpt, p.Weights.pretrained),
-    "engine": (p.EngineOpt, "transformers"),
-    "precision": (p.PrecisionOpt, None),
-    "device": (p.DeviceOpt, "auto"),
-    "dtype": (p.DTypeOpt, p.DType.auto),
-    "reprobe": (p.ReprobeOpt, False),
-    "threads": (p.ThreadsOpt, None),
-    "attn": (p.AttnOpt, None),
-    "cache": (p.CacheOpt, p.Cache.dynamic),
-    "compile_": (p.CompileOpt, False),
-    "speculative": (p.SpeculativeOpt, None),
-    "prefix_cache": (p.PrefixCacheOpt, "none"),
-    "quantize": (p.QuantizeOpt, p.Quantize.none),
-    "device_map": (p.DeviceMapOpt, None),
-    "allow_offload": (p.AllowOffloadOpt, False),
-    "allow_pickle": (p.AllowPickleOpt, False),
-    "trust_remote_code": (p.TrustRemoteCodeOpt, False),
-    "prompt_format": (pw.PromptFormatOpt, None),
-    "prompt_column": (pw.PromptColumnOpt, None),
-    "output_len_column": (pw.OutputLenColumnOpt, None),
-    "min_prompt_tokens": (pw.MinPromptTokensOpt, None),
-    "max_prompt_tokens": (pw.MaxPromptTokensOpt, None),
-    "num_prompts": (pw.NumPromptsOpt, None),
+    **{name: section_option(ModelSection, name) for name in ModelSection.model_fields},
+    **{name: section_option(LeversSection, name) for name in LeversSection.model_fields},
+    **{name: section_option(PromptsSection, name) for name in DATASET},
+    "chat_template": section_option(RequestsSection, "chat_template"),
 }
 
 # the groups commands take together
@@ -52,8 +35,6 @@ ENGINE = ("engine", "precision")
 DEVICE = ("device", "dtype", "reprobe", "threads")
 LOADING = ("device_map", "allow_offload", "allow_pickle", "trust_remote_code")
 LEVERS = ("speculative", "prefix_cache")
-DATASET = ("prompt_format", "prompt_column", "output_len_column", "min_prompt_tokens", "max_prompt_tokens",
-           "num_prompts")  # fmt: skip
 
 
 def takes(*layout: str) -> Callable[[F], F]:

@@ -20,7 +20,6 @@ from llmbench.cli.params import (
     HistoryOpt,
     IgnoreEosOpt,
     MaxNewTokensOpt,
-    NoChatTemplateOpt,
     PromptsArg,
     QuietOpt,
     RankBy,
@@ -33,10 +32,10 @@ from llmbench.cli.shared import LOADING, MODEL, takes
 SWEPT = ("dtype", "threads", "attn", "quantize", "engine", "precision")
 
 
-@takes("prompts", "dtype", "threads", "attn", "cache", "compile_", "quantize", "engine", "precision", "speculative",
+@takes("prompts", "dtype", "threads", "attn", "cache", "compile", "quantize", "engine", "precision", "speculative",
        "prefix_cache", *MODEL,
        "device", "max_new_tokens", "ignore_eos", "warmup", "rounds", "rank_by", "quality", "max_kld",
-       "system_prompt", "no_chat_template", *LOADING, "output", "history", "quiet")  # fmt: skip
+       "system_prompt", "chat_template", *LOADING, "output", "history", "quiet")  # fmt: skip
 def sweep(
     ctx: typer.Context,
     prompts: PromptsArg,
@@ -44,7 +43,7 @@ def sweep(
     threads: Annotated[Optional[str], typer.Option(help="Comma-separated thread counts, e.g. 1,2.")] = None,
     attn: Annotated[Optional[str], typer.Option(help="Comma-separated attention kernels, e.g. eager,sdpa.")] = None,
     cache: Annotated[str, typer.Option(help="Comma-separated KV caches: dynamic,static.")] = "dynamic",
-    compile_: Annotated[bool, typer.Option("--compile", help="Also sweep torch.compile'd decoding.")] = False,
+    compile: Annotated[bool, typer.Option("--compile", help="Also sweep torch.compile'd decoding.")] = False,
     quantize: Annotated[str, typer.Option(help="Comma-separated: none,int8,int8-dynamic.")] = "none",
     engine: Annotated[
         str, typer.Option(help="Comma-separated engines: transformers,llama.cpp,openvino,onnxruntime.")
@@ -78,7 +77,6 @@ def sweep(
         Optional[float], typer.Option(help="Setups above this mean KL divergence can't be best (implies --quality).")
     ] = None,
     system_prompt: SystemPromptOpt = None,
-    no_chat_template: NoChatTemplateOpt = False,
     output: Annotated[
         Optional[Path], typer.Option("--output", "-o", help="Folder (default: results/sweep-<time>).")
     ] = None,
@@ -95,11 +93,11 @@ def sweep(
 
     with user_errors():
         prompt_set = load_prompts(prompts)
-        options = run_options(ctx.params, repeats=rounds, cache=cache, compile_=False, speculative=None,
+        options = run_options(ctx.params, repeats=rounds, cache=cache, compile=False, speculative=None,
                               prefix_cache="none")  # fmt: skip
         spec = model_options(ctx.params, swept=SWEPT)
         setups, skipped = sw.plan(spec, options, dtype=dtype, threads=threads, attn=attn, cache=cache,
-                                  compile_=compile_, quantize=quantize, engine=engine, precision=precision,
+                                  compile_=compile, quantize=quantize, engine=engine, precision=precision,
                                   speculative=speculative, prefix_cache=prefix_cache)  # fmt: skip
         sw.check_gates(setups, options, prompt_set, max_kld)  # before the folder is made and the models load
         for why in skipped:

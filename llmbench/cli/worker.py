@@ -10,7 +10,7 @@ from llmbench.cli.common import model_options, user_errors
 from llmbench.cli.shared import DEVICE, ENGINE, LEVERS, LOADING, MODEL, takes
 
 
-@takes(*MODEL, *ENGINE, *DEVICE, "attn", "cache", "compile_", "quantize", *LEVERS, *LOADING)  # fmt: skip
+@takes(*MODEL, *ENGINE, *DEVICE, "attn", "cache", "compile", "quantize", *LEVERS, *LOADING)  # fmt: skip
 def worker(
     ctx: typer.Context,
     **shared: Any,
@@ -21,8 +21,8 @@ def worker(
     from llmbench.backends import worker_main as w
     from llmbench.options import RunOptions
 
-    compile_, cache = ctx.params["compile_"], ctx.params["cache"]
-    own: dict[str, Any] = {"cache": "static" if compile_ else cache.value, "compile": compile_}
+    compile_, cache = ctx.params["compile"], ctx.params["cache"]
+    own: dict[str, Any] = {"cache": "static" if compile_ else cache, "compile": compile_}
     for name in LEVERS:  # set: this side's own lever (ab can measure speculative against plain)
         if ctx.params.get(name) not in (None, "none"):
             own[name] = ctx.params[name]

@@ -12,14 +12,10 @@ from llmbench.cli.common import refuse_given as _refuse_given
 
 def _open_loop(ctx: typer.Context, args: dict[str, Any]) -> Any:
     """--rate's schedule (or --trace's), or None (a closed loop: then its companions are refused)."""
-    from llmbench.options import OpenLoop
+    from llmbench.options import open_loop_of
 
     if args.get("trace_rows") is not None:
-        _refuse_given(ctx, ("arrival", "requests", "duration", "workers", "ray"), "options of --rate, not --trace")
-        return OpenLoop(rate_rps=1.0, trace=args["trace_rows"])
-    if args["rate"] is None:
-        _refuse_given(ctx, ("arrival", "requests", "duration", "workers", "ray"), "options of an open loop (--rate)")
-        return None
-    duration = args["duration"] if args["duration"] is not None or args["requests"] is not None else 30.0
-    return OpenLoop(rate_rps=args["rate"], arrival=args["arrival"], requests=args["requests"], duration_s=duration,
-                    seed=args["seed"], workers=args["workers"], ray=args["ray"])  # fmt: skip
+        _refuse_given(ctx, ("arrival", "requests", "duration_s", "workers", "ray"), "options of --rate, not --trace")
+    elif args["rate"] is None:
+        _refuse_given(ctx, ("arrival", "requests", "duration_s", "workers", "ray"), "options of an open loop (--rate)")
+    return open_loop_of(args, args.get("trace_rows"))

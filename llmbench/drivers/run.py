@@ -74,9 +74,11 @@ async def run(
     resume: str | Path | None = None,
     stop: Stop | None = None,
     reporter: Reporter | None = None,
+    spec: dict | None = None,
 ) -> tuple[Run, Path | None]:
     """Measure ``prompts`` on ``target``; the run and the file it was written to. Files: ``output`` (or, when
     None, a new name in ``default_dir``; neither: no file), or ``resume``, an incomplete run to continue.
+    ``spec``: the settings asked for (:meth:`llmbench.spec.Spec.setup`), recorded as ``config.spec``.
 
     Every bad input is a UserError before anything slow (the prompt file, options, the output place, a
     resume's setup as far as it is known before loading); the rest is checked before the first request.
@@ -89,7 +91,7 @@ async def run(
         raise UserError("--turns runs conversations in a closed loop (--concurrency of them): drop --rate/--trace")
     pending = workload.begin(prompts, options)  # a dataset is read now: a bad file fails before anything loads
     if isinstance(target, EndpointOptions) and (ol := target.open_loop) is not None and (ol.workers > 1 or ol.ray):
-        return await _shared(pending, target, options, output, overwrite, default_dir, resume, stop, reporter)
+        return await _shared(pending, target, options, output, overwrite, default_dir, resume, stop, reporter, spec)
     pending.check_target(target)
     # made or chosen by the tokenizer here: an engine then runs in this process
     backend = make_backend(target, options, reporter=reporter, in_process=pending.counted_here)
@@ -112,6 +114,7 @@ async def run(
         track = new_track(backend, prompts, path, previous)
         for record in (track.fresh, track.run):
             prepared.annotate(record.config)
+            record.config.spec = spec if spec is not None else record.config.spec
         if path is None and default_dir is not None:
             track.path = default_output_path(track.fresh.config.model, track.fresh.config.device, default_dir)
         if reporter is not None:
@@ -138,6 +141,7 @@ async def _shared(
     resume: str | Path | None,
     stop: Stop | None,
     reporter: Reporter | None,
+    spec: dict | None,
 ) -> tuple[Run, Path | None]:
     """An open loop spread over ``workers`` processes (or Ray tasks): see :mod:`llmbench.runner.loadgen`."""
     from llmbench.core.errors import RunInterrupted
@@ -160,6 +164,7 @@ async def _shared(
                         f"{where}")  # fmt: skip
     spread = loadgen.run_ray if ol.ray else loadgen.run_local
     run, stopped = await spread(prompts, target, options, stop)
+    run.config.spec = spec
     if path is None and default_dir is not None:
         path = default_output_path(run.config.model, run.config.device, default_dir)
     if path is not None:

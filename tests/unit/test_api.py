@@ -39,7 +39,7 @@ def test_gate_is_the_decision_the_cli_exit_code_reports(cli, tmp_path, seed):
 def test_flags_of_the_other_mode_are_refused_both_ways(cli, prompt_file):
     r = cli("run", prompt_file, "--concurrency", "4", "--api-key-env", "X", "--tokenizer", "t", "--weights", "random")
     assert (
-        r.returncode == 2 and "--concurrency, --api-key-env, --tokenizer: options of --endpoint runs only" in r.stderr
+        r.returncode == 2 and "--api-key-env, --concurrency, --tokenizer: options of --endpoint runs only" in r.stderr
     )
     r = cli("run", prompt_file, "--endpoint", "http://127.0.0.1:9", "--allow-pickle", "--trust-remote-code",
             "--allow-offload", "--quantize", "int8")  # fmt: skip

@@ -14,12 +14,12 @@ import torch
         ),
         (["--dtype", "float8"], "Invalid value for '--dtype'"),
         (["--device", "tpu"], "unknown --device"),
-        (["--max-new-tokens", "0"], "--max-new-tokens must be at least 1"),
-        (["--max-new-tokens", "-5"], "--max-new-tokens must be at least 1"),
-        (["--threads", "0"], "--threads must be 1 to 4096"),
-        (["--threads", "99999999999999999999"], "--threads must be 1 to 4096"),  # torch overflowed: internal error
+        (["--max-new-tokens", "0"], "--max-new-tokens must be 1 to 10,000,000"),
+        (["--max-new-tokens", "-5"], "--max-new-tokens must be 1 to 10,000,000"),
+        (["--threads", "0"], "--threads must be 1 to 4,096"),
+        (["--threads", "99999999999999999999"], "--threads must be 1 to 4,096"),  # torch overflowed: internal error
         (["--warmup", "100000000000"], "--warmup must be 0 to 1,000,000"),
-        (["--max-new-tokens", "100000000000"], "more than any model writes"),
+        (["--max-new-tokens", "100000000000"], "--max-new-tokens must be 1 to 10,000,000"),
         (["--timeout", "5"], "--timeout: options of --endpoint runs only"),  # named as typed, not --timeout-s
         (["--weights", "fake"], "Invalid value for '--weights'"),
         (["--model", "/no/such/folder"], "model folder not found"),

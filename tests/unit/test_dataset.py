@@ -98,7 +98,7 @@ def test_bad_dataset_files_are_one_line(cli, tmp_path, name, content, said):
 def test_bad_dataset_options_are_one_line(cli, tmp_path, prompt_file):
     for args, said in (
         (("--min-prompt-tokens", "9", "--max-prompt-tokens", "3"), "nothing could be kept"),
-        (("--num-prompts", "0"), "--num-prompts must be at least 1"),
+        (("--num-prompts", "0"), "--num-prompts must be 1 to 1,000,000"),
         (("--prompt-format", "xml"), "--prompt-format 'xml'"),
         (("--synthetic", "10x2", "--num-prompts", "2"), "not --synthetic"),
     ):

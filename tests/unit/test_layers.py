@@ -17,6 +17,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("llmbench.core",),
     ("llmbench.results",),
     ("llmbench.workloads",),
+    ("llmbench.spec",),
     ("llmbench.options",),
     ("llmbench.machine",),
     ("llmbench.engines",),

@@ -9,8 +9,8 @@ import json
 
 def test_turns_refuse_what_they_cant_do(cli, prompt_file, tmp_path):
     for args, said in (
-        (("--turns", "0"), "--turns must be at least 1"),
-        (("--turns", "2", "--think-time", "-1"), "--think-time must be 0 or more"),
+        (("--turns", "0"), "--turns must be 1 to 1,000"),
+        (("--turns", "2", "--think-time", "-1"), "--think-time must be 0 to 86,400"),
         (("--turns", "2", "--endpoint", "http://127.0.0.1:9/v1", "--rate", "1"), "closed loop"),
         (("--turns", "2", "--resume", tmp_path / "x.json"), "--resume"),
     ):
@@ -23,9 +23,9 @@ def test_turn_options_no_run_can_honour_are_one_line_before_anything_loads(cli, 
                                                                             tmp_path):  # fmt: skip
     out = tmp_path / "x.json"
     for args, said in (
-        (("--turns", str(10**20)), "at most 1,000 turns"),  # was: a MemoryError expanding the prompts
-        (("--turns", "2", "--think-time", "inf"), "--think-time must be 0 or more"),  # was: a wait forever
-        (("--turns", "2", "--think-time", "nan"), "--think-time must be 0 or more"),
+        (("--turns", str(10**20)), "--turns must be 1 to 1,000"),  # was: a MemoryError expanding the prompts
+        (("--turns", "2", "--think-time", "inf"), "--think-time must be 0 to 86,400"),  # was: a wait forever
+        (("--turns", "2", "--think-time", "nan"), "--think-time must be 0 to 86,400"),
         (("--think-time", "3"), "give --turns 2 or more"),  # was: accepted, and no request ever waited
     ):
         r = cli("run", prompt_file, "-m", tiny_model_dir, "--device", "cpu", *args, "-o", out, "-q")

@@ -56,7 +56,7 @@ def test_pareto_keeps_the_setups_nothing_beats_on_both():
         (("--threads", "1,x"), "not a whole number"),
         (("--threads", "0"), "--threads must be 1 to 4096"),
         (("--attn", "magic"), "unknown --attn"),
-        (("--cache", "paged"), "unknown --cache"),
+        (("--cache", "paged"), "--cache: input should be 'dynamic' or 'static'"),
         (("--quantize", "int4"), "unknown --quantize"),
         (("--dtype", "bfloat16", "--quantize", "int8-dynamic"), "no setup to sweep"),
         (("--rounds", "0"), "--rounds"),

@@ -124,10 +124,10 @@ def test_trace_options_are_checked_before_anything_runs(cli, tmp_path, prompt_fi
               "mooncake")  # fmt: skip
     for args, said in (
         # each was accepted: inf scaled the first row's 0 s to NaN; a negative or NaN second named no window
-        (("--time-scale", "inf"), "--time-scale must be a number above 0"),
-        (("--time-scale", "nan"), "--time-scale must be a number above 0"),
-        (("--start", "nan"), "--start must be a second of the trace"),
-        (("--start", "-5"), "--start must be a second of the trace"),
+        (("--time-scale", "inf"), "--time-scale must be"),
+        (("--time-scale", "nan"), "--time-scale must be"),
+        (("--start", "nan"), "--start must be a finite number"),
+        (("--start", "-5"), "--start must be a finite number"),
         (("--end", "inf"), "--end must be a second of the trace"),
         # each was accepted and silently ignored: the trace's rows are the prompts, each sent once
         (("--repeats", "3"), "--repeats: not with --trace"),

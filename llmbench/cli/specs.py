@@ -1,0 +1,176 @@
+"""A command's options generated from its spec (:mod:`llmbench.spec`), and the config file behind them.
+
+Each spec field becomes one typer option (or argument) with the field's type, default and help, so an option's
+default or help is changed in the spec and nowhere else. :func:`from_spec` adds three options to a command:
+
+- ``--config FILE.toml``: the file's settings become the command's defaults (click's ``default_map``), so a flag
+  on the command line overrides the file; the file is checked against the spec before anything runs (an unknown
+  table or key, or a value of the wrong type, is one line naming the file and the key);
+- ``--print-config``: the effective spec as TOML, to commit (nothing is measured);
+- ``--config-from RUN.json`` (``run``): the spec a run recorded, as a config file.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, Optional, TypeVar
+
+import typer
+
+from llmbench.core.errors import UserError
+from llmbench.spec import Section, Spec, option_of, read_toml
+
+F = TypeVar("F", bound=Callable[..., Any])
+KW = inspect.Parameter.KEYWORD_ONLY
+CONFIG_OPTIONS = ("config", "print_config", "config_from")
+
+
+def parameter(name: str, fi: Any) -> inspect.Parameter:
+    """The typer parameter of one spec field."""
+    extra = fi.json_schema_extra or {}
+    kwargs: dict[str, Any] = {"help": fi.description}
+    if extra.get("panel"):
+        kwargs["rich_help_panel"] = extra["panel"]
+    if extra.get("argument"):
+        return inspect.Parameter(
+            name, KW, default=fi.default, annotation=Annotated[fi.annotation, typer.Argument(**kwargs)]
+        )
+    decls = [extra.get("flag") or option_of(name, fi)] + ([extra["short"]] if extra.get("short") else [])
+    if extra.get("envvar"):
+        kwargs |= {"envvar": extra["envvar"], "show_envvar": True}
+    return inspect.Parameter(name, KW, default=fi.default,
+                             annotation=Annotated[fi.annotation, typer.Option(*decls, **kwargs)])  # fmt: skip
+
+
+def section_option(section: type[Section], name: str) -> tuple[Any, Any]:
+    """(annotation, default) of ``section``'s field ``name``, as :data:`llmbench.cli.shared.SHARED` holds them."""
+    p = parameter(name, section.model_fields[name])
+    return p.annotation, p.default
+
+
+def _config_options(spec: type[Spec], config_from: bool) -> list[inspect.Parameter]:
+    def load(ctx: typer.Context, _param: Any, value: Path | None) -> Path | None:
+        if value is not None:
+            _set_defaults(ctx, spec, read_config(value, spec))
+        return value
+
+    def load_run(ctx: typer.Context, _param: Any, value: Path | None) -> Path | None:
+        if value is not None:
+            _set_defaults(ctx, spec, config_of_run(value, spec))
+        return value
+
+    params = [
+        inspect.Parameter("config", KW, default=None, annotation=Annotated[Optional[Path], typer.Option(
+            "--config", is_eager=True, callback=load, rich_help_panel="Config",
+            help="A TOML file of settings (see --print-config); flags given here override it.")]),
+        inspect.Parameter("print_config", KW, default=False, annotation=Annotated[bool, typer.Option(
+            "--print-config", rich_help_panel="Config",
+            help="Print the effective settings as TOML (to commit, then --config) and exit; nothing is measured.")]),
+    ]  # fmt: skip
+    if config_from:
+        option = typer.Option(
+            "--config-from",
+            is_eager=True,
+            callback=load_run,
+            rich_help_panel="Config",
+            help="Measure the setup a run JSON recorded (its config.spec); flags override it.",
+        )
+        params.append(inspect.Parameter("config_from", KW, default=None, annotation=Annotated[Optional[Path], option]))
+    return params
+
+
+def from_spec(spec: type[Spec], *, config_from: bool = False) -> Callable[[F], F]:
+    """The command's options: its spec's fields (in the spec's order), then its own parameters, then the config
+    options. The function gets every value by name and the validated spec as ``ctx.meta["spec"]``."""
+
+    def wrap(fn: F) -> F:
+        own = inspect.signature(fn, eval_str=True).parameters
+        params = [own["ctx"].replace(kind=KW)] if "ctx" in own else []
+        params += [parameter(name, fi) for name, (_t, fi) in spec.fields().items()]
+        params += [q.replace(kind=KW) for n, q in own.items() if n != "ctx" and q.kind is not q.VAR_KEYWORD]
+        params += _config_options(spec, config_from)
+
+        @functools.wraps(fn)
+        def command(**kwargs: Any) -> Any:
+            from llmbench.cli.common import user_errors
+
+            ctx = kwargs.get("ctx")
+            printing = kwargs.pop("print_config", False)
+            for name in ("config", "config_from"):
+                kwargs.pop(name, None)
+            with user_errors():
+                made = spec.of({k: kwargs[k] for k in spec.fields()})
+            if printing:
+                typer.echo(to_toml(made.setup(), spec.__name__), nl=False)
+                return None
+            if ctx is not None:
+                ctx.meta["spec"] = made
+            return fn(**kwargs)
+
+        command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+        command.__annotations__ = {q.name: q.annotation for q in params}
+        return command  # type: ignore[return-value]
+
+    return wrap
+
+
+def _set_defaults(ctx: typer.Context, spec: type[Spec], tables: dict[str, dict[str, Any]]) -> None:
+    """A config's settings as the command's defaults: a flag given on the command line still wins."""
+    fields = spec.fields()
+    values = {k: str(v) if isinstance(v, Path) else v for t in tables.values() for k, v in t.items() if k in fields}
+    ctx.default_map = {**(ctx.default_map or {}), **values}
+
+
+def read_config(path: Path, spec: type[Spec]) -> dict[str, dict[str, Any]]:
+    """A config file's tables, checked against ``spec`` (only the keys the file sets); UserError in one line."""
+    with _as_user_error():
+        return _checked(read_toml(path), spec, str(path))
+
+
+def config_of_run(path: Path, spec: type[Spec]) -> dict[str, dict[str, Any]]:
+    """The spec a run JSON recorded (``config.spec``), checked against ``spec``; UserError in one line."""
+    with _as_user_error():
+        from llmbench.results.storage import load_run
+
+        run = load_run(path)
+        recorded = run.config.spec
+        if not recorded:
+            raise UserError(f"--config-from {path}: the run recorded no spec (written before llmbench {_SINCE}); "
+                            "repeat its setup with flags")  # fmt: skip
+        return _checked(recorded, spec, str(path))
+
+
+_SINCE = "0.45"
+
+
+def _checked(data: dict[str, Any], spec: type[Spec], where: str) -> dict[str, dict[str, Any]]:
+    if not all(isinstance(v, dict) for v in data.values()):
+        loose = next(k for k, v in data.items() if not isinstance(v, dict))
+        raise UserError(f"{where}: '{loose}' is outside a table; settings go in tables ({', '.join(spec.sections())})")
+    made = spec.validated(data, where=where)
+    return {t: {k: getattr(getattr(made, t), k) for k in keys} for t, keys in data.items()}
+
+
+class _as_user_error:
+    """Errors in an eager option's callback as the one-line UserError exit (click would print a usage block)."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: Any, e: Any, _tb: Any) -> bool:
+        if isinstance(e, UserError):
+            from llmbench.cli.common import die
+
+            die(str(e), 2)
+        return False
+
+
+def to_toml(tables: dict[str, dict[str, Any]], title: str) -> str:
+    """The spec's tables as a TOML config file (``tomli_w``), headed by the command that reads it."""
+    import tomli_w
+
+    head = f"# llmbench {title.removesuffix('Spec').lower()} settings: --config FILE.toml reads them back\n"
+    return head + tomli_w.dumps({t: v for t, v in tables.items() if v})

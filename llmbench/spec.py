@@ -1,0 +1,516 @@
+"""Every setting of a measurement, declared once: its type, bounds, default and help (pydantic models).
+
+A command's options are generated from its spec (:mod:`llmbench.cli.specs`), :func:`llmbench.measure` takes a
+:class:`RunSpec` (and keyword overrides by field name), a config file (``--config FILE.toml``) is read into one,
+``--print-config`` writes one, the run JSON records the one it was measured with (``config.spec``), and
+docs/config.md is generated from their JSON schema (:func:`reference`).
+
+The spec is grouped in sections, each a TOML table of a config file (``[model]``, ``[requests]``, ...); a field's
+name is the same in every section and command that has it (``max_new_tokens``), and its option is ``--max-new-tokens``
+unless the field says otherwise (``think_time_s`` is ``--think-time``). A command that takes a section only in part,
+or with other defaults (``ab`` asks 64 tokens, ``run`` 256), takes a :func:`view` of it: the same fields, bounds and
+help, narrowed. The spec is what a user asks for; :meth:`RunSpec.run_options` and its siblings resolve it into the
+option types the drivers run (``ignore_eos`` left unset is on with random weights, ``--compile`` implies the static
+cache, ...), in one place.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any, ClassVar, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+
+from llmbench.core.errors import UserError
+from llmbench.workloads import limits
+from llmbench.workloads.sessions import MAX_TURNS
+
+DEFAULT_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
+MAX_TOKENS = 10_000_000  # no model writes more in one answer: a bigger --max-new-tokens is a typo
+MAX_COUNT = 1_000_000  # warmup requests, repeats of the prompt list
+MAX_THREADS = 4096
+
+
+def setting(default: Any, help: str, *, flag: str | None = None, short: str | None = None, panel: str | None = None,
+            envvar: str | None = None, argument: bool = False, **bounds: Any) -> Any:  # fmt: skip
+    """A spec field: pydantic's Field with the command line's spelling kept in its JSON-schema extras (``flag``:
+    the option's declaration when it is not ``--field-name``; ``argument``: positional)."""
+    cli = {"flag": flag, "short": short, "panel": panel, "envvar": envvar, "argument": argument or None}
+    return Field(default, description=help, json_schema_extra={k: v for k, v in cli.items() if v is not None} or None,
+                 **bounds)  # fmt: skip
+
+
+class Section(BaseModel):
+    """One table of a config file: typed, bounded, closed (an unknown key is an error, not a silent default)."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=False, use_attribute_docstrings=False)
+    table: ClassVar[str] = ""
+
+
+# ------------------------------------------------------------------------------------------------ the sections
+
+Dtype = Literal["auto", "float32", "bfloat16", "float16"]
+
+
+class ModelSection(Section):
+    """The model generated in this process, and how it is loaded."""
+
+    table: ClassVar[str] = "model"
+    model: Optional[str] = setting(None, f"Hub id, local folder or .gguf file (default: {DEFAULT_MODEL}).",
+                                   short="-m")  # fmt: skip
+    weights: Literal["pretrained", "random"] = setting(
+        "pretrained", "random: the real architecture with random weights (no download; timings real)."
+    )
+    engine: str = setting(
+        "transformers",
+        "The engine that generates, fed the same token ids: transformers, llama.cpp, openvino or "
+        "onnxruntime (pip install 'llmbench\\[llamacpp|openvino|onnxruntime]').",
+    )
+    precision: Optional[str] = setting(
+        None,
+        "--engine's weight format, converted from a Hugging Face folder: llama.cpp f16, q8_0, q4_k_m, ...; "
+        "openvino fp16, int8, int4; onnxruntime fp32, int8, int4 (default 8-bit; a .gguf runs as is).",
+    )
+    device: str = setting("auto", "auto, cpu, cuda, cuda:N or mps.")
+    dtype: Dtype = setting("auto", "auto = fastest on the device.")
+    reprobe: bool = setting(False, "--dtype auto: measure the dtypes again instead of this machine's cached choice.")
+    threads: Optional[int] = setting(None, "torch intra-op threads (default: torch's choice).", ge=1, le=MAX_THREADS)
+    attn: Optional[Literal["eager", "sdpa", "flash_attention_2", "flex_attention"]] = setting(
+        None, "Attention kernel (default: the model's)."
+    )
+    quantize: Literal["none", "int8", "int8-dynamic"] = setting(
+        "none",
+        "int8: int8 weights per output channel, activations in --dtype; int8-dynamic: int8 weights and "
+        "activations, float32 only (CPU).",
+    )
+    device_map: Optional[str] = setting(None, "Let accelerate place the weights: auto, balanced, sequential or a JSON "
+                                        "object (offloading is still refused).")  # fmt: skip
+    allow_offload: bool = setting(False, "Run even when weights are offloaded to disk/CPU (recorded).")
+    allow_pickle: bool = setting(False, "Allow pickle (.bin) weights in a folder.")
+    trust_remote_code: bool = setting(False, "Run the model repo's own code.")
+
+
+class ServerSection(Section):
+    """An OpenAI-compatible server measured instead of a model in this process."""
+
+    table: ClassVar[str] = "server"
+    endpoint: Optional[str] = setting(
+        None,
+        "Measure an OpenAI-compatible server instead (vLLM, llama.cpp, Ollama, llmbench serve): its base URL, "
+        "e.g. http://127.0.0.1:8000/v1. --model then names the model to send.",
+    )
+    api_key_env: Optional[str] = setting(None, "With --endpoint: the variable holding the API key.")
+    timeout_s: float = setting(600.0, "With --endpoint: a request that receives nothing for this long fails (a "
+                               "stalled server), s.", flag="--timeout", gt=0, le=limits.MAX_TIMEOUT_S,
+                               allow_inf_nan=False)  # fmt: skip
+    concurrency: int = setting(1, "With --endpoint: requests in flight at once.", ge=1, le=limits.MAX_CONCURRENCY)
+    tokenizer: Optional[str] = setting(None, "With --endpoint: hub id, folder or .gguf to count tokens without usage.")
+    server_metrics: bool = setting(False, "With --endpoint: scrape the server's Prometheus /metrics during the run "
+                                   "(gauges' mean and max, counters' deltas, into the run JSON).")  # fmt: skip
+    metrics_url: Optional[str] = setting(None, "The metrics page to scrape (default: the endpoint's host, /metrics); "
+                                         "implies --server-metrics.")  # fmt: skip
+
+
+_DATASETS, _TRACES, _PREFIXES, _SESSIONS = "Datasets", "Traces", "Shared prefixes", "Sessions"
+
+
+class PromptsSection(Section):
+    """Where the prompts come from: a prompt file, a dataset, synthetic prompts, prefix groups or a trace."""
+
+    table: ClassVar[str] = "prompts"
+    prompts: Optional[Path] = setting(
+        None,
+        'Prompt file: one prompt a line (.txt) or {"prompt": ...} a line (.jsonl); or a dataset: ShareGPT '
+        ".json, .jsonl, .csv, .parquet, a save_to_disk folder (see Datasets). Or --synthetic instead.",
+        argument=True,
+    )
+    synthetic: Optional[str] = setting(
+        None,
+        "TOKENSxCOUNT, e.g. 512x20: COUNT different prompts of exactly TOKENS tokens each (chat template "
+        "included), cut from a text llmbench ships, reproducible from --seed.",
+    )
+    prompt_format: Optional[str] = setting(
+        None,
+        "How to read PROMPTS: txt, jsonl, json, sharegpt, csv, parquet, arrow (a save_to_disk folder); default: "
+        "by its extension.",
+        panel=_DATASETS,
+    )
+    prompt_column: Optional[str] = setting(None, "The dataset's column holding the prompt (default: prompt).",
+                                           panel=_DATASETS)  # fmt: skip
+    output_len_column: Optional[str] = setting(
+        None,
+        "The dataset's column of output lengths: each request asks for exactly its own (EOS ignored).",
+        panel=_DATASETS,
+    )
+    min_prompt_tokens: Optional[int] = setting(
+        None,
+        "Keep prompts of at least this many tokens, as the run counts them.",
+        panel=_DATASETS,
+        ge=0,
+        le=limits.MAX_PROMPT_TOKENS,
+    )
+    max_prompt_tokens: Optional[int] = setting(
+        None,
+        "Keep prompts of at most this many tokens, as the run counts them.",
+        panel=_DATASETS,
+        ge=0,
+        le=limits.MAX_PROMPT_TOKENS,
+    )
+    num_prompts: Optional[int] = setting(None, "Sample this many entries (drawn from --seed) among those the filters "
+                                         "keep.", panel=_DATASETS, ge=1, le=limits.MAX_REQUESTS)  # fmt: skip
+    prefix_groups: Optional[int] = setting(None, "Prompts in N groups sharing a prefix each (with --prefix-tokens, "
+                                           "--suffix-tokens, --num-prompts).", panel=_PREFIXES, ge=1,
+                                           le=limits.MAX_REQUESTS)  # fmt: skip
+    prefix_tokens: Optional[int] = setting(None, "Tokens of each group's shared prefix.", panel=_PREFIXES, ge=0,
+                                           le=limits.MAX_PROMPT_TOKENS)  # fmt: skip
+    suffix_tokens: Optional[int] = setting(None, "Tokens of each prompt's own suffix.", panel=_PREFIXES, ge=0,
+                                           le=limits.MAX_PROMPT_TOKENS)  # fmt: skip
+    group_dist: str = setting("uniform", "How prompts fall into groups: uniform, zipf or zipf:A (from --seed).",
+                              panel=_PREFIXES)  # fmt: skip
+    trace: Optional[Path] = setting(None, "With --endpoint: replay this trace: its times are the schedule, its rows "
+                                    "the prompts (exact lengths, shared blocks).", panel=_TRACES)  # fmt: skip
+    trace_format: Optional[str] = setting(None, "mooncake (JSONL, ms), burstgpt (CSV, s) or azure (CSV, date and "
+                                          "time).", panel=_TRACES)  # fmt: skip
+    time_scale: Optional[float] = setting(None, "Multiply the trace's times (0.5: twice as fast). Default 1.",
+                                          panel=_TRACES, gt=0, allow_inf_nan=False)  # fmt: skip
+    start: Optional[float] = setting(None, "Replay from this second of the trace.", panel=_TRACES, ge=0,
+                                     allow_inf_nan=False)  # fmt: skip
+    end: Optional[float] = setting(None, "Replay until this second of the trace.", panel=_TRACES, ge=0,
+                                   allow_inf_nan=False)  # fmt: skip
+
+
+class ArrivalsSection(Section):
+    """When requests are sent to a server: an open loop's schedule (``--rate``)."""
+
+    table: ClassVar[str] = "arrivals"
+    rate: Optional[float] = setting(None, "With --endpoint: open loop, requests per second on a schedule drawn in "
+                                    "advance.", gt=0, le=limits.MAX_RATE_RPS, allow_inf_nan=False)  # fmt: skip
+    arrival: str = setting("poisson", "Open loop: gaps between arrivals: poisson, constant or gamma:CV (CV > 1 "
+                           "burstier).")  # fmt: skip
+    requests: Optional[int] = setting(None, "Open loop: how many requests to send.", ge=1, le=limits.MAX_REQUESTS)
+    duration_s: Optional[float] = setting(None, "Open loop: send for this many seconds (default 30).",
+                                          flag="--duration", gt=0, le=limits.MAX_SCHEDULE_S,
+                                          allow_inf_nan=False)  # fmt: skip
+    workers: int = setting(1, "Open loop: client processes sharing the schedule.", ge=1, le=limits.MAX_CLIENTS)
+    ray: Optional[str] = setting(None, "Open loop: run the --workers as Ray tasks on this cluster (address, 'auto' or "
+                                 "'local'; pip install 'llmbench\\[ray]').")  # fmt: skip
+
+
+class RequestsSection(Section):
+    """How each prompt is sent: its length, sampling, template and sessions."""
+
+    table: ClassVar[str] = "requests"
+    max_new_tokens: int = setting(256, "Tokens to generate per request at most.", ge=1, le=MAX_TOKENS)
+    ignore_eos: Optional[bool] = setting(None, "Generate exactly --max-new-tokens. Default: on with random.",
+                                         flag="--ignore-eos/--stop-at-eos")  # fmt: skip
+    warmup: int = setting(1, "Unmeasured requests (per setup) before the measured ones.", ge=0, le=MAX_COUNT)
+    repeats: int = setting(1, "Times to go round the whole prompt list.", ge=1, le=MAX_COUNT)
+    sample: bool = setting(False, "Sample instead of greedy decoding.")
+    seed: int = setting(0, "Seed for --sample (each request derives its own), --synthetic, --rate's schedule, "
+                        "--num-prompts and --prefix-groups.", ge=0, le=limits.MAX_SEED)  # fmt: skip
+    temperature: float = setting(1.0, "Temperature for --sample.", ge=0, le=100, allow_inf_nan=False)
+    top_p: float = setting(1.0, "Top-p for --sample.", ge=0, le=1, allow_inf_nan=False)
+    system_prompt: Optional[str] = setting(None, "System message for every prompt.")
+    chat_template: bool = setting(True, "Send the prompt through the model's chat template (--no-chat-template: the "
+                                  "raw prompt text).", flag="--chat-template/--no-chat-template")  # fmt: skip
+    truncate: bool = setting(False, "Cut prompts longer than the context.")
+    turns: int = setting(1, "Each prompt opens a conversation of this many turns, each sending the conversation so far "
+                         "with the model's replies.", panel=_SESSIONS, ge=1, le=MAX_TURNS)  # fmt: skip
+    think_time_s: float = setting(0.0, "Seconds a session waits after a reply before its next turn.",
+                                  flag="--think-time", panel=_SESSIONS, ge=0, le=limits.MAX_WAIT_S,
+                                  allow_inf_nan=False)  # fmt: skip
+
+
+class LeversSection(Section):
+    """What makes decoding faster: the KV cache, torch.compile, speculative decoding, prefix caching."""
+
+    table: ClassVar[str] = "levers"
+    cache: Literal["dynamic", "static"] = setting("dynamic", "KV cache: dynamic, or static (preallocated).")
+    compile: bool = setting(False, "torch.compile the decode step (static cache).")
+    speculative: Optional[str] = setting(
+        None,
+        "Speculative decoding: none, prompt-lookup[:N[:MAX_NGRAM]] (n-gram drafts from the prompt, default "
+        "10:2) or draft:MODEL[:K] (a draft model with the target's vocabulary, K drafts a step, default 5). Tokens of "
+        "one forward pass share one stamp; greedy output is checked against a plain run's (lossless).",
+    )
+    prefix_cache: str = setting(
+        "none",
+        "system: the prompts' shared leading tokens (system prompt, template preamble) computed once per "
+        "process by the first measured request (cold) and reused by the others (warm); none: nothing reused between "
+        "requests.",
+    )
+
+
+class OutputsSection(Section):
+    """Where the result goes (not part of the setup: two runs written to different files measured the same)."""
+
+    table: ClassVar[str] = "outputs"
+    output: Optional[Path] = setting(None, "Run JSON (default: results/<UTC time>-<model>-<device>.json).",
+                                     short="-o")  # fmt: skip
+    overwrite: bool = setting(False, "Replace an existing output file.")
+    history: Optional[str] = setting(
+        None,
+        "Record the result in the history: a URL (sqlite:///FILE.db, postgresql://...), a .db file, or nothing "
+        "for the default file (~/.local/share/llmbench/history.db).",
+        envvar="LLMBENCH_HISTORY",
+    )
+    resume: Optional[Path] = setting(None, "Continue this incomplete run JSON (same setup).")
+
+
+# ------------------------------------------------------------------------------------------------ specs
+
+
+class Spec(BaseModel):
+    """A command's whole spec: its sections, each a table of a config file."""
+
+    model_config = ConfigDict(extra="forbid")
+    # sections left out of the recorded spec and of --print-config's setup (where the result goes)
+    not_setup: ClassVar[tuple[str, ...]] = ("outputs",)
+
+    @classmethod
+    def sections(cls) -> dict[str, type[Section]]:
+        """Each section's table name -> its model, in order."""
+        return {name: f.annotation for name, f in cls.model_fields.items()}  # type: ignore[misc]
+
+    @classmethod
+    def fields(cls) -> dict[str, tuple[str, Any]]:
+        """Each setting's name -> (its section's table, its FieldInfo), in the command's order."""
+        return {name: (table, fi) for table, sec in cls.sections().items() for name, fi in sec.model_fields.items()}
+
+    @classmethod
+    def of(cls, flat: dict[str, Any], *, where: str = "") -> Spec:
+        """The spec from settings by name (a command's parsed options, ``measure``'s keywords); a name no section
+        has, or a value out of bounds, is one UserError line naming the option (or ``where``'s key)."""
+        owners = cls.fields()
+        unknown = [k for k in flat if k not in owners]
+        if unknown:
+            raise UserError(f"{where or 'spec'}: no setting named {', '.join(map(repr, unknown))}"
+                            f"{_close(unknown[0], owners)}")  # fmt: skip
+        tables: dict[str, dict[str, Any]] = {t: {} for t in cls.sections()}
+        for k, v in flat.items():
+            tables[owners[k][0]][k] = v
+        return cls.validated(tables, where=where)
+
+    @classmethod
+    def validated(cls, tables: dict[str, Any], *, where: str = "") -> Spec:
+        """The spec from its tables (a config file's), every error one line naming its key or option."""
+        try:
+            return cls.model_validate(tables)
+        except ValidationError as e:
+            raise UserError(describe(e, cls, where)) from None
+
+    def flat(self) -> dict[str, Any]:
+        """Every setting by name (the command line's namespace)."""
+        return {k: v for sec in self.sections() for k, v in getattr(self, sec).model_dump().items()}
+
+    def setup(self) -> dict[str, Any]:
+        """The recorded spec: the tables that make the setup, None values left out (TOML has no null), a URL
+        without its credentials or query (a run JSON and a printed config are shared)."""
+        return {t: {k: _plain(k, v) for k, v in getattr(self, t).model_dump().items() if v is not None}
+                for t in self.sections() if t not in self.not_setup}  # fmt: skip
+
+
+_URLS = ("endpoint", "metrics_url", "ray")
+
+
+def _plain(name: str, v: Any) -> Any:
+    if name in _URLS and isinstance(v, str):
+        from llmbench.core.redact import redact_url
+
+        return redact_url(v)
+    return str(v) if isinstance(v, Path) else v
+
+
+def _close(name: str, names: Any) -> str:
+    import difflib
+
+    match = difflib.get_close_matches(name, list(names), n=1)
+    return f" (did you mean '{match[0]}'?)" if match else ""
+
+
+def option_of(name: str, fi: Any) -> str:
+    """The option a field is on the command line: ``--think-time`` for ``think_time_s``."""
+    extra = fi.json_schema_extra or {}
+    if extra.get("argument"):
+        return name.upper()
+    flag = extra.get("flag")
+    return flag.split("/")[0] if flag else "--" + name.replace("_", "-")
+
+
+def describe(e: ValidationError, spec: type[Spec], where: str = "") -> str:
+    """A pydantic error as one line: the option (``--max-new-tokens``) or, from a file, ``FILE: [table] key``."""
+    fields = spec.fields()
+    err = e.errors(include_url=False)[0]
+    loc = [str(p) for p in err["loc"]]
+    key = loc[-1] if loc else ""
+    if where:
+        name = f"{where}: [{loc[0]}] {'.'.join(loc[1:])}" if len(loc) > 1 else f"{where}: [{key}]"
+    else:
+        name = option_of(key, fields[key][1]) if key in fields else key
+    if err["type"] == "extra_forbidden":
+        table = loc[0] if len(loc) > 1 else ""
+        known = spec.sections()[table].model_fields if table in spec.sections() else spec.sections()
+        return f"{name}: no such key{_close(key, known)}"
+    got = err.get("input")
+    shown = "" if isinstance(got, dict) else f", not {got!r}"
+    bounds = _bounds(fields[key][1]) if key in fields and not where else ""
+    text = bounds if bounds and err["type"] in _BOUND_ERRORS else _bound_text(err) or err["msg"].lower()
+    return f"{name}{'' if bounds or (_bound_text(err) and not where) else ':'} {text}{shown}"
+
+
+_BOUND_ERRORS = ("greater_than_equal", "greater_than", "less_than_equal", "less_than", "finite_number")
+
+
+def _bounds(fi: Any) -> str:
+    """'must be 1 to 4,096' (or 'above 0 up to ...') for a field bounded on both sides, else ''."""
+    low = next((m for m in fi.metadata if hasattr(m, "ge") or hasattr(m, "gt")), None)
+    high = next((m for m in fi.metadata if hasattr(m, "le")), None)
+    if low is None or high is None:
+        return ""
+    if hasattr(low, "gt"):
+        return f"must be above {low.gt:,} up to {high.le:,}"
+    return f"must be {low.ge:,} to {high.le:,}"
+
+
+def _bound_text(err: Any) -> str:
+    ctx = err.get("ctx") or {}
+    words = {"greater_than_equal": "at least", "greater_than": "above", "less_than_equal": "at most",
+             "less_than": "below"}  # fmt: skip
+    for kind, word in words.items():
+        if err["type"] == kind:
+            bound = next(iter(ctx.values()))
+            return f"must be {word} {bound:,}" if isinstance(bound, int | float) else ""
+    if err["type"] == "finite_number":
+        return "must be a finite number"
+    return ""
+
+
+def view(section: type[Section], *keep: str, **changes: Any) -> type[Section]:
+    """``section`` narrowed to the fields ``keep`` (all when none), in that order, with other defaults or help:
+    ``changes`` maps a field to its new default, or to ``{"default": ..., "help": ...}``. Types and bounds stay."""
+    names = keep or tuple(section.model_fields)
+    fields: dict[str, Any] = {}
+    for name in names:
+        fi = copy.copy(section.model_fields[name])
+        change = changes.get(name, {})
+        change = change if isinstance(change, dict) else {"default": change}
+        if "default" in change:
+            fi.default = change["default"]
+        if "help" in change:
+            fi.description = change["help"]
+        fields[name] = (fi.annotation, fi)
+    model = create_model(f"{section.__name__}View", __base__=Section, __doc__=section.__doc__, **fields)
+    model.table = section.table
+    return model
+
+
+def spec(name: str, *sections: type[Section]) -> type[Spec]:
+    """A command's spec class from its sections (each a table: two views of one section can't share a spec)."""
+    fields = {s.table: (s, Field(default_factory=s)) for s in sections}
+    return create_model(name, __base__=Spec, **fields)  # type: ignore[call-overload,no-any-return]
+
+
+class RunSpec(Spec):
+    """``llmbench run`` and :func:`llmbench.measure`: everything one run is measured with."""
+
+    prompts: PromptsSection = Field(default_factory=PromptsSection)
+    model: ModelSection = Field(default_factory=ModelSection)
+    server: ServerSection = Field(default_factory=ServerSection)
+    arrivals: ArrivalsSection = Field(default_factory=ArrivalsSection)
+    requests: RequestsSection = Field(default_factory=RequestsSection)
+    levers: LeversSection = Field(default_factory=LeversSection)
+    outputs: OutputsSection = Field(default_factory=OutputsSection)
+
+
+def read_toml(path: Path, option: str = "--config") -> dict[str, Any]:
+    """A config file's tables (``tomllib``); UserError in one line for a missing file or one that is not TOML."""
+    import tomllib
+
+    try:
+        return tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as e:
+        raise UserError(f"{option} {path}: {e.strerror or e}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise UserError(f"{option} {path}: not TOML ({e})") from None
+
+
+def check_fields(section: type[Section], values: Any) -> None:
+    """UserError in one line, naming the option, when a field of ``values`` (an object with ``section``'s field
+    names as attributes, e.g. RunOptions) is out of ``section``'s bounds or of the wrong type."""
+    got = {k: getattr(values, k) for k in section.model_fields if hasattr(values, k)}
+    try:
+        section.model_validate(got)
+    except ValidationError as e:
+        raise UserError(describe(e, spec("Checked", section))) from None
+
+
+def default(section: type[Section], name: str) -> Any:
+    """A field's declared default (what the option types' own defaults read)."""
+    return section.model_fields[name].default
+
+
+def reference() -> str:
+    """docs/config.md: every setting of ``llmbench run`` (and :func:`llmbench.measure`), table by table, from the
+    spec's JSON schema (``python -m llmbench.spec > docs/config.md`` remakes it; a unit test holds it equal)."""
+    schema = RunSpec.model_json_schema()
+    lines = [
+        "# Settings: the spec, config files and `--print-config`",
+        "",
+        "Generated from `llmbench.spec` (`python -m llmbench.spec > docs/config.md`); do not edit by hand.",
+        "",
+        "Every setting of `llmbench run` and `llmbench.measure()` is declared once, in `llmbench/spec.py`, with its",
+        "type, bounds, default and help; the options, the Python API's keywords, config files and the run JSON's",
+        "`config.spec` are all made from it. A config file is TOML, one table per section below:",
+        "",
+        "```bash",
+        "llmbench run prompts.txt --weights random --max-new-tokens 64 --print-config > bench.toml  # commit it",
+        "llmbench run --config bench.toml                    # the same settings",
+        "llmbench run --config bench.toml --dtype bfloat16   # a flag overrides the file",
+        "llmbench run --config-from results/RUN.json         # the settings a run recorded (config.spec)",
+        "```",
+        "",
+        "```python",
+        "spec = llmbench.load_spec('bench.toml')",
+        "run = llmbench.measure(spec=spec, max_new_tokens=16)  # keywords override the spec, by field name",
+        "```",
+        "",
+        "An unknown table or key, or a value of the wrong type or out of bounds, is one line naming the file and the",
+        "key (exit 2). `[outputs]` is where a result goes, not how it was measured: it is never recorded or printed.",
+        "URLs are recorded and printed without credentials or query.",
+    ]
+    for table, section in RunSpec.sections().items():
+        sub = schema["$defs"][section.__name__]
+        head = "| key | option | type | default | bounds | help |"
+        lines += ["", f"## [{table}]", "", section.__doc__ or "", "", head, "|---|---|---|---|---|---|"]
+        for name, prop in sub["properties"].items():
+            fi = section.model_fields[name]
+            flag = (fi.json_schema_extra or {}).get("flag") or option_of(name, fi)  # type: ignore[union-attr]
+            lines.append(f"| `{name}` | `{flag}` | {_type_of(prop)} | `{prop.get('default')!r}` | {_range(prop)} | "
+                         f"{(prop.get('description') or '').replace('|', '/')} |")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def _type_of(prop: dict[str, Any]) -> str:
+    options = prop.get("anyOf", [prop])
+    names = []
+    for o in options:
+        if "enum" in o:
+            names.append(" / ".join(f"`{v}`" for v in o["enum"]))
+        elif o.get("type"):
+            names.append(str(o["type"]))
+    return " or ".join(names)
+
+
+def _range(prop: dict[str, Any]) -> str:
+    for o in prop.get("anyOf", [prop]):
+        low = o.get("minimum", o.get("exclusiveMinimum"))
+        high = o.get("maximum")
+        if low is not None or high is not None:
+            left = "(" if "exclusiveMinimum" in o else "["
+            return f"{left}{low if low is not None else '-inf'}, {high if high is not None else 'inf'}]"
+    return ""
+
+
+if __name__ == "__main__":
+    print(reference(), end="")

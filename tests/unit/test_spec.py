@@ -1,0 +1,139 @@
+"""One spec (llmbench.spec) declares every setting of a run: the command line is generated from it, measure() takes
+it, config files are read into it and written from it, and a bad setting anywhere is one line naming it."""
+
+from __future__ import annotations
+
+import inspect
+import json
+
+import pytest
+import tomllib
+import typer.main
+
+import llmbench
+from llmbench.cli import app
+from llmbench.spec import RunSpec, option_of
+from tests.helpers import cli, synthetic_run
+
+
+def _command(name: str):
+    return typer.main.get_command(app).commands[name]  # type: ignore[attr-defined]
+
+
+CONFIG_OPTIONS = {"config", "print_config", "config_from", "quiet"}
+
+
+def test_every_run_option_is_a_spec_field_with_its_default_and_help():
+    params = {p.name: p for p in _command("run").params}
+    fields = RunSpec.fields()
+    assert set(params) - CONFIG_OPTIONS == set(fields)
+    for name, (_table, fi) in fields.items():
+        p = params[name]
+        assert p.default == fi.default, name
+        assert p.help == fi.description, name
+        assert option_of(name, fi) in ([*p.opts, p.name.upper()]), name
+
+
+def test_measure_takes_every_setting_run_does():
+    """measure()'s keywords are the spec's (**settings) beside what only Python can pass (a loaded model, ...)."""
+    from llmbench import api
+
+    sig = inspect.signature(api.ameasure)
+    assert any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())
+    spec = RunSpec.of({name: fi.default for name, (_t, fi) in RunSpec.fields().items()})
+    assert spec == RunSpec()
+    made = RunSpec.of({"turns": 3, "think_time_s": 0.5, "rate": 2.0, "dtype": "bfloat16"})
+    assert (made.requests.turns, made.requests.think_time_s, made.arrivals.rate) == (3, 0.5, 2.0)
+    with pytest.raises(llmbench.UserError, match="no setting named 'max_new_tokns' \\(did you mean 'max_new_tokens'"):
+        llmbench.measure(["hi"], max_new_tokns=3)
+    with pytest.raises(llmbench.UserError, match="--turns must be 1 to 1,000, not 0"):
+        llmbench.measure(["hi"], turns=0)
+
+
+def test_a_default_changed_in_the_spec_reaches_the_option_types():
+    from llmbench.options import ModelOptions, RunOptions
+    from llmbench.spec import ModelSection, RequestsSection
+
+    assert RunOptions().max_new_tokens == RequestsSection.model_fields["max_new_tokens"].default
+    assert ModelOptions().dtype == ModelSection.model_fields["dtype"].default
+
+
+def _printed(*args: str) -> dict:
+    r = cli("run", *args, "--print-config")
+    assert r.returncode == 0, r.stderr
+    return tomllib.loads(r.stdout)
+
+
+def test_print_config_then_config_gives_the_same_settings_and_a_flag_overrides_the_file(tmp_path, prompt_file):
+    flags = (str(prompt_file), "--weights", "random", "--dtype", "bfloat16", "--max-new-tokens", "12", "--turns", "2",
+             "--think-time", "0.25", "--no-chat-template", "--seed", "7")  # fmt: skip
+    printed = _printed(*flags)
+    assert printed["requests"]["max_new_tokens"] == 12 and printed["requests"]["chat_template"] is False
+    assert printed["model"]["dtype"] == "bfloat16" and "outputs" not in printed
+    path = tmp_path / "bench.toml"
+    path.write_text(cli("run", *flags, "--print-config").stdout, encoding="utf-8")
+    assert _printed("--config", str(path)) == printed
+    assert _printed("--config", str(path), "--max-new-tokens", "5")["requests"]["max_new_tokens"] == 5
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[requests]\nmax_new_tokns = 3\n", "[requests] max_new_tokns: no such key (did you mean 'max_new_tokens'?)"),
+        ("[request]\nmax_new_tokens = 3\n", "[request]: no such key (did you mean 'requests'?)"),
+        ("[requests]\nmax_new_tokens = 'many'\n", "[requests] max_new_tokens: input should be a valid integer"),
+        ("[requests]\nmax_new_tokens = 0\n", "[requests] max_new_tokens: must be at least 1"),
+        ("[model]\ndtype = 'float8'\n", "[model] dtype: input should be 'auto', 'float32', 'bfloat16' or 'float16'"),
+        ("max_new_tokens = 3\n", "'max_new_tokens' is outside a table"),
+        ("[requests\n", "not TOML"),
+    ],
+)
+def test_a_bad_config_file_is_one_line_naming_the_file_and_key(tmp_path, text, message):
+    path = tmp_path / "bad.toml"
+    path.write_text(text, encoding="utf-8")
+    r = cli("run", "--config", str(path), "--print-config")
+    assert r.returncode == 2 and r.stdout == "", r.stderr
+    assert r.stderr.count("\n") == 1 and str(path) in r.stderr and message in r.stderr, r.stderr
+
+
+def test_a_missing_config_file_is_one_line(tmp_path):
+    r = cli("run", "--config", str(tmp_path / "nope.toml"))
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "nope.toml: No such file" in r.stderr, r.stderr
+
+
+def test_a_config_for_another_mode_is_refused_like_the_flags(tmp_path, prompt_file):
+    path = tmp_path / "c.toml"
+    path.write_text("[server]\nconcurrency = 4\n", encoding="utf-8")
+    r = cli("run", str(prompt_file), "--config", str(path), "--weights", "random")
+    assert r.returncode == 2 and "--concurrency: options of --endpoint runs only" in r.stderr, r.stderr
+
+
+def test_config_from_a_run_repeats_its_recorded_settings(tmp_path, prompt_file):
+    printed = _printed(str(prompt_file), "--weights", "random", "--max-new-tokens", "9", "--repeats", "3")
+    run = synthetic_run()
+    run.config.spec = printed
+    path = tmp_path / "run.json"
+    llmbench.save_run(run, path)
+    assert _printed("--config-from", str(path)) == printed
+    assert _printed("--config-from", str(path), "--repeats", "4")["requests"]["repeats"] == 4
+    old = tmp_path / "old.json"
+    llmbench.save_run(synthetic_run(), old)
+    r = cli("run", "--config-from", str(old))
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "recorded no spec" in r.stderr, r.stderr
+
+
+def test_a_url_credential_never_reaches_a_printed_config():
+    printed = _printed("--endpoint", "http://user:s3cret@127.0.0.1:9/v1?token=abc", "--metrics-url",
+                       "http://u:pw@127.0.0.1:9/metrics")  # fmt: skip
+    text = json.dumps(printed)
+    assert "s3cret" not in text and "token=abc" not in text and "pw@" not in text
+    assert printed["server"]["endpoint"] == "http://127.0.0.1:9/v1"
+
+
+def test_the_config_reference_page_is_the_specs(tmp_path):
+    from pathlib import Path
+
+    from llmbench.spec import reference
+
+    page = Path(__file__).resolve().parents[2] / "docs" / "config.md"
+    assert page.read_text(encoding="utf-8") == reference(), "remake it: python -m llmbench.spec > docs/config.md"
