@@ -8,7 +8,6 @@ this one holds the app, its registrations (in the order ``llmbench --help`` list
 from __future__ import annotations
 
 import errno
-import os
 import sys
 from typing import Annotated
 
@@ -170,7 +169,13 @@ def _run(argv: list[str]) -> int:
         typer.echo("llmbench: interrupted", err=True)
         return 130
     except Exception as e:  # a bug, not a user error: one line, traceback on request
-        debug = bool(os.environ.get("LLMBENCH_DEBUG"))
+        from llmbench.core.errors import UserError
+        from llmbench.core.settings import settings  # here, not at the top: --help and compare never need it
+
+        try:
+            debug = settings().debug
+        except UserError:  # another variable is malformed: this error is still the one to report
+            debug = False
         if debug:
             import traceback
 

@@ -83,7 +83,7 @@ def _compare_loads(base: dict, paths: list[Path]) -> None:
                       soft_wrap=True)  # fmt: skip
 
 
-def render_verdict(comps: list[Any], verdict: Any, fmt: CompareFormat) -> None:
+def render_verdict(comps: list[Any], verdict: Any, fmt: CompareFormat | str) -> None:
     """compare's (and ab's) output in ``fmt``, then the gate's exit code (see :mod:`llmbench.analysis.gate`). A
     gate whose threshold is below what the run can detect is said loudly: its pass would otherwise be silent and
     blind."""
@@ -91,6 +91,7 @@ def render_verdict(comps: list[Any], verdict: Any, fmt: CompareFormat) -> None:
 
     from llmbench.present import terminal as display
 
+    fmt = CompareFormat(fmt)  # ab's spec holds the name, compare's option the enum
     if fmt is CompareFormat.json:
         typer.echo(json.dumps([c.to_dict(k) for c, k in zip(comps, verdict.checks, strict=True)], indent=2,
                               default=str))  # fmt: skip

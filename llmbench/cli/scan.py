@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Any
 
 import typer
 
@@ -15,57 +14,33 @@ from llmbench.cli.common import (
     print_lines,
     record_file,
     run_async,
+    run_options,
     user_errors,
 )
-from llmbench.cli.params import (
-    HistoryOpt,
-    MaxNewTokensOpt,
-    QuietOpt,
-    SystemPromptOpt,
-    WarmupOpt,
-)
-from llmbench.cli.shared import DEVICE, ENGINE, LOADING, MODEL, takes
+from llmbench.cli.params import QuietOpt
+from llmbench.cli.specs import from_spec
+from llmbench.spec.commands import ScanGrid, ScanSpec
 
 
-@takes("prompt_tokens", "depth", "batch", "rounds", "max_new_tokens", "prompts_per_point", "batch_prompt_tokens",
-       "seed", "warmup", *MODEL, *DEVICE, "attn", "quantize", *ENGINE, "speculative", *LOADING, "system_prompt",
-       "chat_template", "output", "history", "quiet")  # fmt: skip
-def scan(
-    ctx: typer.Context,
-    prompt_tokens: Annotated[
-        str, typer.Option(help="Prompt lengths for the TTFT curve, template included (comma list; '' for none).")
-    ] = "64,256,1024",
-    depth: Annotated[str, typer.Option(help="Context depths for the TPOT curve (comma list).")] = "0,512,2048",
-    batch: Annotated[str, typer.Option(help="Batch sizes for the throughput curve (comma list).")] = "1,2,4,8",
-    rounds: Annotated[int, typer.Option(help="Rounds; each visits every point, the order rotating.")] = 3,
-    max_new_tokens: MaxNewTokensOpt = 32,
-    prompts_per_point: Annotated[int, typer.Option(help="Different prompts per length or depth point.")] = 3,
-    batch_prompt_tokens: Annotated[int, typer.Option(help="Length of each prompt of a batch.")] = 128,
-    seed: Annotated[int, typer.Option(help="Seed of the synthetic prompts.")] = 0,
-    warmup: WarmupOpt = 1,
-    system_prompt: SystemPromptOpt = None,
-    output: Annotated[
-        Optional[Path], typer.Option("--output", "-o", help="Folder (default: results/scan-<time>).")
-    ] = None,
-    history: HistoryOpt = None,
-    quiet: QuietOpt = False,
-    **shared: Any,
-) -> None:
+@from_spec(ScanSpec)
+def scan(ctx: typer.Context, quiet: QuietOpt = False, **s: Any) -> None:
     """TTFT against prompt length, TPOT against context depth, throughput against batch size: controlled prompts,
     interleaved rounds, fitted curves."""
     from llmbench import engines
     from llmbench.drivers import scan as sc
     from llmbench.engines.hf import models
-    from llmbench.options import RunOptions
     from llmbench.present import terminal as display
 
-    engine, speculative = ctx.params["engine"], ctx.params.get("speculative")
+    engine, speculative = s["engine"], s["speculative"]
+    prompt_tokens, depth, batch, rounds, prompts_per_point, batch_prompt_tokens = (s[k] for k in ScanGrid.model_fields)
+    max_new_tokens, seed, output, history = s["max_new_tokens"], s["seed"], s["output"], s["history"]
+    default_batch = not given(ctx, "batch")
     with user_errors():
-        if engines.engine_info(engine).name != "transformers" and batch == "1,2,4,8":
+        if engines.engine_info(engine).name != "transformers" and default_batch:
             display.warn(f"--engine {engine}: no batch points (batched generate() is transformers'); the default "
                          "--batch is left out")  # fmt: skip
             batch = ""
-        if speculative and batch == "1,2,4,8":
+        if speculative and default_batch:
             display.warn("--speculative: no batch points (speculative decoding generates one sequence a request); "
                          "the default --batch is left out")  # fmt: skip
             batch = ""
@@ -73,9 +48,7 @@ def scan(
                          sc.parse_values(batch, "--batch"))  # fmt: skip
         sc.check_plan(points, rounds, prompts_per_point, batch_prompt_tokens,
                       {n for n in ("batch_prompt_tokens", "max_new_tokens") if given(ctx, n)})  # fmt: skip
-        options = RunOptions(max_new_tokens=max_new_tokens, ignore_eos=True, warmup=warmup, repeats=rounds,
-                             system_prompt=system_prompt, chat_template=ctx.params["chat_template"],
-                             speculative=speculative)  # fmt: skip
+        options = run_options(s, ignore_eos=True, repeats=rounds)
         options.validate()
         spec = model_options(ctx.params)
         engines.validate(spec)

@@ -2,27 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 
 from llmbench.cli.common import model_options, user_errors
-from llmbench.cli.shared import DEVICE, LOADING, MODEL, takes
+from llmbench.cli.specs import from_spec
+from llmbench.spec.commands import ServeSpec
 
 
-@takes(*MODEL, *DEVICE, "attn", "quantize", *LOADING, "host", "port", "max_queue", "test_reasoning_tokens",
-       "max_tokens")  # fmt: skip
-def serve(
-    ctx: typer.Context,
-    host: Annotated[str, typer.Option(help="Address to listen on (loopback: no one else can reach it).")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
-    max_queue: Annotated[int, typer.Option(help="Requests that may wait while one generates; more get 429.")] = 4,
-    test_reasoning_tokens: Annotated[
-        int, typer.Option(hidden=True, help="For tests: send each answer's first N tokens as reasoning.")
-    ] = 0,
-    max_tokens: Annotated[int, typer.Option(help="max_tokens when a request gives none.")] = 256,
-    **shared: Any,
-) -> None:
+@from_spec(ServeSpec, config=False)
+def serve(ctx: typer.Context, **s: Any) -> None:
     """Serve a model over an OpenAI-compatible SSE endpoint, with a page at / that shows tokens, TTFT and TPOT live."""
     from llmbench.core.errors import require
     from llmbench.core.process import frozen_gc
@@ -33,8 +23,9 @@ def serve(
         from llmbench import serve as sv
 
         spec = model_options(ctx.params)
-        app_, loaded = sv.prepare(spec, host, port, max_queue=max_queue, max_tokens=max_tokens,
-                                  reasoning_tokens=test_reasoning_tokens)  # fmt: skip
+        host, port, max_queue = s["host"], s["port"], s["max_queue"]
+        app_, loaded = sv.prepare(spec, host, port, max_queue=max_queue, max_tokens=s["max_tokens"],
+                                  reasoning_tokens=s["test_reasoning_tokens"])  # fmt: skip
         for w in loaded.warnings:
             display.warn(w)
     url = f"http://{f'[{host}]' if ':' in host else host}:{port}"

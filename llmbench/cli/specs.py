@@ -31,22 +31,26 @@ CONFIG_OPTIONS = ("config", "print_config", "config_from")
 def parameter(name: str, fi: Any) -> inspect.Parameter:
     """The typer parameter of one spec field."""
     extra = fi.json_schema_extra or {}
+    default = inspect.Parameter.empty if fi.is_required() else fi.default
     kwargs: dict[str, Any] = {"help": fi.description}
     if extra.get("panel"):
         kwargs["rich_help_panel"] = extra["panel"]
     if extra.get("argument"):
         return inspect.Parameter(
-            name, KW, default=fi.default, annotation=Annotated[fi.annotation, typer.Argument(**kwargs)]
+            name, KW, default=default, annotation=Annotated[fi.annotation, typer.Argument(**kwargs)]
         )
     decls = [extra.get("flag") or option_of(name, fi)] + ([extra["short"]] if extra.get("short") else [])
     if extra.get("envvar"):
         kwargs |= {"envvar": extra["envvar"], "show_envvar": True}
-    return inspect.Parameter(name, KW, default=fi.default,
+    if extra.get("hidden"):
+        kwargs["hidden"] = True
+    return inspect.Parameter(name, KW, default=default,
                              annotation=Annotated[fi.annotation, typer.Option(*decls, **kwargs)])  # fmt: skip
 
 
 def section_option(section: type[Section], name: str) -> tuple[Any, Any]:
-    """(annotation, default) of ``section``'s field ``name``, as :data:`llmbench.cli.shared.SHARED` holds them."""
+    """(annotation, default) of ``section``'s field ``name``: a command that is no spec's (``compare``) taking one
+    of a spec's options."""
     p = parameter(name, section.model_fields[name])
     return p.annotation, p.default
 
@@ -82,16 +86,17 @@ def _config_options(spec: type[Spec], config_from: bool) -> list[inspect.Paramet
     return params
 
 
-def from_spec(spec: type[Spec], *, config_from: bool = False) -> Callable[[F], F]:
+def from_spec(spec: type[Spec], *, config: bool = True, config_from: bool = False) -> Callable[[F], F]:
     """The command's options: its spec's fields (in the spec's order), then its own parameters, then the config
-    options. The function gets every value by name and the validated spec as ``ctx.meta["spec"]``."""
+    options (none with ``config`` False: a command no one types, e.g. ab's worker). The function gets every value
+    by name and the validated spec as ``ctx.meta["spec"]``."""
 
     def wrap(fn: F) -> F:
         own = inspect.signature(fn, eval_str=True).parameters
         params = [own["ctx"].replace(kind=KW)] if "ctx" in own else []
         params += [parameter(name, fi) for name, (_t, fi) in spec.fields().items()]
         params += [q.replace(kind=KW) for n, q in own.items() if n != "ctx" and q.kind is not q.VAR_KEYWORD]
-        params += _config_options(spec, config_from)
+        params += _config_options(spec, config_from) if config else []
 
         @functools.wraps(fn)
         def command(**kwargs: Any) -> Any:
@@ -104,7 +109,7 @@ def from_spec(spec: type[Spec], *, config_from: bool = False) -> Callable[[F], F
             with user_errors():
                 made = spec.of({k: kwargs[k] for k in spec.fields()})
             if printing:
-                typer.echo(to_toml(made.setup(), spec.__name__), nl=False)
+                typer.echo(to_toml(made.setup(), spec.command), nl=False)
                 return None
             if ctx is not None:
                 ctx.meta["spec"] = made
@@ -168,9 +173,9 @@ class _as_user_error:
         return False
 
 
-def to_toml(tables: dict[str, dict[str, Any]], title: str) -> str:
+def to_toml(tables: dict[str, dict[str, Any]], command: str) -> str:
     """The spec's tables as a TOML config file (``tomli_w``), headed by the command that reads it."""
     import tomli_w
 
-    head = f"# llmbench {title.removesuffix('Spec').lower()} settings: --config FILE.toml reads them back\n"
+    head = f"# llmbench {command} settings: --config FILE.toml reads them back\n"
     return head + tomli_w.dumps({t: v for t, v in tables.items() if v})

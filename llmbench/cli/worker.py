@@ -7,14 +7,14 @@ from typing import Any
 import typer
 
 from llmbench.cli.common import model_options, user_errors
-from llmbench.cli.shared import DEVICE, ENGINE, LEVERS, LOADING, MODEL, takes
+from llmbench.cli.specs import from_spec
+from llmbench.spec.commands import WorkerSpec
+
+LEVERS = ("speculative", "prefix_cache")  # this side's own lever (ab can measure speculative against plain)
 
 
-@takes(*MODEL, *ENGINE, *DEVICE, "attn", "cache", "compile", "quantize", *LEVERS, *LOADING)  # fmt: skip
-def worker(
-    ctx: typer.Context,
-    **shared: Any,
-) -> None:
+@from_spec(WorkerSpec, config=False)
+def worker(ctx: typer.Context, **shared: Any) -> None:
     """A model in a process of its own, measuring on command over stdin/stdout (JSON lines): one side of
     `llmbench ab`. Not for typing at: ab starts it."""
     from llmbench import engines

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
 
 from llmbench.core.errors import UserError
+from llmbench.spec import DATASET
 from llmbench.workloads import promptsets, sessions
 from llmbench.workloads.dataset import DatasetSpec, Rows
 from llmbench.workloads.prefixes import PrefixSpec
@@ -41,8 +42,7 @@ Source = Union[PromptSet, DatasetSpec, SyntheticSpec, Trace, PrefixSpec]
 # a prompt's tokens as the run counts them (template and system prompt included), and the tokenizer
 Counting = tuple[Callable[[str], int], Any]
 
-DATASET_OPTIONS = ("prompt_format", "prompt_column", "output_len_column", "min_prompt_tokens", "max_prompt_tokens",
-                   "num_prompts")  # fmt: skip
+DATASET_OPTIONS = DATASET  # the spec's dataset settings
 TRACE_OPTIONS = ("trace_format", "time_scale", "start", "end")
 
 

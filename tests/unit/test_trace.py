@@ -126,9 +126,9 @@ def test_trace_options_are_checked_before_anything_runs(cli, tmp_path, prompt_fi
         # each was accepted: inf scaled the first row's 0 s to NaN; a negative or NaN second named no window
         (("--time-scale", "inf"), "--time-scale must be"),
         (("--time-scale", "nan"), "--time-scale must be"),
-        (("--start", "nan"), "--start must be a finite number"),
-        (("--start", "-5"), "--start must be a finite number"),
-        (("--end", "inf"), "--end must be a second of the trace"),
+        (("--start", "nan"), "--start must be"),
+        (("--start", "-5"), "--start must be"),
+        (("--end", "inf"), "--end must be"),
         # each was accepted and silently ignored: the trace's rows are the prompts, each sent once
         (("--repeats", "3"), "--repeats: not with --trace"),
         (("--num-prompts", "2"), "--num-prompts: not with --trace"),

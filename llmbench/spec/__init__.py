@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic_core import PydanticUndefined
 
 from llmbench.core.errors import UserError
 from llmbench.workloads import limits
@@ -33,10 +34,17 @@ MAX_THREADS = 4096
 
 
 def setting(default: Any, help: str, *, flag: str | None = None, short: str | None = None, panel: str | None = None,
-            envvar: str | None = None, argument: bool = False, **bounds: Any) -> Any:  # fmt: skip
+            envvar: str | None = None, argument: bool = False, hidden: bool = False, **bounds: Any) -> Any:  # fmt: skip
     """A spec field: pydantic's Field with the command line's spelling kept in its JSON-schema extras (``flag``:
     the option's declaration when it is not ``--field-name``; ``argument``: positional)."""
-    cli = {"flag": flag, "short": short, "panel": panel, "envvar": envvar, "argument": argument or None}
+    cli = {
+        "flag": flag,
+        "short": short,
+        "panel": panel,
+        "envvar": envvar,
+        "argument": argument or None,
+        "hidden": hidden or None,
+    }
     return Field(default, description=help, json_schema_extra={k: v for k, v in cli.items() if v is not None} or None,
                  **bounds)  # fmt: skip
 
@@ -113,6 +121,9 @@ class ServerSection(Section):
 
 
 _DATASETS, _TRACES, _PREFIXES, _SESSIONS = "Datasets", "Traces", "Shared prefixes", "Sessions"
+# the settings that choose among a dataset's rows (PromptsSection's "Datasets" panel)
+DATASET = ("prompt_format", "prompt_column", "output_len_column", "min_prompt_tokens", "max_prompt_tokens",
+           "num_prompts")  # fmt: skip
 
 
 class PromptsSection(Section):
@@ -265,6 +276,7 @@ class Spec(BaseModel):
     """A command's whole spec: its sections, each a table of a config file."""
 
     model_config = ConfigDict(extra="forbid")
+    command: ClassVar[str] = "run"
     # sections left out of the recorded spec and of --print-config's setup (where the result goes)
     not_setup: ClassVar[tuple[str, ...]] = ("outputs",)
 
@@ -397,6 +409,8 @@ def view(section: type[Section], *keep: str, **changes: Any) -> type[Section]:
         change = change if isinstance(change, dict) else {"default": change}
         if "default" in change:
             fi.default = change["default"]
+        if change.get("required"):
+            fi.default = PydanticUndefined
         if "help" in change:
             fi.description = change["help"]
         fields[name] = (fi.annotation, fi)
@@ -405,10 +419,21 @@ def view(section: type[Section], *keep: str, **changes: Any) -> type[Section]:
     return model
 
 
-def spec(name: str, *sections: type[Section]) -> type[Spec]:
+def combine(table: str, *parts: type[Section], doc: str | None = None) -> type[Section]:
+    """One table of several sections' fields (views of shared sections and a command's own), in order."""
+    fields = {n: (fi.annotation, copy.copy(fi)) for part in parts for n, fi in part.model_fields.items()}
+    model = create_model(f"{table.title().replace('_', '')}Section", __base__=Section,
+                         __doc__=doc or parts[0].__doc__, **fields)  # fmt: skip
+    model.table = table
+    return model
+
+
+def spec(name: str, command: str, *sections: type[Section], doc: str = "") -> type[Spec]:
     """A command's spec class from its sections (each a table: two views of one section can't share a spec)."""
     fields = {s.table: (s, Field(default_factory=s)) for s in sections}
-    return create_model(name, __base__=Spec, **fields)  # type: ignore[call-overload,no-any-return]
+    made = create_model(name, __base__=Spec, __doc__=doc, **fields)  # type: ignore[call-overload]
+    made.command = command
+    return made  # type: ignore[no-any-return]
 
 
 class RunSpec(Spec):
@@ -442,7 +467,7 @@ def check_fields(section: type[Section], values: Any) -> None:
     try:
         section.model_validate(got)
     except ValidationError as e:
-        raise UserError(describe(e, spec("Checked", section))) from None
+        raise UserError(describe(e, spec("Checked", "", section))) from None
 
 
 def default(section: type[Section], name: str) -> Any:
@@ -510,7 +535,3 @@ def _range(prop: dict[str, Any]) -> str:
             left = "(" if "exclusiveMinimum" in o else "["
             return f"{left}{low if low is not None else '-inf'}, {high if high is not None else 'inf'}]"
     return ""
-
-
-if __name__ == "__main__":
-    print(reference(), end="")
