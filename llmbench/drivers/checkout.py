@@ -172,10 +172,9 @@ def unmet(reqs: list[str]) -> list[str]:
 
 def venv_root() -> Path:
     """Where bisect's per-requirements venvs live (``$LLMBENCH_CACHE/venvs`` or the user cache's)."""
-    base = os.environ.get("LLMBENCH_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "llmbench"
-    )
-    return Path(base) / "venvs"
+    from llmbench.core.settings import settings
+
+    return settings().build_cache_root / "venvs"
 
 
 def ensure_python(repo: Path, sha: str) -> str:

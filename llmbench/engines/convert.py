@@ -51,14 +51,16 @@ def package_version(dist: str) -> str:
 def tools_root() -> Path:
     """``$XDG_DATA_HOME/llmbench/tools`` (~/.local/share): where scripts/install-engines.sh puts llama.cpp's
     converter and optimum-intel's exporter venv."""
-    return Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "llmbench" / "tools"
+    from llmbench.core.settings import settings
+
+    return settings().data_root / "tools"
 
 
 def cache_root() -> Path:
     """``$XDG_CACHE_HOME/llmbench/engines`` (beside the --dtype auto cache)."""
-    from llmbench.engines.hf.autodtype import cache_path
+    from llmbench.core.settings import settings
 
-    return cache_path().parent / "engines"
+    return settings().cache_root / "engines"
 
 
 # -------------------------------------------------------------------------------------------------- hashing
@@ -279,15 +281,13 @@ def _to_gguf(folder: Path, precision: str, steps: list[dict[str, Any]], status: 
                      cache_root() / "llama.cpp" / f"{key}.gguf", key, steps, status)  # fmt: skip
 
 
-def _tool(env: str, what: str, candidates: tuple[object, ...], missing: str) -> Path:
-    """The file ``$env`` names (UserError if it is not one), else the first of ``candidates`` that is a file, else
-    UserError ``missing``."""
-    given = os.environ.get(env)
-    if given:
-        p = Path(given).expanduser()
-        if not p.is_file():
+def _tool(env: str, given: Path | None, what: str, candidates: tuple[object, ...], missing: str) -> Path:
+    """``given``, the file ``$env`` names (UserError if it is not one), else the first of ``candidates`` that is a
+    file, else UserError ``missing``."""
+    if given is not None:
+        if not given.is_file():
             raise UserError(f"{env}={given}: no such file ({what})")
-        return p
+        return given
     for candidate in candidates:
         if candidate and Path(str(candidate)).is_file():
             return Path(str(candidate))
@@ -297,8 +297,10 @@ def _tool(env: str, what: str, candidates: tuple[object, ...], missing: str) -> 
 def llama_cpp_converter() -> Path:
     """llama.cpp's ``convert_hf_to_gguf.py``: ``$LLMBENCH_LLAMA_CPP_CONVERTER``, or one on PATH; UserError
     saying where to get it (llama-cpp-python's wheel does not ship it; its source archive does)."""
+    from llmbench.core.settings import settings
+
     return _tool(
-        ENV_CONVERTER, "llama.cpp's convert_hf_to_gguf.py",
+        ENV_CONVERTER, settings().llama_cpp_converter, "llama.cpp's convert_hf_to_gguf.py",
         (tools_root() / "llama.cpp" / "convert_hf_to_gguf.py", shutil.which("convert_hf_to_gguf.py")),
         "converting a Hugging Face folder for llama.cpp needs llama.cpp's convert_hf_to_gguf.py, which "
         f"llama-cpp-python's wheel does not ship: run scripts/install-engines.sh llamacpp, or set {ENV_CONVERTER} to "
@@ -308,8 +310,10 @@ def llama_cpp_converter() -> Path:
 
 def optimum_cli() -> Path:
     """optimum-intel's ``optimum-cli``: ``$LLMBENCH_OPTIMUM_CLI``, or the one beside this Python, or on PATH."""
+    from llmbench.core.settings import settings
+
     return _tool(
-        ENV_OPTIMUM_CLI, "optimum-intel's optimum-cli",
+        ENV_OPTIMUM_CLI, settings().optimum_cli, "optimum-intel's optimum-cli",
         (tools_root() / "ov-export" / "bin" / "optimum-cli", Path(sys.executable).parent / "optimum-cli",
          shutil.which("optimum-cli")),
         "converting a Hugging Face folder for OpenVINO needs optimum-intel's exporter (optimum-cli), which pins an "

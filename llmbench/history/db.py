@@ -30,7 +30,6 @@ one lock discipline; each operation is a short method of :class:`History`.
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -41,10 +40,8 @@ from typing import Any
 from llmbench.core.errors import UserError, require
 
 HISTORY_VERSION = 3
-ENV_HISTORY = "LLMBENCH_HISTORY"
 KINDS = ("run", "ab", "sweep", "scan", "load", "quality")
 HISTORY_LOCK = int.from_bytes(b"llmbench", "big")  # PostgreSQL advisory lock key (per database)
-ENV_TIMEOUT = "LLMBENCH_HISTORY_TIMEOUT_S"  # how long a writer waits for another's lock (default 60 s)
 
 # Version 1's columns; version 2 added the ab/anchor columns, version 3 the run id (see the module docstring).
 _V2_RESULT_COLUMNS = ("base_commit", "head_commit", "anchor_ref", "head_ref")
@@ -59,8 +56,9 @@ _RESULT_FIELDS = (
 
 def default_url() -> str:
     """The embedded SQLite file: ``$XDG_DATA_HOME/llmbench/history.db`` (~/.local/share)."""
-    base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
-    return f"sqlite:///{base / 'llmbench' / 'history.db'}"
+    from llmbench.core.settings import settings
+
+    return f"sqlite:///{settings().data_root / 'history.db'}"
 
 
 def resolve_url(url: str | None) -> str | None:
@@ -68,10 +66,13 @@ def resolve_url(url: str | None) -> str | None:
     SQLite file; a path ending .db/.sqlite: that SQLite file; otherwise a SQLAlchemy URL (sqlite:///...,
     postgresql://...). UserError for what is none of these, and for an in-memory SQLite database (it would keep
     nothing)."""
-    value = url if url is not None else os.environ.get(ENV_HISTORY) or None
-    if value is None:
+    if url is None:
+        from llmbench.core.settings import settings
+
+        url = settings().history  # LLMBENCH_HISTORY ("" is unset)
+    if url is None:
         return None
-    value = value.strip()
+    value = url.strip()
     if value in ("", "default", "1", "true", "yes"):
         return default_url()
     if "://" not in value:
@@ -267,19 +268,11 @@ class Result:
 
 
 def lock_timeout_s() -> float:
-    """How long a writer waits for another writer's lock: ``LLMBENCH_HISTORY_TIMEOUT_S`` seconds, else 60."""
-    import math
+    """How long a writer waits for another writer's lock: ``LLMBENCH_HISTORY_TIMEOUT_S`` seconds, else 60
+    (UserError when malformed)."""
+    from llmbench.core.settings import settings
 
-    text = os.environ.get(ENV_TIMEOUT, "").strip()
-    if not text:
-        return 60.0
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value <= 0:
-        raise UserError(f"{ENV_TIMEOUT}={text}: expected a number of seconds above 0")
-    return value
+    return settings().history_timeout_s
 
 
 def _wal(cur: Any, timeout_s: float) -> None:

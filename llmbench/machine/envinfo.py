@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import platform
 import subprocess
 import sys
@@ -21,10 +20,12 @@ ISA_PREFIXES = ("avx", "amx", "fma", "f16c", "sse4", "neon", "sve", "asimd")
 def git_info(cwd: str | Path | None = None) -> dict[str, Any] | None:
     """{commit, branch, dirty} of the checkout at ``cwd`` (None outside one, or without git).
     ``LLMBENCH_GIT_COMMIT``/``LLMBENCH_GIT_BRANCH`` override (a CI system that builds from an archive)."""
-    commit = os.environ.get("LLMBENCH_GIT_COMMIT")
-    branch = os.environ.get("LLMBENCH_GIT_BRANCH")
-    if commit:
-        return {"commit": commit, "branch": branch, "dirty": None}
+    from llmbench.core.settings import settings
+
+    given = settings()
+    branch = given.git_branch
+    if given.git_commit:
+        return {"commit": given.git_commit, "branch": branch, "dirty": None}
 
     def git(*args: str) -> str | None:
         try:

@@ -10,7 +10,6 @@ compare puts the probe's change beside the metrics' change.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from typing import Any
@@ -21,7 +20,6 @@ import psutil
 from llmbench.results.schema import MachineSample, MachineState, MachineSummary, Probe
 
 _PROBE_BYTES = 256 << 20  # larger than any last-level cache, so the sum reads memory
-_OFF = ("0", "off", "false", "no")
 
 
 def enabled() -> bool:
@@ -31,7 +29,9 @@ def enabled() -> bool:
     change. It costs 0.4-2.8 s a run, before and after; the test suite turns it off for the hundreds of runs whose
     subject is not the probe (its own tests turn it on). Read at each run, so a worker inherits the parent's.
     """
-    return os.environ.get("LLMBENCH_PROBE", "on").strip().lower() not in _OFF
+    from llmbench.core.settings import settings
+
+    return settings().probe
 
 
 def probe(threads: int | None = None, device: str = "cpu") -> Probe:

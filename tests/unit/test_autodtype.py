@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+import sys
 
 import pytest
 
@@ -106,7 +107,7 @@ def test_a_corrupt_or_unwritable_cache_is_a_warning_never_fatal(tmp_path):
 
 def test_the_cache_lives_in_the_users_cache_folder(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    if autodtype.sys.platform.startswith("linux"):
+    if sys.platform.startswith("linux"):
         assert autodtype.cache_path() == tmp_path / "llmbench" / "dtype-auto.json"
 
 

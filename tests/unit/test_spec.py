@@ -13,6 +13,7 @@ import typer.main
 import llmbench
 from llmbench.cli import app
 from llmbench.spec import RunSpec, option_of
+from llmbench.spec.commands import SPECS, ServeSpec, WorkerSpec
 from tests.helpers import cli, synthetic_run
 
 
@@ -21,17 +22,42 @@ def _command(name: str):
 
 
 CONFIG_OPTIONS = {"config", "print_config", "config_from", "quiet"}
+# what a command takes that is not a setting: the commits a bisect is between (its arguments)
+NOT_SETTINGS = {"bisect": {"good", "bad"}, "bisect-step": {"good", "bad"}}
+SPEC_OF = {"run": RunSpec, **SPECS, "worker": WorkerSpec, "serve": ServeSpec}
 
 
-def test_every_run_option_is_a_spec_field_with_its_default_and_help():
-    params = {p.name: p for p in _command("run").params}
-    fields = RunSpec.fields()
-    assert set(params) - CONFIG_OPTIONS == set(fields)
+@pytest.mark.parametrize("command", sorted(SPEC_OF))
+def test_every_option_is_a_spec_field_with_its_default_and_help(command):
+    spec = SPEC_OF[command]
+    params = {p.name: p for p in _command(command).params}
+    fields = spec.fields()
+    assert set(params) - CONFIG_OPTIONS - NOT_SETTINGS.get(command, set()) == set(fields)
     for name, (_table, fi) in fields.items():
         p = params[name]
-        assert p.default == fi.default, name
+        assert p.required == fi.is_required(), name
+        if not fi.is_required():
+            assert p.default == fi.default, name
         assert p.help == fi.description, name
         assert option_of(name, fi) in ([*p.opts, p.name.upper()]), name
+    # a measuring command reads a committed config file and prints its own
+    assert {"config", "print_config"} <= set(params) or command in ("worker", "serve")
+
+
+@pytest.mark.parametrize("command", sorted(SPECS))
+def test_each_measuring_command_prints_a_config_it_reads_back(tmp_path, command):
+    required = {"ab": ["p.txt", "--base", "http://127.0.0.1:9/v1", "--head", "http://127.0.0.1:9/v1"],
+                "load": ["p.txt", "--endpoint", "http://127.0.0.1:9/v1"], "sweep": ["p.txt"],
+                "bisect": ["v1"], "bisect-step": ["v1"]}  # fmt: skip
+    r = cli(command, *required.get(command, []), "--max-new-tokens", "7", "--print-config")
+    assert r.returncode == 0, r.stderr
+    path = tmp_path / f"{command}.toml"
+    path.write_text(r.stdout, encoding="utf-8")
+    printed = tomllib.loads(r.stdout)
+    assert printed["requests"]["max_new_tokens"] == 7
+    again = cli(command, *[a for a in required.get(command, []) if not a.startswith(("p.txt", "--", "http"))],
+                "--config", str(path), "--print-config")  # fmt: skip
+    assert again.returncode == 0 and tomllib.loads(again.stdout) == printed, again.stderr
 
 
 def test_measure_takes_every_setting_run_does():

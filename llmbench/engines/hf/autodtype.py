@@ -25,7 +25,6 @@ import hashlib
 import json
 import os
 import platform
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -137,13 +136,9 @@ def machine_key(threads: int, cpu_flags: set[str], torch_version: str) -> dict[s
 def cache_path() -> Path:
     """``$XDG_CACHE_HOME/llmbench/dtype-auto.json`` (Linux default ~/.cache; macOS ~/Library/Caches; Windows
     %LOCALAPPDATA%)."""
-    if sys.platform == "darwin":
-        base = Path.home() / "Library" / "Caches"
-    elif os.name == "nt":
-        base = Path(os.environ.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local")
-    else:
-        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "llmbench" / "dtype-auto.json"
+    from llmbench.core.settings import settings
+
+    return settings().cache_root / "dtype-auto.json"
 
 
 def choose(

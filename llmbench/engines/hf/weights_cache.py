@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 FORMAT_VERSION = 1  # part of every key: bump when what an entry holds, or how it is built, changes
-ENV_CACHE = "LLMBENCH_CACHE"
 MANIFEST = "llmbench-entry.json"  # written last: its file sizes are what a reader checks the entry against
 
 T = TypeVar("T")
@@ -44,10 +43,9 @@ T = TypeVar("T")
 def cache_root() -> Path:
     """``$LLMBENCH_CACHE``, else the folder of llmbench's other caches (``$XDG_CACHE_HOME/llmbench``, beside the
     ``--dtype auto`` decision and the engines' conversions)."""
-    from llmbench.engines.hf.autodtype import cache_path
+    from llmbench.core.settings import settings
 
-    env = os.environ.get(ENV_CACHE, "").strip()
-    return Path(env).expanduser() if env else cache_path().parent
+    return settings().build_cache_root
 
 
 def entry_key(parts: dict[str, Any]) -> str:
