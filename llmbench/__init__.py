@@ -103,8 +103,8 @@ if TYPE_CHECKING:
     from llmbench.engines.hf.models import LoadedModel
     from llmbench.options import EndpointOptions, ModelOptions, OpenLoop, RunOptions
     from llmbench.results.schema import RequestResult, Run, Summary
-    from llmbench.spec import RunSpec
     from llmbench.results.storage import load_run, save_run
+    from llmbench.spec import RunSpec
     from llmbench.workloads.prompts import PromptSet, load_prompts
 
 

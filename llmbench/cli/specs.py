@@ -58,12 +58,12 @@ def section_option(section: type[Section], name: str) -> tuple[Any, Any]:
 def _config_options(spec: type[Spec], config_from: bool) -> list[inspect.Parameter]:
     def load(ctx: typer.Context, _param: Any, value: Path | None) -> Path | None:
         if value is not None:
-            _set_defaults(ctx, spec, read_config(value, spec))
+            _set_defaults(ctx, spec, _one_line(read_config, value, spec))
         return value
 
     def load_run(ctx: typer.Context, _param: Any, value: Path | None) -> Path | None:
         if value is not None:
-            _set_defaults(ctx, spec, config_of_run(value, spec))
+            _set_defaults(ctx, spec, _one_line(config_of_run, value, spec))
         return value
 
     params = [
@@ -131,24 +131,21 @@ def _set_defaults(ctx: typer.Context, spec: type[Spec], tables: dict[str, dict[s
 
 def read_config(path: Path, spec: type[Spec]) -> dict[str, dict[str, Any]]:
     """A config file's tables, checked against ``spec`` (only the keys the file sets); UserError in one line."""
-    with _as_user_error():
-        return _checked(read_toml(path), spec, str(path))
+    return _checked(read_toml(path), spec, str(path))
 
 
 def config_of_run(path: Path, spec: type[Spec]) -> dict[str, dict[str, Any]]:
     """The spec a run JSON recorded (``config.spec``), checked against ``spec``; UserError in one line."""
-    with _as_user_error():
-        from llmbench.results.storage import load_run
+    from llmbench.results.storage import load_run
 
-        run = load_run(path)
-        recorded = run.config.spec
-        if not recorded:
-            raise UserError(f"--config-from {path}: the run recorded no spec (written before llmbench {_SINCE}); "
-                            "repeat its setup with flags")  # fmt: skip
-        return _checked(recorded, spec, str(path))
+    recorded = load_run(path).config.spec
+    if not recorded:
+        raise UserError(f"--config-from {path}: the run recorded no spec (written before llmbench {_SINCE}); repeat "
+                        "its setup with flags")  # fmt: skip
+    return _checked(recorded, spec, str(path))
 
 
-_SINCE = "0.45"
+_SINCE = "0.4.0"
 
 
 def _checked(data: dict[str, Any], spec: type[Spec], where: str) -> dict[str, dict[str, Any]]:
@@ -159,18 +156,15 @@ def _checked(data: dict[str, Any], spec: type[Spec], where: str) -> dict[str, di
     return {t: {k: getattr(getattr(made, t), k) for k in keys} for t, keys in data.items()}
 
 
-class _as_user_error:
-    """Errors in an eager option's callback as the one-line UserError exit (click would print a usage block)."""
+def _one_line(read: Callable[[Path, type[Spec]], dict[str, dict[str, Any]]], path: Path, spec: type[Spec]) -> Any:
+    """``read(path, spec)``, its UserError the one-line exit 2 (in an eager option's callback click would print a
+    usage block around it)."""
+    try:
+        return read(path, spec)
+    except UserError as e:
+        from llmbench.cli.common import die
 
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind: Any, e: Any, _tb: Any) -> bool:
-        if isinstance(e, UserError):
-            from llmbench.cli.common import die
-
-            die(str(e), 2)
-        return False
+        die(str(e), 2)
 
 
 def to_toml(tables: dict[str, dict[str, Any]], command: str) -> str:

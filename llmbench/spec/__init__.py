@@ -422,7 +422,7 @@ def view(section: type[Section], *keep: str, **changes: Any) -> type[Section]:
 def combine(table: str, *parts: type[Section], doc: str | None = None) -> type[Section]:
     """One table of several sections' fields (views of shared sections and a command's own), in order."""
     fields = {n: (fi.annotation, copy.copy(fi)) for part in parts for n, fi in part.model_fields.items()}
-    model = create_model(f"{table.title().replace('_', '')}Section", __base__=Section,
+    model = create_model(f"{table.title().replace('_', '')}Section", __base__=Section,  # type: ignore[call-overload]
                          __doc__=doc or parts[0].__doc__, **fields)  # fmt: skip
     model.table = table
     return model
@@ -433,7 +433,7 @@ def spec(name: str, command: str, *sections: type[Section], doc: str = "") -> ty
     fields = {s.table: (s, Field(default_factory=s)) for s in sections}
     made = create_model(name, __base__=Spec, __doc__=doc, **fields)  # type: ignore[call-overload]
     made.command = command
-    return made  # type: ignore[no-any-return]
+    return made
 
 
 class RunSpec(Spec):

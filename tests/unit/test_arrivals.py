@@ -29,5 +29,9 @@ def test_a_schedule_that_can_not_be_kept_is_refused(kw, said):
 
 def test_the_cli_refuses_it_in_one_line(cli, prompt_file):
     r = cli("run", prompt_file, "--endpoint", "http://127.0.0.1:9/v1", "--rate", "1", "--requests", str(10**20), "-q")
-    assert r.returncode == 2 and "--requests must be 1 to 1,000,000" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert (
+        r.returncode == 2
+        and "--requests must be 1 to 1,000,000" in r.stderr
+        and len(r.stderr.strip().splitlines()) == 1
+    ), r.stderr
     assert plan_arrivals(2.0, "gamma:1e6", requests=3)[1][0] == 0.0  # the largest CV still draws

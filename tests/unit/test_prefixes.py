@@ -65,7 +65,10 @@ def test_prefix_group_options_that_can_not_act_are_one_line(cli, tiny_model_dir,
         ((*groups, "--group-dist", "zipf:1.2.3"), "--group-dist 'zipf:1.2.3'"),
         ((*groups, "--group-dist", "zipf:" + "9" * 400), "--group-dist 'zipf:999"),  # an exponent of infinity
         # was: a prefix of 10**12 tokens, made for hours before the context check
-        (("--prefix-groups", "2", "--prefix-tokens", str(10**12), *groups[4:]), "--prefix-tokens must be 0 to 10,000,000"),
+        (
+            ("--prefix-groups", "2", "--prefix-tokens", str(10**12), *groups[4:]),
+            "--prefix-tokens must be 0 to 10,000,000",
+        ),
     ):
         r = cli("run", *args, "-m", tiny_model_dir, "--device", "cpu", "-o", out, "-q")
         assert r.returncode == 2 and said in r.stderr and len(r.stderr.strip().splitlines()) == 1, (args, r.stderr)
