@@ -10,7 +10,7 @@ settings come from noxfile.py.
                      [--arm NAME:AA:PER_SLOW:AB_ARGS ...] (several settings, their runs alternating)
     python benchmarks/gate_study.py --report DIR [DIR ...]  (the tables again, pooled over the folders' runs of
                                                           one setting, each run's gate re-decided from its
-                                                          base/head at the job's gate now: REGRESSION_GATE)
+                                                          base/head at the job's gate now: its config's [gate])
 
 A slowed head busy-waits after each model forward for PCT% of that forward's own measured time
 (benchmarks/inject's LLMBENCH_INJECT_SLOW_PCT, through its worker's environment; benchmarks/inject_check.py
@@ -36,11 +36,15 @@ import sys
 import time
 from pathlib import Path
 
+import tomllib
+
 import llmbench
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from noxfile import REGRESSION_AB, REGRESSION_GATE, REGRESSION_WORKER  # noqa: E402  (the job's own settings)
+from noxfile import REGRESSION_CONFIG, REGRESSION_WORKER  # noqa: E402  (the job's own settings)
+
+JOB = tomllib.loads((ROOT / REGRESSION_CONFIG).read_text(encoding="utf-8"))  # the job's committed ab config
 
 WORKER = shlex.join([sys.executable, "-m", "llmbench", "worker", *REGRESSION_WORKER])
 INJECT = ROOT / "benchmarks" / "inject"
@@ -51,25 +55,31 @@ Z = 1.959964
 # ------------------------------------------------------------------------------------------------- one run
 
 
-def job_ab(ab_args: list[str]) -> list[str]:
-    """The job's ab options (REGRESSION_AB after its prompt file), less those ``ab_args`` set again: an arm's
-    ``--processes 1`` replaces the job's ``--processes 4`` rather than following it."""
-    own = {a.split("=", 1)[0] for a in ab_args if a.startswith("--")}
-    opts, out = REGRESSION_AB[1:], []
-    i = 0
-    while i < len(opts):
-        takes_value = i + 1 < len(opts) and not opts[i + 1].startswith("--")
-        if opts[i] not in own:
-            out += opts[i : i + 1 + takes_value]
-        i += 1 + takes_value
-    return out
+def job_ab(ab_args: list[str], folder: Path) -> list[str]:
+    """The job's config (``--config benchmarks/regression.toml``; the arm's flags, given after it, override it). An
+    arm with thresholds of its own gets the config without its [gate] (written into ``folder``): ab would add the
+    job's --fail-on thresholds to an arm's --fail-on-regression, not replace them."""
+    if not own_gate(ab_args):
+        return ["--config", str(ROOT / REGRESSION_CONFIG)]
+    import tomli_w
+
+    path = folder / "job-without-gate.toml"
+    path.write_text(tomli_w.dumps({k: v for k, v in JOB.items() if k != "gate"}), encoding="utf-8")
+    return ["--config", str(path)]
+
+
+def own_gate(ab_args: list[str]) -> bool:
+    return any(a in ("--fail-on-regression", "--fail-on") for a in ab_args)
 
 
 def job_gate(ab_args: list[str]) -> list[str]:
-    """The job's gate options (REGRESSION_GATE), unless the arm sets thresholds of its own: then the arm's gate
-    alone (ab would add the job's --fail-on thresholds to an arm's --fail-on-regression, not replace them)."""
-    own = any(a in ("--fail-on-regression", "--fail-on") for a in ab_args)
-    return [] if own else REGRESSION_GATE
+    """The job's gate (the config's [gate]) as ab's options, unless the arm sets thresholds of its own."""
+    if own_gate(ab_args):
+        return []
+    gate = JOB.get("gate", {})
+    return [a for t in gate.get("fail_on", []) for a in ("--fail-on", t)] + (
+        ["--gate-stat", gate["gate_stat"]] if "gate_stat" in gate else []
+    )
 
 
 def gate_options(ab_args: list[str]) -> argparse.Namespace:
@@ -144,9 +154,8 @@ def cpu_label(environment: dict) -> str | None:
 def one_ab(folder: Path, pct: float, ab_args: list[str]) -> dict:
     folder.mkdir(parents=True, exist_ok=True)
     t = time.perf_counter()
-    cmd = [sys.executable, "-m", "llmbench", "ab", REGRESSION_AB[0], *job_ab(ab_args), "--base", worker(ab_args),
-           "--head", head_command(folder, pct, ab_args), *job_gate(ab_args), *ab_args, "-o", str(folder), "-q",
-           "--format", "json"]  # fmt: skip
+    cmd = [sys.executable, "-m", "llmbench", "ab", *job_ab(ab_args, folder), "--base", worker(ab_args), "--head",
+           head_command(folder, pct, ab_args), *ab_args, "-o", str(folder), "-q", "--format", "json"]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     minutes = (time.perf_counter() - t) / 60
     if proc.returncode not in (0, 1):
@@ -337,7 +346,7 @@ UNRECORDED_CPU = "not recorded (runs kept before 2026-12-02 13:00: the README na
 
 def report(folders: list[Path]) -> None:
     """The tables over several study folders' runs, pooled by setting (the same ab args), each run's gate
-    re-decided: the job's gate now (REGRESSION_GATE), overridden by the arm's own gate options where it had them."""
+    re-decided: the job's gate now (the config's [gate]), overridden by the arm's own gate options where it had them."""
     # pooled by setting and by CPU: the same job on another CPU is another study (a machine of this kind was an
     # AVX2-only AMD EPYC one day and an AVX512-BF16 Xeon another)
     settings: dict[tuple[tuple[str, ...], str], list[dict]] = {}
@@ -349,7 +358,7 @@ def report(folders: list[Path]) -> None:
               f"{' '.join(args) or '(the job as it is)'}" + "".join(f"\n  - {n}" for n in notes))  # fmt: skip
         for r in runs:
             settings.setdefault((tuple(args), r.get("cpu") or UNRECORDED_CPU), []).append(r)
-    print(f"\njob's gate now: {' '.join(REGRESSION_GATE)} (an arm with thresholds of its own keeps its own gate)")
+    print(f"\njob's gate now: {' '.join(job_gate([]))} (an arm with thresholds of its own keeps its own gate)")
     for (args, cpu), runs in settings.items():
         print(f"\n## ab args {' '.join(args) or '(the job as it is)'}, CPU {cpu}: {len(runs)} runs\n")
         print("\n".join(summarize(runs)))

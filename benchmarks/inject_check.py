@@ -29,10 +29,11 @@ import time
 from pathlib import Path
 
 import numpy as np
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from noxfile import REGRESSION_AB, REGRESSION_WORKER  # noqa: E402  (the job's own settings)
+from noxfile import REGRESSION_CONFIG, REGRESSION_WORKER  # noqa: E402  (the job's own settings)
 
 INJECT = ROOT / "benchmarks" / "inject"
 
@@ -71,7 +72,8 @@ def generation(lm, inject, tokens: int, pct: float, by_token: bool) -> list[tupl
     from llmbench.engines.chat import messages_for
     from llmbench.engines.hf.generation import StopCriterion, TokenStamper, encode_messages, generate_kwargs
 
-    prompt = Path(ROOT / REGRESSION_AB[0]).read_text(encoding="utf-8").splitlines()[0]
+    job = tomllib.loads((ROOT / REGRESSION_CONFIG).read_text(encoding="utf-8"))
+    prompt = Path(ROOT / job["prompts"]["prompts"]).read_text(encoding="utf-8").splitlines()[0]
     enc = encode_messages(lm.tokenizer, messages_for(prompt, None), bool(getattr(lm.tokenizer, "chat_template", None)))
     kw = generate_kwargs(tokens, ignore_eos=True)
     # per forward (0: the prefill's): injected or not

@@ -149,11 +149,7 @@ _SINCE = "0.4.0"
 
 
 def _checked(data: dict[str, Any], spec: type[Spec], where: str) -> dict[str, dict[str, Any]]:
-    if not all(isinstance(v, dict) for v in data.values()):
-        loose = next(k for k, v in data.items() if not isinstance(v, dict))
-        raise UserError(f"{where}: '{loose}' is outside a table; settings go in tables ({', '.join(spec.sections())})")
-    made = spec.validated(data, where=where)
-    return {t: {k: getattr(getattr(made, t), k) for k in keys} for t, keys in data.items()}
+    return spec.checked(data, where=where)
 
 
 def _one_line(read: Callable[[Path, type[Spec]], dict[str, dict[str, Any]]], path: Path, spec: type[Spec]) -> Any:

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Any, ClassVar, Literal, Optional
+from typing import Annotated, Any, ClassVar, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model
 from pydantic_core import PydanticUndefined
 
 from llmbench.core.errors import UserError
@@ -312,6 +312,27 @@ class Spec(BaseModel):
         except ValidationError as e:
             raise UserError(describe(e, cls, where)) from None
 
+    @classmethod
+    def checked(cls, tables: dict[str, Any], *, where: str) -> dict[str, dict[str, Any]]:
+        """A config file's tables checked key by key (only the keys it sets: a required setting may come from the
+        command line), each value coerced to its field's type; every error one line naming the file and key."""
+        sections, out = cls.sections(), {}
+        for table, values in tables.items():
+            if not isinstance(values, dict):
+                raise UserError(f"{where}: '{table}' is outside a table; settings go in tables ({', '.join(sections)})")
+            if table not in sections:
+                raise UserError(f"{where}: [{table}]: no such table{_close(table, sections)}")
+            fields = sections[table].model_fields
+            for key, value in values.items():
+                if key not in fields:
+                    raise UserError(f"{where}: [{table}] {key}: no such key{_close(key, fields)}")
+                try:
+                    kept = TypeAdapter(Annotated[fields[key].annotation, fields[key]]).validate_python(value)
+                except ValidationError as e:
+                    raise UserError(describe(e, cls, where, loc=(table, key))) from None
+                out.setdefault(table, {})[key] = kept
+        return out
+
     def flat(self) -> dict[str, Any]:
         """Every setting by name (the command line's namespace)."""
         return {k: v for sec in self.sections() for k, v in getattr(self, sec).model_dump().items()}
@@ -350,11 +371,12 @@ def option_of(name: str, fi: Any) -> str:
     return flag.split("/")[0] if flag else "--" + name.replace("_", "-")
 
 
-def describe(e: ValidationError, spec: type[Spec], where: str = "") -> str:
-    """A pydantic error as one line: the option (``--max-new-tokens``) or, from a file, ``FILE: [table] key``."""
+def describe(e: ValidationError, spec: type[Spec], where: str = "", loc: tuple[str, ...] = ()) -> str:
+    """A pydantic error as one line: the option (``--max-new-tokens``) or, from a file, ``FILE: [table] key``
+    (``loc``: where the value was, when the error does not say)."""
     fields = spec.fields()
     err = e.errors(include_url=False)[0]
-    loc = [str(p) for p in err["loc"]]
+    loc = [str(p) for p in (*loc, *err["loc"])]
     key = loc[-1] if loc else ""
     if where:
         name = f"{where}: [{loc[0]}] {'.'.join(loc[1:])}" if len(loc) > 1 else f"{where}: [{key}]"

@@ -106,7 +106,7 @@ def test_print_config_then_config_gives_the_same_settings_and_a_flag_overrides_t
     ("text", "message"),
     [
         ("[requests]\nmax_new_tokns = 3\n", "[requests] max_new_tokns: no such key (did you mean 'max_new_tokens'?)"),
-        ("[request]\nmax_new_tokens = 3\n", "[request]: no such key (did you mean 'requests'?)"),
+        ("[request]\nmax_new_tokens = 3\n", "[request]: no such table (did you mean 'requests'?)"),
         ("[requests]\nmax_new_tokens = 'many'\n", "[requests] max_new_tokens: input should be a valid integer"),
         ("[requests]\nmax_new_tokens = 0\n", "[requests] max_new_tokens: must be at least 1"),
         ("[model]\ndtype = 'float8'\n", "[model] dtype: input should be 'auto', 'float32', 'bfloat16' or 'float16'"),
@@ -163,3 +163,16 @@ def test_the_config_reference_page_is_the_specs(tmp_path):
 
     page = Path(__file__).resolve().parents[2] / "docs" / "config.md"
     assert page.read_text(encoding="utf-8") == reference(), "remake it: python -m llmbench.spec > docs/config.md"
+
+
+def test_the_regression_jobs_committed_config_is_abs_and_the_sides_come_from_the_command_line():
+    from pathlib import Path
+
+    job = Path(__file__).resolve().parents[2] / "benchmarks" / "regression.toml"
+    r = cli("ab", "--config", str(job), "--base", "B", "--head", "H", "--print-config")
+    assert r.returncode == 0, r.stderr
+    printed = tomllib.loads(r.stdout)
+    assert printed["sides"] == {"base": "B", "head": "H"} and printed["gate"]["fail_on"] == ["ttft_ms=2", "tpot_ms=1"]
+    assert printed["design"]["budget"] == "5m" and printed["requests"]["max_new_tokens"] == 32
+    r = cli("ab", "--config", str(job), "--print-config")
+    assert r.returncode == 2 and "--base" in r.stderr, r.stderr  # a side is still required, said in one line
