@@ -316,7 +316,7 @@ class Spec(BaseModel):
     def checked(cls, tables: dict[str, Any], *, where: str) -> dict[str, dict[str, Any]]:
         """A config file's tables checked key by key (only the keys it sets: a required setting may come from the
         command line), each value coerced to its field's type; every error one line naming the file and key."""
-        sections, out = cls.sections(), {}
+        sections, out = cls.sections(), {}  # type: dict[str, type[Section]], dict[str, dict[str, Any]]
         for table, values in tables.items():
             if not isinstance(values, dict):
                 raise UserError(f"{where}: '{table}' is outside a table; settings go in tables ({', '.join(sections)})")
@@ -327,7 +327,7 @@ class Spec(BaseModel):
                 if key not in fields:
                     raise UserError(f"{where}: [{table}] {key}: no such key{_close(key, fields)}")
                 try:
-                    kept = TypeAdapter(Annotated[fields[key].annotation, fields[key]]).validate_python(value)
+                    kept: Any = _adapter(fields[key]).validate_python(value)
                 except ValidationError as e:
                     raise UserError(describe(e, cls, where, loc=(table, key))) from None
                 out.setdefault(table, {})[key] = kept
@@ -345,6 +345,11 @@ class Spec(BaseModel):
 
 
 _URLS = ("endpoint", "metrics_url", "ray")
+
+
+def _adapter(fi: Any) -> TypeAdapter[Any]:
+    """One field's type with its bounds, to check a single value (a config file's key) against."""
+    return TypeAdapter(Annotated[fi.annotation, fi])
 
 
 def _plain(name: str, v: Any) -> Any:
@@ -376,14 +381,14 @@ def describe(e: ValidationError, spec: type[Spec], where: str = "", loc: tuple[s
     (``loc``: where the value was, when the error does not say)."""
     fields = spec.fields()
     err = e.errors(include_url=False)[0]
-    loc = [str(p) for p in (*loc, *err["loc"])]
-    key = loc[-1] if loc else ""
+    at = [str(p) for p in (*loc, *err["loc"])]
+    key = at[-1] if at else ""
     if where:
-        name = f"{where}: [{loc[0]}] {'.'.join(loc[1:])}" if len(loc) > 1 else f"{where}: [{key}]"
+        name = f"{where}: [{at[0]}] {'.'.join(at[1:])}" if len(at) > 1 else f"{where}: [{key}]"
     else:
         name = option_of(key, fields[key][1]) if key in fields else key
     if err["type"] == "extra_forbidden":
-        table = loc[0] if len(loc) > 1 else ""
+        table = at[0] if len(at) > 1 else ""
         known = spec.sections()[table].model_fields if table in spec.sections() else spec.sections()
         return f"{name}: no such key{_close(key, known)}"
     got = err.get("input")
