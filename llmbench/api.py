@@ -69,10 +69,14 @@ def model_options(model: str | None = None, **settings: Any) -> ModelOptions:
     """:class:`ModelOptions` from spec settings by name: ``model`` None is the default model, ``quantize`` "none"
     is None; ``device_map`` may also be a dict (accelerate's), ``isolate`` runs an engine in this process (False)."""
     device_map, isolate = settings.pop("device_map", None), settings.pop("isolate", None)
-    if settings.get("quantize", "") is None:  # the API's None is the spec's "none"
-        settings["quantize"] = "none"
-    spec = RunSpec.of({"model": model, **settings, "device_map": device_map if isinstance(device_map, str) else None})
+    spec = RunSpec.of({"model": model, **_spelled(settings),
+                       "device_map": device_map if isinstance(device_map, str) else None})  # fmt: skip
     return dataclasses.replace(model_options_of(spec.flat()), device_map=device_map, isolate=isolate)
+
+
+def _spelled(settings: dict[str, Any]) -> dict[str, Any]:
+    """The API's spellings as the spec's: ``quantize=None`` is "none" (ModelOptions says None for no quantization)."""
+    return {**settings, "quantize": "none"} if "quantize" in settings and settings["quantize"] is None else settings
 
 
 async def ameasure(
@@ -101,7 +105,8 @@ async def ameasure(
     or a model :func:`load_model` loaded (measured again without loading; the loading settings then don't apply);
     with ``endpoint``, the model name to send. ``ignore_eos`` unset: on with random weights (their text is
     meaningless, so the length is fixed). A file is written only at ``output`` (or ``resume``, an incomplete run to
-    continue). Safe inside a running event loop: an in-process model generates on its own thread. ``engine``s
+    continue); ``history`` (a URL or .db file) records the written run there, as ``run --history`` does. Safe
+    inside a running event loop: an in-process model generates on its own thread. ``engine``s
     other than transformers run in a worker process unless ``isolate=False``. ``server_metrics`` (endpoint runs):
     True scrapes the server's ``/metrics`` during the run, a URL scrapes that page (``run.server_metrics``).
     Raises :class:`~llmbench.core.errors.UserError` for bad input (a setting no spec has, a value out of its
@@ -110,7 +115,7 @@ async def ameasure(
     from llmbench.drivers import workload
     from llmbench.drivers.run import run as run_driver
 
-    named = {**settings}
+    named = _spelled(settings)
     if isinstance(model, str):
         named["model"] = model
     if isinstance(endpoint, str):
@@ -121,6 +126,13 @@ async def ameasure(
     made = (spec or RunSpec()).flat() | named
     full = RunSpec.of(made)
     flat = full.flat()
+    out = full.outputs  # a spec's [outputs] where the keywords leave them
+    output, resume = output if output is not None else out.output, resume if resume is not None else out.resume
+    overwrite = overwrite or out.overwrite
+    if out.history is not None:
+        from llmbench.history.recording import check_url
+
+        check_url(out.history)  # a typo fails before anything is measured
     options = run_options_of(flat)
     trace = workload.read_trace(workload.Workload.of(flat)) if prompts is None else None
     target: ModelOptions | EndpointOptions | LoadedModel | EngineModel
@@ -137,10 +149,15 @@ async def ameasure(
                                      isolate=isolate)  # fmt: skip
     # the one prompt-source ladder: a dataset is chosen once the model is loaded
     source = workload.as_source(prompts) if prompts is not None else workload.source(workload.Workload.of(flat), trace)
-    run, _path = await run_driver(
+    run, path = await run_driver(
         source, target, options, output=output, overwrite=overwrite, resume=resume, stop=stop, reporter=reporter,
         spec=full.setup(),
     )  # fmt: skip
+    if out.history is not None and path is not None:
+        from llmbench.history.recording import after_write
+        from llmbench.history.records import run_result
+
+        after_write(out.history, [run_result(run, path)], str(path))
     return run
 
 
@@ -149,7 +166,8 @@ def load_spec(path: str | Path) -> RunSpec:
     line for an unknown key or a value of the wrong type."""
     from llmbench.spec import read_toml
 
-    return RunSpec.validated(read_toml(Path(path)), where=str(path))  # type: ignore[return-value]
+    where = str(path)
+    return RunSpec.validated(RunSpec.checked(read_toml(Path(path)), where=where), where=where)
 
 
 measure = _sync(ameasure)

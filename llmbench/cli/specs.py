@@ -140,12 +140,9 @@ def config_of_run(path: Path, spec: type[Spec]) -> dict[str, dict[str, Any]]:
 
     recorded = load_run(path).config.spec
     if not recorded:
-        raise UserError(f"--config-from {path}: the run recorded no spec (written before llmbench {_SINCE}); repeat "
-                        "its setup with flags")  # fmt: skip
+        raise UserError(f"--config-from {path}: the run recorded no settings (written before llmbench recorded "
+                        "config.spec); repeat its setup with flags")  # fmt: skip
     return _checked(recorded, spec, str(path))
-
-
-_SINCE = "0.4.0"
 
 
 def _checked(data: dict[str, Any], spec: type[Spec], where: str) -> dict[str, dict[str, Any]]:

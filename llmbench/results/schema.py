@@ -42,7 +42,7 @@ Schema history (bump ``SCHEMA_VERSION`` on any change a reader of the old versio
     requests[].prompt_tokens_computed (0.3.0, --prefix-cache system: the shared prefix's keys and values computed
     once per process, accounted per request in cached_tokens and prompt_tokens_computed, cold for the request that
     computed it); load.phases (0.3.0, the cold start phase by phase: before the load, locating, config and
-    tokenizer, weights, building, warm-up, the first request's TTFT); config.spec (0.4.0, the settings the run
+    tokenizer, weights, building, warm-up, the first request's TTFT); config.spec (0.3.0, the settings the run
     was asked for, as llmbench.spec declares them: ``run --config-from`` repeats them).
 
 No torch here: compare, show and the endpoint client read and write runs without it. Why one module of

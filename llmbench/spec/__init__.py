@@ -22,6 +22,7 @@ from typing import Annotated, Any, ClassVar, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model
 from pydantic_core import PydanticUndefined
+from typing_extensions import Self
 
 from llmbench.core.errors import UserError
 from llmbench.workloads import limits
@@ -291,7 +292,7 @@ class Spec(BaseModel):
         return {name: (table, fi) for table, sec in cls.sections().items() for name, fi in sec.model_fields.items()}
 
     @classmethod
-    def of(cls, flat: dict[str, Any], *, where: str = "") -> Spec:
+    def of(cls, flat: dict[str, Any], *, where: str = "") -> Self:
         """The spec from settings by name (a command's parsed options, ``measure``'s keywords); a name no section
         has, or a value out of bounds, is one UserError line naming the option (or ``where``'s key)."""
         owners = cls.fields()
@@ -305,7 +306,7 @@ class Spec(BaseModel):
         return cls.validated(tables, where=where)
 
     @classmethod
-    def validated(cls, tables: dict[str, Any], *, where: str = "") -> Spec:
+    def validated(cls, tables: dict[str, Any], *, where: str = "") -> Self:
         """The spec from its tables (a config file's), every error one line naming its key or option."""
         try:
             return cls.model_validate(tables)
@@ -477,7 +478,10 @@ class RunSpec(Spec):
 
 def read_toml(path: Path, option: str = "--config") -> dict[str, Any]:
     """A config file's tables (``tomllib``); UserError in one line for a missing file or one that is not TOML."""
-    import tomllib
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10: the same parser, as the tomli package
+        import tomli as tomllib  # type: ignore[no-redef,unused-ignore]
 
     try:
         return tomllib.loads(Path(path).read_text(encoding="utf-8"))

@@ -27,3 +27,44 @@ def test_flags_a_config_file_and_config_from_measure_the_same_setup(cli, tiny_mo
     r = cli("compare", tmp_path / "flags.json", tmp_path / "again.json", "--format", "json")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)[0]["paired"] and not json.loads(r.stdout)[0]["config_diffs"]
+
+
+def test_measure_takes_a_committed_spec_with_turns_and_records_into_the_history(cli, tiny_model_dir, prompt_file,
+                                                                                tmp_path):  # fmt: skip
+    """measure() had no turns (run --turns had): now every setting of run, from a config file or by keyword."""
+    import llmbench
+    from llmbench.history import db
+
+    printed = cli(
+        "run",
+        prompt_file,
+        "--model",
+        tiny_model_dir,
+        "--device",
+        "cpu",
+        "--dtype",
+        "float32",
+        "--threads",
+        "1",
+        "--max-new-tokens",
+        "3",
+        "--ignore-eos",
+        "--warmup",
+        "0",
+        "--turns",
+        "2",
+        "--print-config",
+    )
+    (tmp_path / "bench.toml").write_text(printed.stdout, encoding="utf-8")  # fmt: skip
+    history = tmp_path / "h.db"
+    run = llmbench.measure(spec=llmbench.load_spec(tmp_path / "bench.toml"), think_time_s=0.01, history=str(history),
+                           output=tmp_path / "run.json")  # fmt: skip
+    assert run.config.sessions["turns"] == 2 and run.config.sessions["think_time_s"] == 0.01
+    assert run.config.spec["requests"]["turns"] == 2 and run.config.spec["requests"]["think_time_s"] == 0.01
+    assert len(run.requests) == 2 * 3  # three prompts, two turns each
+    h = db.open_history(str(history), create=False)
+    assert h is not None
+    try:
+        assert [r["kind"] for r in h.list()] == ["run"]
+    finally:
+        h.close()

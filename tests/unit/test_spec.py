@@ -145,7 +145,7 @@ def test_config_from_a_run_repeats_its_recorded_settings(tmp_path, prompt_file):
     old = tmp_path / "old.json"
     llmbench.save_run(synthetic_run(), old)
     r = cli("run", "--config-from", str(old))
-    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "recorded no spec" in r.stderr, r.stderr
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "recorded no settings" in r.stderr, r.stderr
 
 
 def test_a_url_credential_never_reaches_a_printed_config():
@@ -176,3 +176,14 @@ def test_the_regression_jobs_committed_config_is_abs_and_the_sides_come_from_the
     assert printed["design"]["budget"] == "5m" and printed["requests"]["max_new_tokens"] == 32
     r = cli("ab", "--config", str(job), "--print-config")
     assert r.returncode == 2 and "--base" in r.stderr, r.stderr  # a side is still required, said in one line
+
+
+def test_load_spec_reads_a_printed_config_and_refuses_a_bad_one_in_one_line(tmp_path, prompt_file):
+    path = tmp_path / "bench.toml"
+    path.write_text(cli("run", str(prompt_file), "--turns", "3", "--think-time", "0.5", "--print-config").stdout,
+                    encoding="utf-8")  # fmt: skip
+    spec = llmbench.load_spec(path)
+    assert (spec.requests.turns, spec.requests.think_time_s, spec.prompts.prompts) == (3, 0.5, prompt_file)
+    path.write_text("[requests]\nturns = -1\n", encoding="utf-8")
+    with pytest.raises(llmbench.UserError, match=r"bench.toml: \[requests\] turns: must be at least 1, not -1"):
+        llmbench.load_spec(path)
