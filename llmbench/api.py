@@ -170,6 +170,21 @@ def load_spec(path: str | Path) -> RunSpec:
     return RunSpec.validated(RunSpec.checked(read_toml(Path(path)), where=where), where=where)
 
 
+def _with_settings(fn: Callable[P, R]) -> Callable[P, R]:
+    """``fn``'s signature with every setting of the spec spelled out (name, type, default: the spec's), so that
+    ``help()``, an IDE and ``inspect.signature`` show what ``**settings`` takes: generated, never written twice."""
+    import inspect
+
+    sig = inspect.signature(fn)
+    own = [q for q in sig.parameters.values() if q.kind is not q.VAR_KEYWORD]
+    named = {q.name for q in own}
+    extra = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=fi.default, annotation=fi.annotation)
+             for name, (_t, fi) in RunSpec.fields().items() if name not in named and name != "prompts"]  # fmt: skip
+    fn.__signature__ = sig.replace(parameters=[*own, *extra])  # type: ignore[attr-defined]
+    return fn
+
+
+ameasure = _with_settings(ameasure)
 measure = _sync(ameasure)
 measure.__doc__ = "The blocking form of :func:`ameasure` (same arguments): measure and return the run."
 

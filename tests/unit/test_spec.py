@@ -62,10 +62,10 @@ def test_each_measuring_command_prints_a_config_it_reads_back(tmp_path, command)
 
 def test_measure_takes_every_setting_run_does():
     """measure()'s keywords are the spec's (**settings) beside what only Python can pass (a loaded model, ...)."""
-    from llmbench import api
-
-    sig = inspect.signature(api.ameasure)
-    assert any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())
+    sig = inspect.signature(llmbench.measure)  # generated from the spec: every setting with its default
+    run_options = {p.name for p in _command("run").params} - CONFIG_OPTIONS
+    assert run_options <= set(sig.parameters), run_options - set(sig.parameters)
+    assert sig.parameters["turns"].default == 1 and sig.parameters["think_time_s"].default == 0.0
     spec = RunSpec.of({name: fi.default for name, (_t, fi) in RunSpec.fields().items()})
     assert spec == RunSpec()
     made = RunSpec.of({"turns": 3, "think_time_s": 0.5, "rate": 2.0, "dtype": "bfloat16"})
