@@ -53,7 +53,8 @@ def setting(default: Any, help: str, *, flag: str | None = None, short: str | No
 class Section(BaseModel):
     """One table of a config file: typed, bounded, closed (an unknown key is an error, not a silent default)."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=False, use_attribute_docstrings=False)
+    # defer_build: a schema is built on first use, not at import (--help reads the fields only)
+    model_config = ConfigDict(extra="forbid", validate_assignment=False, defer_build=True)
     table: ClassVar[str] = ""
 
 
@@ -276,7 +277,7 @@ class OutputsSection(Section):
 class Spec(BaseModel):
     """A command's whole spec: its sections, each a table of a config file."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     command: ClassVar[str] = "run"
     # sections left out of the recorded spec and of --print-config's setup (where the result goes)
     not_setup: ClassVar[tuple[str, ...]] = ("outputs",)
