@@ -19,6 +19,7 @@ from llmbench.spec import (
     RequestsSection,
     ServerSection,
     check_fields,
+    check_value,
 )
 from llmbench.spec import default as _d
 from llmbench.workloads import limits
@@ -147,6 +148,12 @@ class ModelOptions:
     # the engine (SIGILL, SIGSEGV) ends as a recorded failure with a clear line; False: in this process
     isolate: bool | None = None
     # checked by llmbench.engines.hf.models.validate (it needs torch to know the devices)
+
+    def check_settings(self) -> None:
+        """UserError naming the option for a weights, threads or attention kernel out of the spec's type or bounds
+        (torch's int can't take a typo's 10**20 threads)."""
+        for name in ("weights", "threads", "attn"):
+            check_value(ModelSection, name, getattr(self, name))
 
     @property
     def is_transformers(self) -> bool:

@@ -73,10 +73,7 @@ def validate(spec: ModelOptions) -> str:
     for flag, given in knobs:
         if given:
             raise UserError(f"{flag} is a transformers knob; --engine {info.name} takes --precision")
-    if spec.weights not in ("pretrained", "random"):
-        raise UserError(f"unknown --weights '{spec.weights}'; expected pretrained or random")
-    if spec.threads is not None and not 1 <= spec.threads <= 4096:
-        raise UserError(f"--threads must be 1 to 4096, not {spec.threads}")
+    spec.check_settings()
     source, _path = models.classify_source(spec.model, spec.weights)
     check_precision(info.name, spec.precision, source)
     return info.name

@@ -9,9 +9,9 @@ The spec is grouped in sections, each a TOML table of a config file (``[model]``
 name is the same in every section and command that has it (``max_new_tokens``), and its option is ``--max-new-tokens``
 unless the field says otherwise (``think_time_s`` is ``--think-time``). A command that takes a section only in part,
 or with other defaults (``ab`` asks 64 tokens, ``run`` 256), takes a :func:`view` of it: the same fields, bounds and
-help, narrowed. The spec is what a user asks for; :meth:`RunSpec.run_options` and its siblings resolve it into the
-option types the drivers run (``ignore_eos`` left unset is on with random weights, ``--compile`` implies the static
-cache, ...), in one place.
+help, narrowed. The spec is what a user asks for; :func:`llmbench.options.run_options_of` and its siblings resolve
+it into the option types the drivers run (``ignore_eos`` left unset is on with random weights, ``--compile``
+implies the static cache, ...), in one place.
 """
 
 from __future__ import annotations
@@ -500,6 +500,15 @@ def check_fields(section: type[Section], values: Any) -> None:
         section.model_validate(got)
     except ValidationError as e:
         raise UserError(describe(e, spec("Checked", "", section))) from None
+
+
+def check_value(section: type[Section], name: str, value: Any) -> None:
+    """UserError in one line naming the option when ``value`` is not of ``section``'s field ``name``'s type or
+    bounds (a resolved option type's value checked where no spec made it: a sweep's setup, the API's)."""
+    try:
+        _adapter(section.model_fields[name]).validate_python(value)
+    except ValidationError as e:
+        raise UserError(describe(e, spec("Checked", "", section), loc=(name,))) from None
 
 
 def default(section: type[Section], name: str) -> Any:

@@ -41,8 +41,8 @@ from llmbench.engines.hf.quantize import check_quantize, forced_dtype, quantize_
 from llmbench.machine.envinfo import cpu_flags
 from llmbench.options import ModelOptions
 from llmbench.results.schema import LoadInfo, Offload
+from llmbench.spec import ModelSection, check_value
 
-ATTN_IMPLEMENTATIONS = ("eager", "sdpa", "flash_attention_2", "flex_attention")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 _DTYPE_ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "half": "float16", "float": "float32"}
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*(/[\w.\-]+)?$")
@@ -56,12 +56,7 @@ _ALTERNATIVES = (
 
 def validate(spec: ModelOptions) -> str:
     """Check the cheap things of ``spec`` before any slow work; return the resolved device."""
-    if spec.weights not in ("pretrained", "random"):
-        raise UserError(f"unknown --weights '{spec.weights}'; expected pretrained or random")
-    if spec.attn is not None and spec.attn not in ATTN_IMPLEMENTATIONS:
-        raise UserError(f"unknown --attn '{spec.attn}'; expected {', '.join(ATTN_IMPLEMENTATIONS)}")
-    if spec.threads is not None and not 1 <= spec.threads <= 4096:  # torch's int can't take a typo's 10**20
-        raise UserError(f"--threads must be 1 to 4096, not {spec.threads}")
+    spec.check_settings()  # weights, attention kernel, threads: the spec's types and bounds
     device = resolve_device(spec.device)
     resolve_dtype(spec.dtype, device, probe=False)
     classify_source(spec.model, spec.weights)
@@ -199,8 +194,7 @@ def dtype_warnings(dtype: str, device: str) -> list[str]:
 def configure_threads(threads: int | None) -> int:
     """Set torch's intra-op threads when asked; return the count in force."""
     if threads is not None:
-        if not 1 <= threads <= 4096:
-            raise UserError(f"--threads must be 1 to 4096, not {threads}")
+        check_value(ModelSection, "threads", threads)
         torch.set_num_threads(threads)
     return torch.get_num_threads()
 
