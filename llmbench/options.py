@@ -60,6 +60,8 @@ class RunOptions:
         check_fields(LeversSection, self)
         if self.compile and self.cache != "static":
             raise UserError("--compile needs --cache static: torch.compile can't trace a growing cache")
+        if self.think_time_s and self.turns == 1:
+            raise UserError("--think-time is the pause between a conversation's turns: give --turns 2 or more")
         if self.sample and not self.temperature > 0:
             raise UserError(f"--temperature must be above 0 when sampling, not {self.temperature}")
         if self.sample and not self.top_p > 0:

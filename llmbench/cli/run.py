@@ -26,16 +26,15 @@ def run(ctx: typer.Context, quiet: QuietOpt = False, **settings: Any) -> None:
     run JSON."""
     from llmbench.drivers.run import run as run_driver
     from llmbench.options import run_options_of
-    from llmbench.workloads import sessions
 
     spec: RunSpec = ctx.meta["spec"]
     args = spec.flat()
     out = spec.outputs
     with user_errors():
-        sessions.check(args["turns"], args["think_time_s"])  # before anything loads (--think-time without --turns)
         args["trace_rows"] = workload.read_trace(workload.Workload.of(args))
-        target = _run_target(ctx, args)
+        target = _run_target(ctx, args)  # first: a flag of the other mode is refused as such
         options = run_options_of(args)
+        options.validate()  # before anything loads (--think-time without --turns, ...)
         prompt_set = workload.source(workload.Workload.of(args), args["trace_rows"])
         check_history(out.history)
         with measuring(quiet) as (stop, reporter):

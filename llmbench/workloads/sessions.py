@@ -34,16 +34,6 @@ FOLLOW_UPS = (
 MAX_TURNS = 1_000  # a conversation of more turns outgrows any context long before its end
 
 
-def check(turns: int, think_time_s: float) -> None:
-    """UserError for ``--turns``/``--think-time`` no run can honour, before anything loads: too many turns, a think
-    time that is not a finite number of seconds (``inf`` would wait forever), or one without turns to wait between."""
-    check_whole("--turns", turns, high=MAX_TURNS, what=" turns")
-    if not 0 <= think_time_s < math.inf:  # NaN fails this too
-        raise UserError(f"--think-time must be 0 or more seconds, not {think_time_s}")
-    if think_time_s and turns == 1:
-        raise UserError("--think-time is the pause between a conversation's turns: give --turns 2 or more")
-
-
 def expand(prompts: PromptSet, turns: int) -> PromptSet:
     """Each prompt -> ``turns`` prompts, the user messages of its conversation's turns in order (the data's own
     later turns, ``prompts.followups``, where it has them; else :data:`FOLLOW_UPS`).
