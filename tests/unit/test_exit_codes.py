@@ -123,7 +123,7 @@ def llmbench(
 # each command as the smallest invocation that reaches its body, and the first function that body calls (patched
 # to fail): (name, argv, "module:attribute")
 COMMANDS: list[tuple[str, Callable[[dict[str, Path]], list[object]], str]] = [
-    ("run", lambda f: ["run", f["prompts"]], "llmbench.workloads.sessions:check"),
+    ("run", lambda f: ["run", f["prompts"]], "llmbench.drivers.workload:read_trace"),
     ("sweep", lambda f: ["sweep", f["prompts"]], "llmbench.workloads.prompts:load_prompts"),
     ("scan", lambda f: ["scan"], "llmbench.engines:engine_info"),
     ("load", lambda f: ["load", f["prompts"], "--endpoint", SERVER], "llmbench.drivers.load:parse_rates"),
