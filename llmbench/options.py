@@ -297,8 +297,7 @@ def _getter(s: Mapping[str, Any], *sections: type) -> Any:
 
     def g(name: str) -> Any:
         if name in s:
-            v = s[name]
-            return v.value if hasattr(v, "value") and not isinstance(v, (str, int, float)) else v
+            return s[name]
         for sec in sections:
             if name in sec.model_fields:  # type: ignore[attr-defined]
                 return _d(sec, name)

@@ -71,14 +71,14 @@ def given(ctx: typer.Context, name: str) -> bool:
 
 
 def refuse_given(ctx: typer.Context, names: tuple[str, ...], why: str) -> None:
-    """UserError naming every flag of ``names`` the user gave (on the command line or in the environment)."""
+    """UserError naming every flag of ``names`` the user gave (see :func:`given`)."""
     named = [option_name(ctx, n) for n in names if given(ctx, n)]
     if named:
         raise UserError(f"{', '.join(named)}: {why}")
 
 
 def value(v: Any) -> Any:
-    """An enum choice as its value (``Quantize.none`` is ``"none"``), anything else as it is."""
+    """An enum choice as its value (``CompareFormat.json`` is ``"json"``), anything else as it is."""
     return v.value if isinstance(v, Enum) else v
 
 
