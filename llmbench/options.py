@@ -12,6 +12,7 @@ from typing import Any
 
 from llmbench.core.errors import UserError
 from llmbench.spec import (
+    DEFAULT_DURATION_S,
     DEFAULT_MODEL,
     ArrivalsSection,
     LeversSection,
@@ -23,8 +24,6 @@ from llmbench.spec import (
 )
 from llmbench.spec import default as _d
 from llmbench.workloads import limits
-
-DEFAULT_DURATION_S = 30.0  # an open loop given neither --duration nor --requests sends for this long
 
 __all__ = ["DEFAULT_MODEL", "EndpointOptions", "ModelOptions", "OpenLoop", "RunOptions"]
 

@@ -56,19 +56,19 @@ def section_option(section: type[Section], name: str) -> tuple[Any, Any]:
 
 
 def _config_options(spec: type[Spec], config_from: bool) -> list[inspect.Parameter]:
-    def load(ctx: typer.Context, _param: Any, value: Path | None) -> Path | None:
-        if value is not None:
-            _set_defaults(ctx, spec, _one_line(read_config, value, spec))
-        return value
+    def loader(read: Callable[[Path, type[Spec]], dict[str, dict[str, Any]]]) -> Callable[..., Path | None]:
+        """An eager option's callback: the file's settings become the command's defaults."""
 
-    def load_run(ctx: typer.Context, _param: Any, value: Path | None) -> Path | None:
-        if value is not None:
-            _set_defaults(ctx, spec, _one_line(config_of_run, value, spec))
-        return value
+        def load(ctx: typer.Context, _param: Any, value: Path | None) -> Path | None:
+            if value is not None:
+                _set_defaults(ctx, spec, _one_line(read, value, spec))
+            return value
+
+        return load
 
     params = [
         inspect.Parameter("config", KW, default=None, annotation=Annotated[Optional[Path], typer.Option(
-            "--config", is_eager=True, callback=load, rich_help_panel="Config",
+            "--config", is_eager=True, callback=loader(read_config), rich_help_panel="Config",
             help="A TOML file of settings (see --print-config); flags given here override it.")]),
         inspect.Parameter("print_config", KW, default=False, annotation=Annotated[bool, typer.Option(
             "--print-config", rich_help_panel="Config",
@@ -78,7 +78,7 @@ def _config_options(spec: type[Spec], config_from: bool) -> list[inspect.Paramet
         option = typer.Option(
             "--config-from",
             is_eager=True,
-            callback=load_run,
+            callback=loader(config_of_run),
             rich_help_panel="Config",
             help="Measure the setup a run JSON recorded (its config.spec); flags override it.",
         )
@@ -131,7 +131,7 @@ def _set_defaults(ctx: typer.Context, spec: type[Spec], tables: dict[str, dict[s
 
 def read_config(path: Path, spec: type[Spec]) -> dict[str, dict[str, Any]]:
     """A config file's tables, checked against ``spec`` (only the keys the file sets); UserError in one line."""
-    return _checked(read_toml(path), spec, str(path))
+    return spec.checked(read_toml(path), where=str(path))
 
 
 def config_of_run(path: Path, spec: type[Spec]) -> dict[str, dict[str, Any]]:
@@ -142,11 +142,7 @@ def config_of_run(path: Path, spec: type[Spec]) -> dict[str, dict[str, Any]]:
     if not recorded:
         raise UserError(f"--config-from {path}: the run recorded no settings (written before llmbench recorded "
                         "config.spec); repeat its setup with flags")  # fmt: skip
-    return _checked(recorded, spec, str(path))
-
-
-def _checked(data: dict[str, Any], spec: type[Spec], where: str) -> dict[str, dict[str, Any]]:
-    return spec.checked(data, where=where)
+    return spec.checked(recorded, where=str(path))
 
 
 def _one_line(read: Callable[[Path, type[Spec]], dict[str, dict[str, Any]]], path: Path, spec: type[Spec]) -> Any:

@@ -32,6 +32,7 @@ DEFAULT_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
 MAX_TOKENS = 10_000_000  # no model writes more in one answer: a bigger --max-new-tokens is a typo
 MAX_COUNT = 1_000_000  # warmup requests, repeats of the prompt list
 MAX_THREADS = 4096
+DEFAULT_DURATION_S = 30.0  # an open loop given neither --duration nor --requests sends for this long
 
 
 def setting(default: Any, help: str, *, flag: str | None = None, short: str | None = None, panel: str | None = None,
@@ -202,9 +203,14 @@ class ArrivalsSection(Section):
     arrival: str = setting("poisson", "Open loop: gaps between arrivals: poisson, constant or gamma:CV (CV > 1 "
                            "burstier).")  # fmt: skip
     requests: Optional[int] = setting(None, "Open loop: how many requests to send.", ge=1, le=limits.MAX_REQUESTS)
-    duration_s: Optional[float] = setting(None, "Open loop: send for this many seconds (default 30).",
-                                          flag="--duration", gt=0, le=limits.MAX_SCHEDULE_S,
-                                          allow_inf_nan=False)  # fmt: skip
+    duration_s: Optional[float] = setting(
+        None,
+        f"Open loop: send for this many seconds (default {DEFAULT_DURATION_S:g}).",
+        flag="--duration",
+        gt=0,
+        le=limits.MAX_SCHEDULE_S,
+        allow_inf_nan=False,
+    )
     workers: int = setting(1, "Open loop: client processes sharing the schedule.", ge=1, le=limits.MAX_CLIENTS)
     ray: Optional[str] = setting(None, "Open loop: run the --workers as Ray tasks on this cluster (address, 'auto' or "
                                  "'local'; pip install 'llmbench\\[ray]').")  # fmt: skip
@@ -340,13 +346,14 @@ class Spec(BaseModel):
         return {k: v for sec in self.sections() for k, v in getattr(self, sec).model_dump().items()}
 
     def setup(self) -> dict[str, Any]:
-        """The recorded spec: the tables that make the setup, None values left out (TOML has no null), a URL
-        without its credentials or query (a run JSON and a printed config are shared)."""
+        """The recorded spec: the tables that make the setup, None values left out (TOML has no null), URLs and
+        command lines without their secrets (a run JSON and a printed config are shared)."""
         return {t: {k: _plain(k, v) for k, v in getattr(self, t).model_dump().items() if v is not None}
                 for t in self.sections() if t not in self.not_setup}  # fmt: skip
 
 
 _URLS = ("endpoint", "metrics_url", "ray")
+_COMMANDS = ("base", "head", "worker", "build")  # ab's sides, bisect's worker options and build command
 
 
 def _adapter(fi: Any) -> TypeAdapter[Any]:
@@ -355,10 +362,19 @@ def _adapter(fi: Any) -> TypeAdapter[Any]:
 
 
 def _plain(name: str, v: Any) -> Any:
-    if name in _URLS and isinstance(v, str):
-        from llmbench.core.redact import redact_url
+    """A value as a run JSON or a printed config may show it: a URL without credentials or query, a command line
+    without the values of its secret options (``--token X``, ``HF_TOKEN=...``)."""
+    from llmbench.core.redact import redact_command, redact_url, scrub
 
+    if name in _URLS and isinstance(v, str):
         return redact_url(v)
+    if name in _COMMANDS and isinstance(v, str):
+        import shlex
+
+        try:
+            return redact_command(shlex.split(v))
+        except ValueError:  # unbalanced quotes: its URLs go at least
+            return scrub(v)
     return str(v) if isinstance(v, Path) else v
 
 

@@ -8,6 +8,7 @@ from typing import ClassVar, Literal, Optional
 
 from llmbench.spec import (
     DATASET,
+    DEFAULT_DURATION_S,
     ArrivalsSection,
     Dtype,
     LeversSection,
@@ -139,9 +140,9 @@ LoadTestSpec = spec(
          timeout_s={"help": "A request that receives nothing for this long fails (a stalled server), s."},
          tokenizer={"help": "Hub id, folder or .gguf to count tokens."}),
     view(ModelSection, "model", model={"help": "The model name to send."}),
-    combine("arrivals", view(ArrivalsSection, "duration_s",
-                             "requests", "arrival", "workers", "ray",
-                             duration_s={"default": 30.0, "help": "Seconds of arrivals per rate (unless --requests)."}),
+    combine("arrivals", view(ArrivalsSection, "duration_s", "requests", "arrival", "workers", "ray",
+                             duration_s={"default": DEFAULT_DURATION_S,
+                                         "help": "Seconds of arrivals per rate (unless --requests)."}),
             LoadPlan),
     view(RequestsSection, "max_new_tokens", "ignore_eos", "warmup", "system_prompt", "seed", max_new_tokens=64,
          ignore_eos={"default": False, "help": "Ask for exactly --max-new-tokens."},

@@ -187,3 +187,14 @@ def test_load_spec_reads_a_printed_config_and_refuses_a_bad_one_in_one_line(tmp_
     path.write_text("[requests]\nturns = -1\n", encoding="utf-8")
     with pytest.raises(llmbench.UserError, match=r"bench.toml: \[requests\] turns: must be at least 1, not -1"):
         llmbench.load_spec(path)
+
+
+def test_a_secret_in_a_sides_command_line_never_reaches_a_printed_config():
+    r = cli("ab", "p.txt", "--base", "env HF_TOKEN=abc llmbench worker --token s3cr3t --weights random", "--head",
+            "http://u:pw@127.0.0.1:9/v1?key=z", "--print-config")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "abc" not in r.stdout and "s3cr3t" not in r.stdout and "pw@" not in r.stdout and "key=z" not in r.stdout
+    assert (
+        tomllib.loads(r.stdout)["sides"]["base"] == "env HF_TOKEN=redacted llmbench worker --token redacted "
+        "--weights random"
+    )
