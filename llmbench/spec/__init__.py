@@ -553,7 +553,7 @@ def reference() -> str:
         "```",
         "",
         "```python",
-        "spec = llmbench.load_spec('bench.toml')",
+        'spec = llmbench.load_spec("bench.toml")',
         "run = llmbench.measure(spec=spec, max_new_tokens=16)  # keywords override the spec, by field name",
         "```",
         "",
