@@ -276,7 +276,9 @@ class Sweep:
                     **self._quality_fields(e.run.quality),
                 }
             )
-        eligible = [r for r in rows if not r.get("excluded_by_max_kld") and not r["excluded_by_lossless"]]
+        # a setup whose engine failed measured part of its rounds (a crash leaves its fastest requests): never best
+        eligible = [r for r in rows if not r.get("excluded_by_max_kld") and not r["excluded_by_lossless"]
+                    and not r["failed"]]  # fmt: skip
         best = {m: best_of(eligible, f"{m}_{self.rank_by}") for m in ("ttft_ms", "tpot_ms")}
         return {
             "sweep_version": SWEEP_VERSION,
@@ -306,7 +308,7 @@ class Sweep:
                 "tpot_ms_mean": "mean over requests of (last - first token stamp) / (output_tokens - 1)",
                 "tpot_efficiency": "tpot_bound_ms / tpot_ms_mean, tpot_bound_ms = decode_weight_bytes / "
                 "mem_read_gbps of the probe on the setup's threads",
-                "best": "the setup with the lowest ttft_ms_<rank_by> / tpot_ms_<rank_by>",
+                "best": "the setup with the lowest ttft_ms_<rank_by> / tpot_ms_<rank_by>, of those that did not fail",
                 "pareto": "setups no other setup beats on both ttft_ms_<rank_by> and tpot_ms_<rank_by>",
                 "best_margin": "best vs runner-up: change of the runner-up's <rank_by> over the best's, with a "
                 "paired bootstrap 95% interval over the same (prompt, round) requests",

@@ -141,3 +141,26 @@ def test_graphs_compiled_by_another_setup_are_not_blamed_on_this_one(tiny_model_
         lm.call(lambda p=p, i=i: backend.measure_now(Request(p, i, 0)))
         twice(torch.ones(i + 2))  # between requests, as another setup's warm-up would
     assert compiled_graphs() > before and backend.warnings() == []
+
+
+def test_a_setup_whose_engine_failed_is_never_best(tmp_path):
+    """A crashed setup keeps the requests it finished, the fastest of a round perhaps: it measured part of its
+    rounds, so it can't be named best (an engine crash in tests/e2e/test_engines.py once made it best)."""
+    from llmbench.drivers.sweep import Setup, Sweep, SweepEntry
+    from llmbench.options import ModelOptions, RunOptions
+    from llmbench.results.schema import FailedRequest
+    from llmbench.workloads.prompts import PromptSet
+    from tests.helpers import synthetic_run
+
+    crashed, whole = synthetic_run(n=2, ttft_ms=50.0, tpot_ms=5.0), synthetic_run(n=2, ttft_ms=80.0, tpot_ms=9.0)
+    crashed.complete = False
+    crashed.failed_requests = [FailedRequest(prompt_index=0, repeat=1, error="worker died (SIGSEGV)")]
+    sweep = Sweep([Setup("float32", 1), Setup("float32", 2)], ModelOptions(), RunOptions(), tmp_path)
+    for setup, run in zip(sweep.setups, (crashed, whole), strict=True):
+        entry = SweepEntry(setup, None, tmp_path / f"{setup.slug()}.json")
+        entry.track = type("T", (), {"run": run})()
+        sweep.entries.append(entry)
+    record = sweep.record(PromptSet("p.txt", "0" * 64, ("a", "b"), (1, 2)), complete=True)
+    assert [r["failed"] for r in record["results"]] == [True, False]
+    assert record["best"]["tpot_ms"]["label"] == record["best"]["ttft_ms"]["label"] == "float32 2t"
+    assert record["pareto"] == ["float32 2t"]
