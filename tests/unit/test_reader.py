@@ -1,0 +1,83 @@
+"""The reader model, Andes' QoE and Etalon's fluidity on stamp streams whose answers are computed by hand."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from llmbench.results.reader import STALL_MS, andes_qoe, chars_per_s, fluidity, read, words_in
+
+
+def test_a_steady_stream_faster_than_the_reader_never_stalls():
+    times = [100.0 * k for k in range(50)]  # 5 visible characters every 100 ms: 50 characters a second
+    r = read(times, [5] * 50, pace_chars_per_s=20.0)  # the reader needs 250 ms for each event's 5
+    assert (r.stall_ms, r.stalls, r.longest_stall_ms) == (0.0, 0, 0.0)
+    assert r.first_visible_ms == 0.0 and r.done_reading_ms == pytest.approx(250 * 5 * 50 / 5)
+
+
+@pytest.mark.parametrize(("pauses", "pause_ms"), [(1, 500.0), (3, 500.0), (4, 2000.0)])
+def test_n_pauses_of_p_ms_are_n_stalls_of_what_the_reader_model_implies(pauses, pause_ms):
+    """Each burst: 10 events 10 ms apart, 2 characters each (20 characters, read in 200 ms at 100 characters a
+    second); after a burst the stream pauses ``pause_ms``. The reader catches up 200 ms after a burst began, the
+    burst having taken 90 ms to arrive, so it waits pause_ms + 90 - 200 before the next."""
+    times, t = [], 0.0
+    for _ in range(pauses + 1):
+        times += [t + 10.0 * k for k in range(10)]
+        t = times[-1] + pause_ms
+    r = read(times, [2] * len(times), pace_chars_per_s=100.0)
+    each = pause_ms + 90.0 - 200.0
+    assert r.stalls == pauses and r.stall_ms == pytest.approx(pauses * each)
+    assert r.longest_stall_ms == pytest.approx(each) and each > STALL_MS
+
+
+def test_invisible_events_neither_start_the_reader_nor_count():
+    # a whitespace-only first event and an empty one in the middle: the reader starts at the first character
+    r = read([50.0, 300.0, 310.0, 320.0], [0, 4, 0, 4], pace_chars_per_s=400.0)  # 10 ms to read each event's 4
+    assert r.first_visible_ms == 300.0 and r.stalls == 0 and r.stall_ms == pytest.approx(10.0)
+    assert read([1.0, 2.0], [0, 0], 10.0).first_visible_ms is None
+
+
+def test_a_wait_after_the_last_event_is_not_a_stall():
+    r = read([0.0, 10_000.0], [1, 1], pace_chars_per_s=1000.0)  # one wait of 9,999 ms, between the two events
+    assert r.stalls == 1 and r.stall_ms == pytest.approx(9999.0)
+    assert read([0.0], [100], 1.0).stall_ms == 0.0  # one event: however long the reading, no wait
+
+
+@pytest.mark.parametrize(
+    ("times", "qoe"),
+    [
+        ([1000.0, 1100.0, 1200.0], 1.0),  # delivered as expected
+        ([500.0, 520.0, 540.0], 1.0),  # faster than the reader: buffered, digested at the expected pace or better
+        ([2000.0, 2100.0, 2200.0], 300.0 / 3300.0),  # a second late: areas (200+100+0) / (1200+1100+1000)
+        ([1200.0, 1200.0, 1200.0], 300.0 / 900.0),  # all at once at 1.2 s: digested at 1200, 1300, 1400
+    ],
+)
+def test_andes_qoe_matches_the_areas_computed_by_hand(times, qoe):
+    assert andes_qoe(times, tokens_per_s=10.0, ttft_target_ms=1000.0) == pytest.approx(qoe)
+
+
+def test_fluidity_counts_missed_deadlines_as_etalon_does():
+    # D_p 100, D_d 50. 80 ms: met (slack 20); +40: met (slack 30); +180: late by 180 - 30 - 50 = 100 ms, so
+    # 1 + 100 // 50 = 3 misses, slack reset; +40: met. 3 met of 6 deadlines.
+    assert fluidity([80.0, 120.0, 300.0, 340.0], 100.0, 50.0) == pytest.approx(0.5)
+    assert fluidity([90.0, 130.0, 170.0], 100.0, 50.0) == 1.0
+    assert fluidity([250.0], 100.0, 50.0) == pytest.approx(0.0)  # late by 150: 1 + 3 misses, none met
+    assert fluidity([], 100.0, 50.0) is None
+
+
+def test_words_and_pace_count_cjk_characters_as_words():
+    assert words_in("Why is the sky blue?") == 5 and words_in("天空为什么是蓝色的？") == 9
+    english = chars_per_s("Why is the sky blue?", 238.0)  # 16 visible characters over 5 words
+    assert english == pytest.approx(238.0 / 60.0 * 16 / 5)
+    assert chars_per_s("天空为什么是蓝色的？", 238.0) == pytest.approx(238.0 / 60.0 * 10 / 9)
+
+
+@pytest.mark.parametrize("bad", [0.0, -1.0, math.nan, math.inf])
+def test_a_pace_that_is_no_pace_is_refused(bad):
+    with pytest.raises(ValueError):
+        read([0.0], [1], bad)
+    with pytest.raises(ValueError):
+        chars_per_s("text", bad)
+    with pytest.raises(ValueError):
+        andes_qoe([0.0], bad)
