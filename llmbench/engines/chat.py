@@ -58,3 +58,22 @@ def common_prefix_len(id_lists: Sequence[Sequence[int]]) -> int:
         if any(ids[k] != first[k] for ids in id_lists[1:]):
             return k
     return max(0, n - 1)
+
+
+def text_offsets(decode: Any, ids: Sequence[int]) -> list[int]:
+    """Where each token's text ends in the answer's text (``decode(ids)``), one offset per token: what a token
+    made visible is ``text[offsets[k - 1]:offsets[k]]``. Decoded incrementally, as streaming servers do (Hugging
+    Face's text-generation-inference): a window since the last token that decoded cleanly, so a token that ends
+    inside a multi-byte character adds nothing until the character is whole, and the work is linear in the
+    answer's length (decoding every prefix would be quadratic). ``decode``: ids -> text (special tokens skipped,
+    as the recorded ``output_text`` is)."""
+    offsets: list[int] = []
+    shown, prefix, read = 0, 0, 0
+    for k in range(1, len(ids) + 1):
+        before = decode(list(ids[prefix:read]))
+        after = decode(list(ids[prefix:k]))
+        if len(after) > len(before) and not after.endswith("\ufffd"):
+            shown += len(after) - len(before)
+            prefix, read = read, k
+        offsets.append(shown)
+    return offsets

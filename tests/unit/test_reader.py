@@ -81,3 +81,24 @@ def test_a_pace_that_is_no_pace_is_refused(bad):
         chars_per_s("text", bad)
     with pytest.raises(ValueError):
         andes_qoe([0.0], bad)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Why is the sky blue? Rayleigh scattering.",
+        "某工厂夜间偷排废水，环保部门如何处理？",
+        "emoji 🌍🚀 and\nlines\n\n  spaced",
+    ],
+)
+def test_each_tokens_text_ends_where_the_incremental_decode_says(qwen_tokenizer, text):
+    from llmbench.engines.chat import text_offsets
+
+    ids = qwen_tokenizer.encode(text, add_special_tokens=False)
+    offsets = text_offsets(lambda x: qwen_tokenizer.decode(x, skip_special_tokens=True), ids)
+    full = qwen_tokenizer.decode(ids, skip_special_tokens=True)
+    assert len(offsets) == len(ids) and offsets[-1] == len(full) and offsets == sorted(offsets)
+    for k, end in enumerate(offsets):  # every prefix that decodes cleanly is exactly the text up to its offset
+        prefix = qwen_tokenizer.decode(ids[: k + 1], skip_special_tokens=True)
+        if not prefix.endswith("\ufffd"):
+            assert full[:end] == prefix
