@@ -140,3 +140,41 @@ def fluidity(token_times_ms: Sequence[float], prefill_deadline_ms: float, decode
         total += missed
         slack = 0.0
     return met / total
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One answer's shape as a reader lives it, at the default pace (what a run's summary aggregates)."""
+
+    reading: Reading
+    andes_qoe: float
+    fluidity: float | None
+
+
+def decode_deadline_ms(words_per_minute: float = WORDS_PER_MINUTE) -> float:
+    """Etalon's decode deadline at a reader's pace: one token's reading time (Andes' 1.3 tokens a word)."""
+    return 60_000.0 / (words_per_minute * TOKENS_PER_WORD)
+
+
+def visible_per_event(text: str, ends: Sequence[int] | None, events: int) -> list[int]:
+    """The visible characters each event brought: from each event's end offset in ``text`` (``ends``), or, for a
+    run recorded before offsets were (None), the text spread evenly over the events (an approximation)."""
+    if events == 0:
+        return []
+    if ends is None:
+        ends = [round(len(text) * (k + 1) / events) for k in range(events)]
+    starts = [0, *ends[:-1]]
+    return [sum(1 for c in text[a:b] if not c.isspace()) for a, b in zip(starts, ends, strict=True)]
+
+
+def shape_of(token_times_ms: Sequence[float], text: str, ends: Sequence[int] | None = None,
+             words_per_minute: float = WORDS_PER_MINUTE) -> Shape:  # fmt: skip
+    """The reader, Andes' QoE and Etalon's fluidity of one answer at ``words_per_minute`` (Andes' expected TTFT,
+    1 s, is Etalon's prefill deadline too; the decode deadline is a token's reading time)."""
+    pace = chars_per_s(text, words_per_minute)
+    tokens_per_s = words_per_minute / 60.0 * TOKENS_PER_WORD
+    return Shape(
+        read(token_times_ms, visible_per_event(text, ends, len(token_times_ms)), pace),
+        andes_qoe(token_times_ms, tokens_per_s, ANDES_TTFT_MS),
+        fluidity(token_times_ms, ANDES_TTFT_MS, decode_deadline_ms(words_per_minute)),
+    )

@@ -102,3 +102,28 @@ def test_each_tokens_text_ends_where_the_incremental_decode_says(qwen_tokenizer,
         prefix = qwen_tokenizer.decode(ids[: k + 1], skip_special_tokens=True)
         if not prefix.endswith("\ufffd"):
             assert full[:end] == prefix
+
+
+def test_the_shape_of_a_steady_answer_and_of_a_bursty_one_with_the_same_mean_pace():
+    """Same TTFT, same E2E, same 100 one-word tokens: one steady at 25 a second, one in bursts of 25 a second apart.
+    A reader at 1,800 words a minute (30 a second) outpaces both: behind the steady one it waits 7 ms a word, which
+    it does not notice; a burst it reads in 0.83 s, then waits 0.17 s for the next, three times (and 0.16 s for the
+    last token, which the bursty answer sends at the steady one's end)."""
+    from llmbench.results.reader import shape_of
+
+    text = "word " * 100
+    steady = [500.0 + 40.0 * k for k in range(100)]
+    bursty = [500.0 + 1000.0 * (k // 25) for k in range(100)]
+    bursty[-1] = steady[-1]  # the same end
+    s, b = shape_of(steady, text, words_per_minute=1800.0), shape_of(bursty, text, words_per_minute=1800.0)
+    assert s.reading.stalls == 0 and s.reading.longest_stall_ms < 10.0
+    assert b.reading.stalls == 4 and b.reading.longest_stall_ms == pytest.approx(1000.0 - 25 * 1000.0 / 30.0)
+    assert s.andes_qoe == pytest.approx(b.andes_qoe, abs=0.05)  # the areas hardly differ: QoE is about lag
+
+
+def test_an_old_run_without_offsets_spreads_its_text_over_its_events():
+    from llmbench.results.reader import visible_per_event
+
+    assert visible_per_event("ab cd", [2, 5], 2) == [2, 2]
+    assert visible_per_event("abcdef", None, 3) == [2, 2, 2]
+    assert visible_per_event("", None, 0) == []
