@@ -118,7 +118,9 @@ def test_the_shape_of_a_steady_answer_and_of_a_bursty_one_with_the_same_mean_pac
     s, b = shape_of(steady, text, words_per_minute=1800.0), shape_of(bursty, text, words_per_minute=1800.0)
     assert s.reading.stalls == 0 and s.reading.longest_stall_ms < 10.0
     assert b.reading.stalls == 4 and b.reading.longest_stall_ms == pytest.approx(1000.0 - 25 * 1000.0 / 30.0)
-    assert s.andes_qoe == pytest.approx(b.andes_qoe, abs=0.05)  # the areas hardly differ: QoE is about lag
+    # QoE scores lag behind the expected timeline, not freezes: the bursty answer's tokens mostly come earlier,
+    # so it scores higher; only the stall count tells the freezes apart
+    assert b.andes_qoe > s.andes_qoe
 
 
 def test_an_old_run_without_offsets_spreads_its_text_over_its_events():
