@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Hashable
+from itertools import accumulate
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -195,6 +196,7 @@ class EndpointBackend:
             output_tokens_client=c.client if c.server is not None else None,
             reasoning_tokens=c.reasoning_tokens,
             cached_tokens=cached_tokens(s.usage),
+            text_offsets=list(accumulate(len(piece) for piece in s.pieces)),  # each event's text's end
         )
         if s.reasoning_ns:
             result.ttfrt_ms = round((s.reasoning_ns[0] - s.start_ns) / _NS_PER_MS, 3)

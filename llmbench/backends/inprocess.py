@@ -22,7 +22,7 @@ from llmbench.backends import Request
 from llmbench.core.errors import UserError
 from llmbench.core.process import Stop, cold_clock, freeze_now
 from llmbench.core.speculative import parse_prefix_cache, parse_speculative
-from llmbench.engines.chat import common_prefix_len, fit_context, messages_for
+from llmbench.engines.chat import common_prefix_len, fit_context, messages_for, text_offsets
 from llmbench.engines.hf import models
 from llmbench.engines.hf.generation import (
     StopCriterion,
@@ -317,6 +317,8 @@ class InProcessBackend:
             return None
         ids = stamper.token_ids()
         extra = self._lever_fields(request, input_ids, attention_mask, ids, stamper, counts, cold, cached)
+        extra.setdefault("text_offsets", text_offsets(lambda x: self.lm.tokenizer.decode(x, skip_special_tokens=True),
+                                                      ids))  # fmt: skip
         return request_result(
             prompt_index=request.prompt_index,
             repeat=request.repeat,

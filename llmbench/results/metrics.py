@@ -77,6 +77,7 @@ def request_result(
     )
     if last is not None:
         extra["eos_ms"] = last
+    extra |= shape_fields(times, output_text, extra.get("text_offsets"))
     return RequestResult(
         prompt_index=prompt_index,
         repeat=repeat,
@@ -92,6 +93,26 @@ def request_result(
         started_s=round(started_s, 6),
         **extra,
     )
+
+
+def shape_fields(times_ms: Sequence[float], text: str, offsets: Sequence[int] | None) -> dict[str, Any]:
+    """A request's shape-of-the-wait fields (:mod:`llmbench.results.reader`) at the default reading pace; the
+    offsets are dropped when they don't match the stamps (one per stamp)."""
+    from llmbench.results.reader import shape_of
+
+    if not times_ms:
+        return {}
+    ends = list(offsets) if offsets is not None and len(offsets) == len(times_ms) else None
+    s = shape_of(times_ms, text, ends)
+    return {
+        "text_offsets": ends,
+        "first_visible_ms": s.reading.first_visible_ms,
+        "reader_stall_ms": round(s.reading.stall_ms, 3),
+        "reader_stalls": s.reading.stalls,
+        "reader_longest_stall_ms": round(s.reading.longest_stall_ms, 3),
+        "andes_qoe": round(s.andes_qoe, 4),
+        "fluidity": round(s.fluidity, 4) if s.fluidity is not None else None,
+    }
 
 
 def describe(values: Iterable[float]) -> Stats | None:
@@ -211,6 +232,10 @@ def summarize(
         **(stream_figures(requests) if any(r.chunks is not None for r in requests) else {}),
         **open_loop_figures(requests, offered_rate_rps),
         ttfrt_ms=describe(r.ttfrt_ms for r in requests if r.ttfrt_ms is not None),
+        reader_stall_ms=describe(r.reader_stall_ms for r in requests if r.reader_stall_ms is not None),
+        reader_stalls=describe(r.reader_stalls for r in requests if r.reader_stalls is not None),
+        andes_qoe=describe(r.andes_qoe for r in requests if r.andes_qoe is not None),
+        fluidity=describe(r.fluidity for r in requests if r.fluidity is not None),
         token_count_disagreements=count_disagreements(requests),
         **engine_figures(requests),
         **cache_figures(requests),

@@ -80,6 +80,16 @@ def _match(*purposes: str, default: Any = None, **kw: Any) -> Any:
 
 # Written into every run so a reader never has to guess what a number means.
 METRIC_FORMULAS: dict[str, str] = {
+    "reader_stall_ms": "a reader starts at the first visible character and reads at 238 words a minute (Brysbaert "
+    "2019), never ahead of what arrived: the total time it has caught up and waits before the answer ends "
+    "(llmbench.results.reader)",
+    "reader_stalls": "those waits longer than 100 ms; reader_longest_stall_ms: the longest wait",
+    "andes_qoe": "Andes (arXiv 2404.16283): sum_i (T - digested_i) / sum_i (T - expected_i), capped at 1; expected_i "
+    "= 1000 ms + (i - 1) / r, digested_i = max(arrival_i, digested_(i-1) + 1 / r), r = 238 words a minute x 1.3 "
+    "tokens a word, T = the later curve's last token",
+    "fluidity": "Etalon (arXiv 2407.07000): met deadlines / all deadlines; a token's deadline is 1000 ms (the first) "
+    "or a token's reading time (the others) after the previous one, plus the slack earlier tokens left; a late "
+    "token misses 1 + floor(late / decode deadline) and resets the slack",
     "ttft_ms": "first_token_stamp - request_start; request_start is taken before chat templating and tokenizing",
     "tpot_ms": "(last_token_stamp - first_token_stamp) / (output_tokens - 1), for output_tokens >= 2; "
     "excludes the first token (as vLLM's TPOT); per request, then summarised over requests",
@@ -407,6 +417,15 @@ class RequestResult(_Model):
     lossless: bool | None = None
     first_difference: int | None = None
     prompt_tokens_computed: int | None = None  # --prefix-cache: prompt tokens this request prefilled itself
+    # the shape of the wait (METRIC_FORMULAS, llmbench.results.reader): each stamp's text's end in output_text,
+    # and what a reader at the default pace went through
+    text_offsets: list[int] | None = None
+    first_visible_ms: float | None = None
+    reader_stall_ms: float | None = None
+    reader_stalls: int | None = None
+    reader_longest_stall_ms: float | None = None
+    andes_qoe: float | None = None
+    fluidity: float | None = None
 
     @model_validator(mode="after")
     def _invariants(self) -> RequestResult:
@@ -458,6 +477,11 @@ class Summary(_Model):
     send_lateness_ms: Stats | None = None
     ttft_from_schedule_ms: Stats | None = None
     ttfrt_ms: Stats | None = None  # reasoning streams
+    # the shape of the wait, over the requests that have it (METRIC_FORMULAS)
+    reader_stall_ms: Stats | None = None
+    reader_stalls: Stats | None = None
+    andes_qoe: Stats | None = None
+    fluidity: Stats | None = None
     token_count_disagreements: int | None = None  # requests whose server and client counts differ
     # --engine: the engine's own timers beside llmbench's stamps, and requests that reused a cached prefix
     engine_ttft_ms: Stats | None = None
