@@ -20,7 +20,7 @@ from llmbench.core.errors import UserError
 from llmbench.core.process import Stop, cold_clock, freeze_now
 from llmbench.core.speculative import NO_SHARED_PREFIX, parse_prefix_cache, parse_speculative
 from llmbench.engines.base import EngineModel
-from llmbench.engines.chat import common_prefix_len, encode_ids, fit_context, messages_for
+from llmbench.engines.chat import common_prefix_len, encode_ids, fit_context, messages_for, text_offsets
 from llmbench.engines.hf.generation import generation_thread
 from llmbench.machine import envinfo
 from llmbench.machine import probe as machine
@@ -223,6 +223,8 @@ class EngineBackend:
         if timers.bundles is not None:  # the tokens of one forward pass became visible together
             firsts = [stamps[k] for k in itertools.accumulate([0, *timers.bundles[:-1]])]
             stamps = bundle_stamps(firsts, timers.bundles)
+        decode = em.tokenizer.decode
+        extra.setdefault("text_offsets", text_offsets(lambda x: decode(x, skip_special_tokens=True), tokens))
         return request_result(
             prompt_index=request.prompt_index, repeat=request.repeat, start_ns=start, tokenized_ns=tokenized,
             stamps_ns=stamps, prompt_tokens=len(ids), output_sha256=ids_sha256(tokens),
