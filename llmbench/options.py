@@ -17,6 +17,7 @@ from llmbench.spec import (
     ArrivalsSection,
     LeversSection,
     ModelSection,
+    ReaderSection,
     RequestsSection,
     ServerSection,
     check_fields,
@@ -52,11 +53,16 @@ class RunOptions:
     # none (nothing reused between requests), or system (the prompts' shared leading tokens computed once per
     # process and reused, accounted per request)
     prefix_cache: str = _d(LeversSection, "prefix_cache")
+    # the reader the shape of the wait is measured against (llmbench.results.reader): words a minute, or
+    # characters a second when given
+    reading_wpm: float = _d(ReaderSection, "reading_wpm")
+    reading_cps: float | None = _d(ReaderSection, "reading_cps")
 
     def validate(self) -> None:
         """UserError for options no run can honour."""
         check_fields(RequestsSection, self)  # types and bounds, as the spec declares them
         check_fields(LeversSection, self)
+        check_fields(ReaderSection, self)
         if self.compile and self.cache != "static":
             raise UserError("--compile needs --cache static: torch.compile can't trace a growing cache")
         if self.think_time_s and self.turns == 1:
@@ -114,8 +120,16 @@ class RunOptions:
                 seed=self.seed if self.sample else None,
             ),
             "system_prompt": self.system_prompt,
+            "reader": self.reader(),
             **self.lever_fields(),
         }
+
+    def reader(self) -> dict[str, float] | None:
+        """config.reader: the reader's pace when it is not the default (None: 238 words a minute, what a run
+        recorded before the pace could be set was measured against)."""
+        from llmbench.results.reader import pace_record
+
+        return pace_record(self.reading_wpm, self.reading_cps)
 
     def lever_fields(self) -> dict[str, Any]:
         """config.speculative and config.prefix_cache (None for a plain run: what older runs read as)."""
@@ -241,7 +255,7 @@ def run_options_of(s: Mapping[str, Any]) -> RunOptions:
     """How each prompt is sent, from a spec's settings by name (:meth:`llmbench.spec.Spec.flat`; a setting a
     command's spec lacks keeps the spec's default): ``ignore_eos`` unset is on with random weights (their text is
     meaningless, so the length is fixed); ``compile`` decodes on the static cache."""
-    g = _getter(s, RequestsSection, LeversSection)
+    g = _getter(s, RequestsSection, LeversSection, ReaderSection)
     ignore_eos = g("ignore_eos")
     return RunOptions(
         max_new_tokens=g("max_new_tokens"), ignore_eos=(s.get("weights") == "random") if ignore_eos is None
@@ -249,7 +263,7 @@ def run_options_of(s: Mapping[str, Any]) -> RunOptions:
         temperature=g("temperature"), top_p=g("top_p"), system_prompt=g("system_prompt"),
         chat_template=g("chat_template"), truncate=g("truncate"), cache="static" if g("compile") else g("cache"),
         compile=g("compile"), turns=g("turns"), think_time_s=g("think_time_s"), speculative=g("speculative"),
-        prefix_cache=g("prefix_cache"),
+        prefix_cache=g("prefix_cache"), reading_wpm=g("reading_wpm"), reading_cps=g("reading_cps"),
     )  # fmt: skip
 
 

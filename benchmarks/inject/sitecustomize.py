@@ -4,6 +4,7 @@
     env PYTHONPATH=benchmarks/inject LLMBENCH_INJECT_EXIT_AFTER=7 llmbench worker ... # dies at the 7th forward
     env PYTHONPATH=benchmarks/inject LLMBENCH_INJECT_SLOW_PCT=3 llmbench worker ...   # each forward +3% of itself
     env PYTHONPATH=benchmarks/inject LLMBENCH_INJECT_LOAD_SLEEP_S=2 llmbench worker ... # the model's load +2 s
+    env PYTHONPATH=benchmarks/inject LLMBENCH_INJECT_BURST_MS=300 llmbench worker ...  # tokens handed over in bursts
         LLMBENCH_INJECT_SLOW_KIND=memory: the extra time streams through a 64 MB buffer instead of spinning (a
         slowdown that uses the memory bus, as a model's own work does)
         LLMBENCH_INJECT_LOG=PATH   (with SLOW_PCT, or alone to measure only): at exit, JSON {"forwards": n,
@@ -19,6 +20,12 @@ a causal LM (one per token, the prefill's included):
 - LOAD_SLEEP_S=S: the first ``eval()`` (``train(False)``) of a causal LM (transformers' from_pretrained ends with
   it, and llmbench's load calls it: both inside ``load.seconds``) sleeps S seconds once, as a slower loading path
   would: the cold-start tests (tests/e2e/test_cold_start_phases.py, tests/nightly/test_measured_claims.py).
+- BURST_MS=B: the same computation, delivered in bursts, as a proxy flushing a large buffer delivers it. llmbench's
+  token stamper (``TokenStamper.put``, where every token is stamped and, in ``serve``, streamed) holds each token
+  until B ms have passed since the last release, then hands over everything held at once, stamped together. The
+  first token goes at once and the held ones go at ``end()``, right after the last forward: TTFT, E2E and mean
+  TPOT stay what the model's pace makes them, and only the shape of the wait changes (benchmarks/README.md,
+  "Bursts"). :func:`install_burst` / :func:`uninstall_burst` do it in a running process.
 - SLOW_PCT=P: BUSY-WAITS (spins on perf_counter, never sleeps: a sleeping CPU may clock down, and a sleep
   overshoots) for P% of that very forward's own measured wall time, so the head is slower by a known share of
   the model's work whatever the machine does. Only the outermost ``*ForCausalLM`` module's forward counts: the
@@ -167,6 +174,61 @@ def _write_log() -> None:
         json.dump(stats(), f)
     os.replace(tmp, path)
 
+
+_burst: dict = {}  # BURST_MS's state: the stamper's own put/end while patched, and B in ns
+
+
+def install_burst(ms: float) -> None:
+    """Hand llmbench's stamped tokens over in bursts of ``ms`` from now on (see the module docstring)."""
+    from llmbench.engines.hf.generation import TokenStamper
+
+    if not _burst:
+        _burst.update(put=TokenStamper.put, end=TokenStamper.end)
+    _burst["ns"] = int(ms * 1_000_000)
+    TokenStamper.put = _burst_put
+    TokenStamper.end = _burst_end
+
+
+def uninstall_burst() -> None:
+    """The stamper as it was."""
+    from llmbench.engines.hf.generation import TokenStamper
+
+    if _burst:
+        TokenStamper.put, TokenStamper.end = _burst["put"], _burst["end"]
+        _burst.clear()
+
+
+def _release(stamper, now: int) -> None:
+    clock = stamper._clock
+    stamper._clock = lambda: now  # every held token is stamped (and streamed) at the release
+    try:
+        for value in stamper._held:
+            _burst["put"](stamper, value)
+    finally:
+        stamper._clock = clock
+    stamper._held, stamper._released = [], now
+
+
+def _burst_put(self, value) -> None:
+    if not self._prompt_seen:  # the prompt: the stamper's own business
+        return _burst["put"](self, value)
+    if not hasattr(self, "_held"):
+        self._held, self._released = [], None
+    self._held.append(value)
+    now = self._clock()
+    if self._released is None or now - self._released >= _burst["ns"]:  # the first token at once, then every B
+        _release(self, now)
+    return None
+
+
+def _burst_end(self) -> None:
+    if getattr(self, "_held", None):
+        _release(self, self._clock())
+    _burst["end"](self)
+
+
+if os.environ.get("LLMBENCH_INJECT_BURST_MS"):
+    install_burst(float(os.environ["LLMBENCH_INJECT_BURST_MS"]))
 
 if slow["pct"] or _LOG:
     install()

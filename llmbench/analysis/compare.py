@@ -47,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from llmbench.analysis import variance
+from llmbench.analysis import shape, variance
 from llmbench.analysis.startup import PROCESS_METRICS, process_change
 from llmbench.core.errors import UserError
 from llmbench.results.metrics import cold_start, lever_summary
@@ -84,8 +84,8 @@ CONFIDENCE = variance.CONFIDENCE
 # the rows that speak (a verdict word) whatever is gated: robust statistics of the speed metrics
 SPEAKING_STATS = ("p50", GAPS)
 SPEAKING_METRICS = ("ttft_ms", "tpot_ms", "e2e_ms", "decode_tokens_per_s")
-INFORMATION = "(information)"  # the verdict of a row that does not speak
-NO_CHANGE = "no significant change"
+INFORMATION = variance.INFORMATION  # the verdict of a row that does not speak
+NO_CHANGE = variance.NO_CHANGE
 
 
 @dataclass
@@ -121,6 +121,12 @@ class GateCheck:
     threshold_pct: float
     significant: bool
     regression: bool  # significantly worse, by more than the threshold
+    # a shape metric's gate (llmbench.analysis.shape): its *_pct fields are NaN (no ratio to a base of 0) and
+    # these say the difference NEW - BASE, its interval and the threshold, in ``unit``
+    unit: str = "%"
+    difference: float | None = None
+    difference_ci: tuple[float, float] | None = None
+    threshold: float | None = None
 
 
 @dataclass
@@ -165,6 +171,8 @@ class Comparison:
     levers: dict[str, dict[str, Any]] = field(default_factory=dict)
     # {"base"|"new": its cold start} (results.metrics.cold_start): one process each, information only
     cold: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # the shape of the wait: NEW - BASE in each metric's unit (llmbench.analysis.shape), information unless gated
+    shape: list[shape.ShapeRow] = field(default_factory=list)
     _notes: list[MachineNote] = field(default_factory=list, repr=False)  # every row's; ``machine``: the spoken
 
     def row(self, metric: str, stat: str) -> Row | None:
@@ -234,7 +242,7 @@ class Comparison:
                     f"--fail-on {metric}: each worker process is one sample of its cold start; these "
                     "runs lack 2 or more processes a side that recorded it (ab --processes)"
                 )
-        out = []
+        out = self._shape_checks(thresholds)
         for metric in METRICS:
             r = self.row(metric, stat) if metric in thresholds else None
             if r is not None:
@@ -243,6 +251,21 @@ class Comparison:
                 regression = r.significant and worse > thresholds[r.metric]
                 out.append(GateCheck(r.metric, r.stat, r.change_pct, r.ci_low_pct, r.ci_high_pct,
                                      thresholds[r.metric], r.significant, regression))  # fmt: skip
+        return out
+
+    def _shape_checks(self, thresholds: dict[str, float]) -> list[GateCheck]:
+        """The gated shape metrics' checks: significantly worse (the interval excludes 0) by more than the
+        threshold, in the metric's unit. A gated metric neither run has is refused: a gate that can't fail is off."""
+        out = []
+        for metric in shape.SHAPE_METRICS.keys() & thresholds.keys():
+            row = next((r for r in self.shape if r.metric == metric), None)
+            if row is None:
+                raise UserError(f"--fail-on {metric}: these runs have no {metric} to compare (no tokens?)")
+            shape.speak(row)
+            nan = float("nan")
+            out.append(GateCheck(metric, "mean", nan, nan, nan, nan, row.significant,
+                                 row.significant and row.worse_by() > thresholds[metric], row.unit, row.difference,
+                                 (row.ci_low, row.ci_high), thresholds[metric]))  # fmt: skip
         return out
 
     def gate(
@@ -305,8 +328,12 @@ def thresholds_of(fail_on_regression: float | None, fail_on: dict[str, float] | 
         gates.update(dict.fromkeys(GATED_BY_DEFAULT, check_percent("--fail-on-regression", fail_on_regression)))
     allowed = ", ".join(k for k, v in METRICS.items() if v[1] != 0)
     for name, pct in (fail_on or {}).items():
+        if name in shape.SHAPE_METRICS:  # a difference in the metric's unit: a base of 0 has no percentage
+            gates[name] = shape.check_threshold(name, pct)
+            continue
         if name not in METRICS or METRICS[name][1] == 0:
-            raise UserError(f"--fail-on {name}: expected METRIC=PCT with METRIC one of {allowed}")
+            raise UserError(f"--fail-on {name}: expected METRIC=PCT with METRIC one of {allowed}, or METRIC=AMOUNT "
+                            f"(worse by, in its unit) with METRIC one of {', '.join(shape.SHAPE_METRICS)}")  # fmt: skip
         gates[name] = check_percent(f"--fail-on {name}", pct)
     return gates
 
@@ -348,7 +375,9 @@ def check_gate_inputs(
         raise UserError(f"gating TPOT on its gaps compares requests of {GAPS_MIN_TOKENS} or more tokens: "
                         f"--max-new-tokens {max_new_tokens} gives none")  # fmt: skip
     for metric in (m for m in thresholds if m not in PROCESS_METRICS):
-        if processes > 1:
+        if metric in shape.SHAPE_METRICS:  # a mean difference over every pair, whichever process measured it
+            n, kind, unit = pairs * max(processes, 1), "difference", "pairs (prompts x --repeats x --processes)"
+        elif processes > 1:
             n, kind, unit = processes, "processes", "--processes"
         else:
             n = pairs + (ttft_pairs if metric == "ttft_ms" else 0)
@@ -605,6 +634,7 @@ def compare_runs(
         rows=rows, outputs_compared=compared, outputs_changed=changed, outputs_note=note,
     )  # fmt: skip
     comp.quality, comp.quality_note = _quality(base, new)
+    comp.shape = shape.shape_rows(base, new, paired)
     comp.workload = _workload(base, new)
     comp.levers = {who: d for who, run in (("base", base), ("new", new)) if (d := lever_summary(run)) is not None}
     comp.cold = {who: d for who, run in (("base", base), ("new", new)) if (d := cold_start(run)) is not None}

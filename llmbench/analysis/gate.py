@@ -57,7 +57,8 @@ def gate(
     checks = [c.checks(fail_on_regression, thresholds, stat) for c in comps]
     verdict = GateVerdict(checks, require_mdc=require_mdc)
     for c, k in zip(comps, checks, strict=True):
-        for metric, mdc, pct in c.blind_spots({x.metric: x.threshold_pct for x in k}, stat):
+        verdict.blind += _blind_shape(k)
+        for metric, mdc, pct in c.blind_spots({x.metric: x.threshold_pct for x in k if x.threshold is None}, stat):
             row = c.row(metric, stat)
             assert row is not None  # blind_spots found it
             why = (f"{row.too_few}, so no interval and no verdict" if row.too_few else
@@ -74,6 +75,23 @@ def gate(
         verdict.short = [(m, c.row(m, stat).stat, mdc) for c in comps  # type: ignore[union-attr]
                          for m, mdc, _ in c.blind_spots(dict.fromkeys(wanted, require_mdc), stat)]  # fmt: skip
     return verdict
+
+
+def _blind_shape(checks: list[GateCheck]) -> list[str]:
+    """BLIND lines for the gated shape metrics that could not have failed: no interval (too few pairs), or one
+    whose half-width is over the threshold (a growth of the threshold's size would not have been significant)."""
+    out = []
+    for x in checks:
+        if x.threshold is None or x.difference_ci is None:
+            continue
+        low, high = x.difference_ci
+        half = (high - low) / 2 if low == low else float("inf")  # NaN: too few pairs for an interval
+        if half > x.threshold:
+            why = "too few pairs for an interval" if half == float("inf") else (
+                f"its 95% interval is +-{half:.4g} {x.unit} wide")  # fmt: skip
+            out.append(f"BLIND: this run could not have seen {x.metric} grow worse by {x.threshold:g} {x.unit}: "
+                       f"{why} (more pairs: --repeats)")  # fmt: skip
+    return out
 
 
 @dataclass

@@ -60,7 +60,10 @@ RUN_STATS = ("mean", "p50", "p90", "p99")  # a run's own statistics in the histo
 # simulation of :mod:`llmbench.analysis.coverage` (normal, skewed and heavy-tailed pair ratios, under the null and
 # a +3% shift, n from 2 to 40; the worst of the 6 at each n, 1,000 data sets each, so +-1.5 points of noise:
 # benchmarks/README.md "Interval coverage"). Below it a row prints no interval and no verdict, never fails a gate.
+INFORMATION = "(information)"  # the verdict of a compare row that does not speak
+NO_CHANGE = "no significant change"
 MIN_N: dict[str, int] = {
+    "difference": 7,  # a shape row's mean difference, Student t (:mod:`.shape`): see its docstring
     "median": 6,  # the paired p50 and gaps rows: the exact order-statistic interval exists from 6 (96.9%)
     "processes": 2,  # Student t over the processes' own medians (ab --processes): processes, not pairs
     "cold_start": 2,  # ab's load_s and ready_s: Student t over processes, one sample each

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from llmbench.cli.common import print_lines, user_errors, written_record
-from llmbench.cli.params import ExportFormat, OverwriteOpt
+from llmbench.cli.params import OverwriteOpt, RunExportFormat
 from llmbench.core.errors import UserError
 
 
@@ -40,13 +40,30 @@ def show(run_file: Annotated[Path, typer.Argument(help="A run JSON, a scan.json 
 def export(
     run_file: Annotated[Path, typer.Argument(help="A run JSON.")],
     output: Annotated[Path, typer.Option("--output", "-o", help="The file to write.")],
-    fmt: Annotated[ExportFormat, typer.Option("--format", help="File format.")] = ExportFormat.csv,
+    fmt: Annotated[
+        RunExportFormat,
+        typer.Option("--format", help="File format (trace: a timeline for ui.perfetto.dev and chrome://tracing)."),
+    ] = RunExportFormat.csv,
     tokens: Annotated[bool, typer.Option("--tokens", help="One row per token instead of per request.")] = False,
     overwrite: OverwriteOpt = False,
 ) -> None:
-    """A tidy table of a run (pandas): one row per request, or per token with --tokens."""
+    """A tidy table of a run (pandas): one row per request, or per token with --tokens; or a trace.
+
+    --format trace: the run's requests on a timeline (Chrome Trace Event Format), for ui.perfetto.dev and
+    chrome://tracing."""
     from llmbench.results.storage import load_run, prepare_output
 
+    if fmt is RunExportFormat.trace:
+        with user_errors():
+            if tokens:
+                raise UserError("--tokens is for csv and parquet: a trace holds every token's stamp already")
+            from llmbench.present.trace import write_trace
+
+            run = load_run(run_file)
+            path = prepare_output(output, overwrite)
+            events = write_trace(run, path)
+        typer.echo(f"wrote {events} trace events to {path}")
+        return
     with user_errors():
         from llmbench.core.errors import require
 

@@ -23,8 +23,8 @@ from llmbench.spec.commands import LoadTestSpec
 
 @from_spec(LoadTestSpec)
 def load(ctx: typer.Context, quiet: QuietOpt = False, **s: Any) -> None:
-    """A server under open-loop load, rate by rate: latency percentiles, 429s, goodput under SLOs, and the
-    saturation point."""
+    """A server under open-loop load, rate by rate: latency percentiles, 429s, goodput under SLOs, fluidity and
+    stalls, the saturation point and the fluid capacity."""
     from llmbench.drivers import load as ld
     from llmbench.options import endpoint_options_of
     from llmbench.present import terminal as display
@@ -36,7 +36,8 @@ def load(ctx: typer.Context, quiet: QuietOpt = False, **s: Any) -> None:
             rates=ld.parse_rates(s["rates"]), slos=[ld.Slo.parse(t) for t in s["slo"] or []], arrival=s["arrival"],
             duration_s=None if requests is not None else s["duration_s"], requests=requests, seed=s["seed"],
             workers=s["workers"], ray=s["ray"], min_attainment=s["min_attainment"],
-            one_token_passes=s["one_token_passes"], auto_start=s["auto_start"], auto_steps=s["auto_steps"],
+            one_token_passes=s["one_token_passes"], fluidity_target=s["fluidity_target"],
+            fluidity_share=s["fluidity_share"], auto_start=s["auto_start"], auto_steps=s["auto_steps"],
         )  # fmt: skip
         spec.validate()
         target = endpoint_options_of(args)

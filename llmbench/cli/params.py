@@ -25,6 +25,15 @@ class ExportFormat(str, Enum):
     parquet = "parquet"
 
 
+class RunExportFormat(str, Enum):
+    """``llmbench export``'s formats: the tables, and a trace (Chrome Trace Event Format: Perfetto, chrome://tracing).
+    ``history export`` keeps :class:`ExportFormat`: a history has no timeline."""
+
+    csv = "csv"
+    parquet = "parquet"
+    trace = "trace"
+
+
 class Stat(str, Enum):
     mean = "mean"
     p50 = "p50"

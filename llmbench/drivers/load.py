@@ -2,8 +2,8 @@
 
 Every rate is an ordinary open-loop run (``DIR/rate-<R>.json``: requests sent on a schedule drawn in advance,
 whatever the server does). ``DIR/load.json`` holds, per offered rate: the achieved rate, output tokens/s,
-TTFT/TPOT/E2E percentiles, errors and 429s, send lateness, SLO attainment and goodput; and the saturation
-point.
+TTFT/TPOT/E2E percentiles, errors and 429s, send lateness, SLO attainment and goodput, fluidity attainment and
+the reader's stalls; and the saturation point and the fluid capacity.
 
 Definitions (written into load.json):
 
@@ -17,6 +17,19 @@ Definitions (written into load.json):
   offered rate that holds: with ``auto``, found by doubling from ``auto_start`` until a rate fails (or halving
   until one holds), then ``auto_steps`` bisections (geometric midpoints) between the last rate that held and
   the first that failed.
+- The shape of the wait (each request's ``fluidity``, ``reader_stalls``, ``reader_stall_ms`` at the run's reader
+  pace, :mod:`llmbench.results.reader`). Etalon (Agrawal et al., arXiv 2407.07000) calls a request *fluid* when its
+  fluidity index is at least ``fluidity_target`` (0.9); ``fluidity_attainment`` = fluid requests / sent. A failed
+  request did not stream and is not fluid, as it meets no SLO; an answer without a token (fluidity None) is not
+  fluid either. A one-token answer has a fluidity index (its one deadline, the prefill's), so
+  ``one_token_passes``, which is about TPOT, does not apply. ``stall_free`` = finished requests with no wait over
+  100 ms (``reader_stalls == 0``) / sent; ``reader_stall_ms`` p50/p90 over the finished requests.
+- The *fluid capacity* (``fluid_capacity_rps``): Etalon's capacity under a fluidity SLO (their "fluid token
+  generation rate": the most a system serves with 99% of requests at fluidity >= 0.9), among the rates run: the
+  highest offered rate whose ``fluidity_attainment >= fluidity_share`` (0.99) with every lower rate run holding it
+  too (the rate below the first that fails: one lucky rate above a failure is not capacity); None when the lowest
+  rate fails. ``fluid_tokens_per_s``: output tokens/s at that rate. The auto search follows the SLOs, not fluidity:
+  the capacity is only as sharp as the rates that search visited.
 """
 
 from __future__ import annotations
@@ -35,9 +48,13 @@ from llmbench.core.errors import RunInterrupted, UserError
 from llmbench.core.process import Stop
 from llmbench.drivers.run import run as run_driver
 from llmbench.options import EndpointOptions, OpenLoop, RunOptions
+from llmbench.results.metrics import describe
 from llmbench.results.schema import LOAD_VERSION, Run, llmbench_version, utc_now
 from llmbench.results.storage import prepare_driver_dir, prepare_output, write_record
 from llmbench.runner.loop import NullReporter, Reporter
+from llmbench.spec import check_value
+from llmbench.spec import default as _d
+from llmbench.spec.commands import LoadPlan
 from llmbench.workloads.arrivals import check_schedule
 from llmbench.workloads.limits import MAX_RATE_RPS, check_range
 from llmbench.workloads.prompts import PromptSet
@@ -58,6 +75,15 @@ DEFINITIONS = {
     "holds": "attainment >= min_attainment",
     "saturation_rps": "the highest offered rate that holds",
     "send_lateness_ms": "actual send - scheduled send, per request (the load generator's own delay)",
+    "fluidity_attainment": "requests with fluidity >= fluidity_target / requests sent (Etalon, arXiv 2407.07000); "
+    "a failed request, or an answer without a token, is not fluid",
+    "fluid_holds": "fluidity_attainment >= fluidity_share",
+    "stall_free": "finished requests with reader_stalls == 0 (no reader wait over 100 ms) / requests sent",
+    "reader_stall_ms": "p50 and p90 over the finished requests of each one's total reader wait",
+    "fluid_capacity_rps": "the highest offered rate that is fluid_holds with every lower rate run fluid_holds too "
+    "(Etalon's capacity: 99% of requests at fluidity >= 0.9); None when the lowest rate is not",
+    "fluid_tokens_per_s": "output_tokens_per_s at fluid_capacity_rps (Etalon's fluid token generation rate, among "
+    "the rates run)",
 }
 
 
@@ -121,6 +147,9 @@ class LoadSpec:
     ray: str | None = None
     min_attainment: float = 0.9
     one_token_passes: bool = False
+    # the spec's defaults (llmbench.spec.commands.LoadPlan): one declaration, read here
+    fluidity_target: float = _d(LoadPlan, "fluidity_target")
+    fluidity_share: float = _d(LoadPlan, "fluidity_share")
     auto_start: float = 1.0
     auto_steps: int = 3
 
@@ -129,6 +158,8 @@ class LoadSpec:
             raise UserError("give at least one --slo, e.g. --slo ttft_ms:p90=1000 --slo tpot_ms:p90=200")
         if not 0 < self.min_attainment <= 1:
             raise UserError(f"--min-attainment must be in (0, 1], not {self.min_attainment}")
+        for name in ("fluidity_target", "fluidity_share"):  # the spec's bounds, for a LoadSpec made in Python
+            check_value(LoadPlan, name, getattr(self, name))
         if not self.auto_start > 0 or self.auto_steps < 0:
             raise UserError("--auto-start must be above 0 and --auto-steps 0 or more")
         check_range("--auto-start", self.auto_start, 0, MAX_RATE_RPS, unit=" requests per second", above=True)
@@ -171,6 +202,9 @@ def rate_figures(run: Run, spec: LoadSpec) -> dict[str, Any]:
         }
     attainment = len(good) / sent if sent else 0.0
     tokens = sum(r.output_tokens for r in ok)
+    fluid = sum(r.fluidity is not None and r.fluidity >= spec.fluidity_target for r in ok)  # failed: not fluid
+    stall_free = sum(r.reader_stalls == 0 for r in ok)
+    stalls = describe(r.reader_stall_ms for r in ok if r.reader_stall_ms is not None)
     return {
         "offered_rate_rps": run.config.endpoint.arrival.rate_rps if run.config.endpoint and run.config.endpoint.arrival
         else None,
@@ -187,12 +221,34 @@ def rate_figures(run: Run, spec: LoadSpec) -> dict[str, Any]:
         "attainment": round(attainment, 4),
         "slos": slo_rows,
         "holds": sent > 0 and attainment >= spec.min_attainment,
+        "fluid": fluid,
+        "fluidity_attainment": round(fluid / sent, 4) if sent else 0.0,
+        "fluid_holds": sent > 0 and fluid / sent >= spec.fluidity_share,
+        "stall_free": round(stall_free / sent, 4) if sent else 0.0,
+        "reader_stall_ms": _pcts(stalls, ("p50", "p90")),
         "complete": run.complete,
     }  # fmt: skip
 
 
 def _pcts(stats: Any, keys: tuple[str, ...] = ("p50", "p90", "p99")) -> dict[str, float] | None:
     return None if stats is None else {k: round(getattr(stats, k), 3) for k in keys}
+
+
+def fluid_capacity(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The fluid capacity of load.json's rows (see the module docstring): the highest offered rate below the lowest
+    rate that is not ``fluid_holds``, its output tokens/s, and that first failing rate."""
+    capacity: dict[str, Any] | None = None
+    failing = None
+    for row in sorted(rows, key=lambda r: r["offered_rate_rps"]):
+        if not row.get("fluid_holds"):
+            failing = row["offered_rate_rps"]
+            break
+        capacity = row
+    return {
+        "fluid_capacity_rps": capacity["offered_rate_rps"] if capacity else None,
+        "fluid_tokens_per_s": capacity["output_tokens_per_s"] if capacity else None,
+        "fluid_first_failing_rps": failing,
+    }
 
 
 def _meets(r: Any, slo: Slo, one_token_passes: bool) -> bool:
@@ -231,7 +287,8 @@ class LoadDriver:
         row = self.rows[rate]
         self.reporter.status(
             f"  {rate:g}/s: achieved {row['achieved_rate_rps']}/s, goodput {row['goodput_rps']}/s, attainment "
-            f"{row['attainment']:.0%}, {row['http_429']} x 429 -> {'holds' if row['holds'] else 'fails'}"
+            f"{row['attainment']:.0%}, {row['http_429']} x 429 -> {'holds' if row['holds'] else 'fails'}; fluid "
+            f"{row['fluidity_attainment']:.0%}, stall-free {row['stall_free']:.0%}"
         )
         return row
 
@@ -284,9 +341,12 @@ class LoadDriver:
             "slos": [dataclasses.asdict(s) | {"text": s.text} for s in self.spec.slos],
             "min_attainment": self.spec.min_attainment,
             "one_token_passes": self.spec.one_token_passes,
+            "fluidity_target": self.spec.fluidity_target,
+            "fluidity_share": self.spec.fluidity_share,
             "definitions": DEFINITIONS,
             "rates": rows,
             "saturation": {"rate_rps": saturation, "first_failing_above_rps": above, **(search or {"method": "list"})},
+            **fluid_capacity(rows),
         }
 
     def save(self, complete: bool, search: dict[str, Any] | None = None) -> dict[str, Any]:

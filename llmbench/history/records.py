@@ -306,6 +306,9 @@ def _load_results(load: dict, path: Path) -> list[Result]:
     for where, rate in _rows(path, load, "rates"):
         offered = _number(path, f"{where}.offered_rate_rps", rate.get("offered_rate_rps"), required=True)
         values[f"goodput_rps@{offered:g}"] = _number(path, f"{where}.goodput_rps", rate.get("goodput_rps"))
+        # a load.json from before the fluid capacity has no fluidity figures: None, not recorded
+        fluid = _number(path, f"{where}.fluidity_attainment", rate.get("fluidity_attainment"))
+        values[f"fluidity_attainment@{offered:g}"] = fluid
         run_file = _run_file(path, where, rate)
         if run_file is None:  # a rate without a run file: nothing measured to record
             continue
@@ -315,7 +318,9 @@ def _load_results(load: dict, path: Path) -> list[Result]:
     saturation = load.get("saturation")
     if saturation is not None and not isinstance(saturation, dict):
         raise _malformed(path, f"'saturation' is {type(saturation).__name__}, not an object")
-    values = {"saturation_rps": _number(path, "saturation.rate_rps", (saturation or {}).get("rate_rps")), **values}
+    values = {"saturation_rps": _number(path, "saturation.rate_rps", (saturation or {}).get("rate_rps")),
+              "fluid_capacity_rps": _number(path, "fluid_capacity_rps", load.get("fluid_capacity_rps")),
+              **values}  # fmt: skip
     out.append(value_result(load, path, "load", values, first, label="load.json"))
     return out
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from llmbench.core.errors import UserError
+from llmbench.present.trace import write_trace
 from llmbench.results.metrics import decode_tokens_per_s, prefill_tokens_per_s
 from llmbench.results.schema import Run
 
@@ -92,9 +93,13 @@ def _typed(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def export(run: Run, path: str | Path, fmt: str = "csv", tokens: bool = False) -> int:
-    """Write the request (or token) table to ``path`` as csv or parquet; returns the number of rows."""
+    """Write the request (or token) table to ``path`` as csv or parquet, and return the number of rows; or, for
+    ``fmt`` "trace", the run as a Chrome Trace Event Format file (:func:`llmbench.present.trace.write_trace`: a
+    full run, not a scalars-only one; ``tokens`` does not apply) and return the number of events."""
+    if fmt == "trace":
+        return write_trace(run, path)
     if fmt not in ("csv", "parquet"):
-        raise UserError(f"unknown --format '{fmt}'; expected csv or parquet")
+        raise UserError(f"unknown --format '{fmt}'; expected csv, parquet or trace")
     if fmt == "parquet":
         from llmbench.core.errors import require
 

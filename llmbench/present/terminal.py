@@ -227,13 +227,33 @@ def compare_lines(comp, checks: list[Any]) -> tuple[list[str], list[str]]:
         if r.too_few:
             few.setdefault(r.too_few, []).append(f"{r.metric} {r.stat}")
     tail += [f"no 95% interval, no verdict ({why}): {', '.join(rows)}" for why, rows in few.items()]
+    tail += shape_lines(comp.shape)
     for c in checks:
         status = "REGRESSION" if c.regression else "ok"
+        if c.difference is not None:  # a shape metric: NEW - BASE in its unit
+            low, high = c.difference_ci
+            tail.append(f"gate {c.metric} (mean a request): {c.difference:+.4g} {c.unit}, 95% CI "
+                        f"{_span(low, high)}, threshold {c.threshold:g} {c.unit} worse: {status}")  # fmt: skip
+            continue
         tail.append(
             f"gate {c.metric} {c.stat}: {_pct(c.change_pct)}, 95% CI {_ci(c.ci_low_pct, c.ci_high_pct)}, "
             f"threshold {c.threshold_pct:g}%: {status}"
         )
     return head, tail
+
+
+def _span(low: float, high: float) -> str:
+    return f"[{low:+.4g}, {high:+.4g}]" if low == low else "none (too few)"  # NaN: no interval
+
+
+def shape_lines(rows: list[Any]) -> list[str]:
+    """compare's shape-of-the-wait rows (llmbench.analysis.shape): NEW - BASE a request, in each metric's unit."""
+    if not rows:
+        return []
+    parts = [f"{r.metric} {r.base:.4g} -> {r.new:.4g} ({r.difference:+.4g} {r.unit}, 95% CI "
+             f"{_span(r.ci_low, r.ci_high)}" + ("" if r.verdict == "(information)" else f", {r.verdict}") + ")"
+             for r in rows]  # fmt: skip
+    return ["the shape of the wait (mean a request; new - base): " + "; ".join(parts)]
 
 
 def changed_line(comp) -> str:
@@ -566,26 +586,52 @@ def _p(d: dict | None, key: str, digits: int = 0) -> str:
     return "-" if not d or d.get(key) is None else f"{d[key]:,.{digits}f}"
 
 
+def _share(v: float | None) -> str:
+    """A share as a percentage: whole when it is one (100%), else to a tenth (99.5%, not a rounded 100%)."""
+    if v is None:
+        return "-"
+    return f"{v:.0%}" if round(v * 100, 6).is_integer() else f"{v:.1%}"
+
+
 def load_table(record: dict) -> Table:
-    """load.json's rates: offered and achieved rate, latency percentiles, errors, goodput, attainment."""
+    """load.json's rates: offered and achieved rate, latency percentiles, errors, goodput, attainment, fluidity
+    attainment and stall-free share ("-" in a load.json from before them)."""
     title = (f"load on {record['endpoint']} ({record['model']}), {record['arrival']} arrivals, SLOs: "
              + ", ".join(s["text"] for s in record["slos"]))  # fmt: skip
     t = Table(title=escape(title), title_justify="left")  # names from a server are text, never markup
     for col in ("offered/s", "achieved/s", "TTFT p50", "TTFT p90", "TPOT p50", "TPOT p90", "late p99",
-                "failed", "429", "goodput/s", "attainment", ""):  # fmt: skip
+                "failed", "429", "goodput/s", "attainment", "fluid", "stall-free", ""):  # fmt: skip
         t.add_column(col, justify="right" if col else "left")
     for r in record["rates"]:
         t.add_row(
             f"{r['offered_rate_rps']:g}", _num(r["achieved_rate_rps"]), _p(r["ttft_ms"], "p50"),
             _p(r["ttft_ms"], "p90"), _p(r["tpot_ms"], "p50", 1), _p(r["tpot_ms"], "p90", 1),
             _p(r["send_lateness_ms"], "p99", 1), str(r["failed"]), str(r["http_429"]), _num(r["goodput_rps"]),
-            f"{r['attainment']:.0%}", "holds" if r["holds"] else "fails",
+            f"{r['attainment']:.0%}", _share(r.get("fluidity_attainment")), _share(r.get("stall_free")),
+            "holds" if r["holds"] else "fails",
         )  # fmt: skip
     return t
 
 
+def _fluid_capacity_line(record: dict) -> str:
+    """The fluid capacity (drivers/load.py): the highest rate at which the share of fluid requests held, every
+    lower rate too."""
+    cap, failing = record.get("fluid_capacity_rps"), record.get("fluid_first_failing_rps")
+    share, target = _share(record["fluidity_share"]), f"{record['fluidity_target']:g}"
+    if cap is None and failing is None:
+        return "fluid capacity: none (no rate was run)"
+    if cap is None:
+        return (f"fluid capacity: none; at {failing:g}/s, the lowest rate tried, fewer than {share} of requests had "
+                f"fluidity >= {target} (Etalon)")  # fmt: skip
+    tps = record.get("fluid_tokens_per_s")
+    return (f"fluid capacity: {cap:g} requests/s" + (f" ({tps:,.1f} output tokens/s)" if tps else "")
+            + f" is the highest offered rate at which >= {share} of requests had fluidity >= {target} (Etalon), "
+            "every lower rate too" + (f"; {failing:g}/s did not" if failing is not None else
+                                      "; every rate tried did"))  # fmt: skip
+
+
 def load_lines(record: dict) -> list[str]:
-    """The saturation verdict and what the table's columns mean."""
+    """The saturation verdict, the fluid capacity and what the table's columns mean."""
     s = record["saturation"]
     lines = []
     if s["rate_rps"] is None:
@@ -596,8 +642,14 @@ def load_lines(record: dict) -> list[str]:
         lines.append(f"saturation: {s['rate_rps']:g} requests/s is the highest offered rate that held (attainment >= "
                      f"{record['min_attainment']:.0%})" + (f"; {above:g}/s failed" if above else
                                                            "; every rate tried held"))  # fmt: skip
+    fluid = "fluidity_target" in record  # a load.json from before the fluid capacity has none of it
+    if fluid:
+        lines.append(_fluid_capacity_line(record))
     lines.append("latencies in ms from the actual send; TPOT per request, (last - first) / (n - 1); goodput: "
                  "requests meeting every SLO per second; late: the client's send lateness")  # fmt: skip
+    if fluid:
+        lines.append(f"fluid: requests sent whose fluidity index (Etalon) is >= {record['fluidity_target']:g} (a "
+                     "failed one is not); stall-free: requests sent whose reader never waited over 100 ms")  # fmt: skip
     if not record.get("complete", True):
         lines.append("INCOMPLETE: interrupted; the rates above are those finished")
     return lines
@@ -606,7 +658,7 @@ def load_lines(record: dict) -> list[str]:
 def load_comparison(base: dict, new: dict) -> Table:
     """Two load.json side by side at the offered rates both measured."""
     t = Table(title="load: base -> new at equal offered rates", title_justify="left")
-    for col in ("offered/s", "goodput/s", "attainment", "TTFT p90", "TPOT p90", "429"):
+    for col in ("offered/s", "goodput/s", "attainment", "fluid", "TTFT p90", "TPOT p90", "429"):
         t.add_column(col, justify="right")
     rows_b = {r["offered_rate_rps"]: r for r in base["rates"]}
     for r in new["rates"]:
@@ -617,6 +669,7 @@ def load_comparison(base: dict, new: dict) -> Table:
             f"{r['offered_rate_rps']:g}",
             f"{_num(b['goodput_rps'])} -> {_num(r['goodput_rps'])}",
             f"{b['attainment']:.0%} -> {r['attainment']:.0%}",
+            f"{_share(b.get('fluidity_attainment'))} -> {_share(r.get('fluidity_attainment'))}",
             f"{_p(b['ttft_ms'], 'p90')} -> {_p(r['ttft_ms'], 'p90')}",
             f"{_p(b['tpot_ms'], 'p90', 1)} -> {_p(r['tpot_ms'], 'p90', 1)}",
             f"{b['http_429']} -> {r['http_429']}",

@@ -95,15 +95,18 @@ def request_result(
     )
 
 
-def shape_fields(times_ms: Sequence[float], text: str, offsets: Sequence[int] | None) -> dict[str, Any]:
-    """A request's shape-of-the-wait fields (:mod:`llmbench.results.reader`) at the default reading pace; the
-    offsets are dropped when they don't match the stamps (one per stamp)."""
-    from llmbench.results.reader import shape_of
+def shape_fields(
+    times_ms: Sequence[float], text: str, offsets: Sequence[int] | None, reader: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """A request's shape-of-the-wait fields (:mod:`llmbench.results.reader`) at the pace ``reader`` records (a
+    run's ``config.reader``; None: the default); the offsets are dropped when they don't match the stamps (one per
+    stamp)."""
+    from llmbench.results.reader import Pace, shape_of
 
     if not times_ms:
         return {}
     ends = list(offsets) if offsets is not None and len(offsets) == len(times_ms) else None
-    s = shape_of(times_ms, text, ends)
+    s = shape_of(times_ms, text, ends, Pace.of(reader))
     return {
         "text_offsets": ends,
         "first_visible_ms": s.reading.first_visible_ms,
@@ -113,6 +116,35 @@ def shape_fields(times_ms: Sequence[float], text: str, offsets: Sequence[int] | 
         "andes_qoe": round(s.andes_qoe, 4),
         "fluidity": round(s.fluidity, 4) if s.fluidity is not None else None,
     }
+
+
+def reshape(request: RequestResult, reader: dict[str, Any] | None) -> RequestResult:
+    """``request`` with its shape-of-the-wait fields at the pace ``reader`` records (a run's ``config.reader``), in
+    place: backends stamp at the default pace; a run asked another one reshapes each request as it is recorded."""
+    for name, value in shape_fields(request.token_times_ms, request.output_text, request.text_offsets,
+                                    reader).items():  # fmt: skip
+        setattr(request, name, value)
+    return request
+
+
+def fill_shape(run: Any) -> int:
+    """A run recorded before the shape of the wait: each request's shape (its text spread evenly over its events:
+    it kept no offsets) and the summary's, in place. Returns the requests filled (0: nothing was missing)."""
+    todo = [r for r in (*run.requests, *run.ttft_requests) if r.andes_qoe is None and r.token_times_ms]
+    for r in todo:
+        reshape(r, run.config.reader)
+    if todo and run.summary is not None:
+        for name, stats in shape_summary(run.requests).items():
+            setattr(run.summary, name, stats)
+    return len(todo)
+
+
+SHAPE_METRICS = ("reader_stall_ms", "reader_stalls", "andes_qoe", "fluidity")  # a request's shape, summarised
+
+
+def shape_summary(requests: Sequence[Any]) -> dict[str, Any]:
+    """The summary's shape-of-the-wait figures over ``requests`` (those that have each)."""
+    return {k: describe(v for r in requests if (v := getattr(r, k)) is not None) for k in SHAPE_METRICS}
 
 
 def describe(values: Iterable[float]) -> Stats | None:
@@ -232,10 +264,7 @@ def summarize(
         **(stream_figures(requests) if any(r.chunks is not None for r in requests) else {}),
         **open_loop_figures(requests, offered_rate_rps),
         ttfrt_ms=describe(r.ttfrt_ms for r in requests if r.ttfrt_ms is not None),
-        reader_stall_ms=describe(r.reader_stall_ms for r in requests if r.reader_stall_ms is not None),
-        reader_stalls=describe(r.reader_stalls for r in requests if r.reader_stalls is not None),
-        andes_qoe=describe(r.andes_qoe for r in requests if r.andes_qoe is not None),
-        fluidity=describe(r.fluidity for r in requests if r.fluidity is not None),
+        **shape_summary(requests),
         token_count_disagreements=count_disagreements(requests),
         **engine_figures(requests),
         **cache_figures(requests),

@@ -34,6 +34,7 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 WORDS_PER_MINUTE = 238.0  # Brysbaert (2019): adults' silent reading of non-fiction, English
 STALL_MS = 100.0  # a wait the reader notices (a frame is 16 ms; 100 ms is the classic "instant" limit)
@@ -49,15 +50,47 @@ def words_in(text: str) -> int:
     return sum(1 for _ in _WORD.finditer(text))
 
 
+def chars_per_word(text: str) -> float:
+    """Visible characters per word in ``text`` (5.7, the English average with its space, when it has no word)."""
+    words = words_in(text)
+    return sum(1 for c in text if not c.isspace()) / words if words else 5.7
+
+
 def chars_per_s(text: str, words_per_minute: float = WORDS_PER_MINUTE) -> float:
-    """The pace in characters a second for this text: ``words_per_minute`` times its visible characters per word
-    (a text with no word reads at the English average, 5.7 visible characters per word with its space)."""
+    """The pace in characters a second for this text: ``words_per_minute`` times its visible characters per
+    word."""
     if not (math.isfinite(words_per_minute) and words_per_minute > 0):
         raise ValueError(f"a reading pace must be a positive number of words a minute, not {words_per_minute}")
-    visible = sum(1 for c in text if not c.isspace())
-    words = words_in(text)
-    per_word = visible / words if words else 5.7
-    return words_per_minute / 60.0 * per_word
+    return words_per_minute / 60.0 * chars_per_word(text)
+
+
+@dataclass(frozen=True)
+class Pace:
+    """A reader's pace: ``words_per_minute``, or ``chars_per_s`` when given (any script: no word count needed)."""
+
+    words_per_minute: float = WORDS_PER_MINUTE
+    chars_per_s: float | None = None
+
+    def chars_per_s_for(self, text: str) -> float:
+        """Characters a second on this text."""
+        return self.chars_per_s if self.chars_per_s is not None else chars_per_s(text, self.words_per_minute)
+
+    def words_per_minute_for(self, text: str) -> float:
+        """Words a minute on this text (a pace in characters, in this text's characters per word)."""
+        return self.words_per_minute if self.chars_per_s is None else self.chars_per_s * 60.0 / chars_per_word(text)
+
+    @classmethod
+    def of(cls, record: dict[str, Any] | None) -> Pace:
+        """The pace a run's ``config.reader`` records (None: the default)."""
+        return cls(**record) if record else cls()
+
+
+def pace_record(words_per_minute: float = WORDS_PER_MINUTE, chars_per_s: float | None = None) -> dict[str, Any] | None:
+    """``config.reader``: None at the default pace (what runs from before the pace could be set read as), else
+    the pace asked."""
+    if chars_per_s is None and words_per_minute == WORDS_PER_MINUTE:
+        return None
+    return {"words_per_minute": words_per_minute, "chars_per_s": chars_per_s}
 
 
 @dataclass(frozen=True)
@@ -75,6 +108,26 @@ def read(times_ms: Sequence[float], visible_chars: Sequence[int], pace_chars_per
     """The reader model over one answer. ``times_ms[k]``: when event k arrived; ``visible_chars[k]``: the visible
     characters it brought (0 for an empty, whitespace-only or reasoning event). The reader starts at the first
     event with a visible character and reads ``pace_chars_per_s``; a wait counts only while more is to come."""
+    first, spans, done = _walk(times_ms, visible_chars, pace_chars_per_s)
+    if first is None:
+        return Reading(None, 0.0, 0, 0.0, None)
+    waits = [w for _, w in spans]
+    return Reading(first, sum(waits), sum(1 for w in waits if w > STALL_MS), max(waits, default=0.0), done)
+
+
+def wait_spans(
+    times_ms: Sequence[float], visible_chars: Sequence[int], pace_chars_per_s: float
+) -> list[tuple[float, float]]:
+    """Every wait of :func:`read`'s reader, in order, as ``(start_ms, wait_ms)``: it caught up at ``start_ms``
+    (ms from the request's start) and waited ``wait_ms`` for the next visible event. The stalls are those over
+    :data:`STALL_MS`; ``read()``'s figures are these waits summed, counted and maximised."""
+    return _walk(times_ms, visible_chars, pace_chars_per_s)[1]
+
+
+def _walk(times_ms: Sequence[float], visible_chars: Sequence[int],
+          pace_chars_per_s: float) -> tuple[float | None, list[tuple[float, float]], float | None]:  # fmt: skip
+    """The reader's walk over the events: the first visible event's time, each wait (start, length) and when it
+    finished reading (None, [], None when nothing visible arrived)."""
     if len(times_ms) != len(visible_chars):
         raise ValueError("one character count per event")
     if not (math.isfinite(pace_chars_per_s) and pace_chars_per_s > 0):
@@ -82,20 +135,19 @@ def read(times_ms: Sequence[float], visible_chars: Sequence[int], pace_chars_per
     ms_per_char = 1000.0 / pace_chars_per_s
     events = [(t, c) for t, c in zip(times_ms, visible_chars, strict=True) if c > 0]
     if not events:
-        return Reading(None, 0.0, 0, 0.0, None)
+        return None, [], None
     clock, unread, waits = events[0][0], 0.0, []
     for k, (t, chars) in enumerate(events):
         if k:  # the reader reads what it has until this event arrives, or waits for it
             done = clock + unread * ms_per_char
             if done < t:
-                waits.append(t - done)
+                waits.append((done, t - done))
                 clock, unread = t, 0.0
             else:
                 unread -= (t - clock) / ms_per_char
                 clock = t
         unread += chars
-    return Reading(events[0][0], sum(waits), sum(1 for w in waits if w > STALL_MS), max(waits, default=0.0),
-                   clock + unread * ms_per_char)  # fmt: skip
+    return events[0][0], waits, clock + unread * ms_per_char
 
 
 def andes_qoe(token_times_ms: Sequence[float], tokens_per_s: float, ttft_target_ms: float = ANDES_TTFT_MS) -> float:
@@ -168,13 +220,13 @@ def visible_per_event(text: str, ends: Sequence[int] | None, events: int) -> lis
 
 
 def shape_of(token_times_ms: Sequence[float], text: str, ends: Sequence[int] | None = None,
-             words_per_minute: float = WORDS_PER_MINUTE) -> Shape:  # fmt: skip
-    """The reader, Andes' QoE and Etalon's fluidity of one answer at ``words_per_minute`` (Andes' expected TTFT,
-    1 s, is Etalon's prefill deadline too; the decode deadline is a token's reading time)."""
-    pace = chars_per_s(text, words_per_minute)
-    tokens_per_s = words_per_minute / 60.0 * TOKENS_PER_WORD
+             pace: Pace = Pace()) -> Shape:  # fmt: skip
+    """The reader, Andes' QoE and Etalon's fluidity of one answer at ``pace`` (Andes' expected TTFT, 1 s, is
+    Etalon's prefill deadline too; the decode deadline is a token's reading time, Andes' 1.3 tokens a word)."""
+    wpm = pace.words_per_minute_for(text)
+    tokens_per_s = wpm / 60.0 * TOKENS_PER_WORD
     return Shape(
-        read(token_times_ms, visible_per_event(text, ends, len(token_times_ms)), pace),
+        read(token_times_ms, visible_per_event(text, ends, len(token_times_ms)), pace.chars_per_s_for(text)),
         andes_qoe(token_times_ms, tokens_per_s, ANDES_TTFT_MS),
-        fluidity(token_times_ms, ANDES_TTFT_MS, decode_deadline_ms(words_per_minute)),
+        fluidity(token_times_ms, ANDES_TTFT_MS, decode_deadline_ms(wpm)),
     )

@@ -43,7 +43,10 @@ Schema history (bump ``SCHEMA_VERSION`` on any change a reader of the old versio
     once per process, accounted per request in cached_tokens and prompt_tokens_computed, cold for the request that
     computed it); load.phases (0.3.0, the cold start phase by phase: before the load, locating, config and
     tokenizer, weights, building, warm-up, the first request's TTFT); config.spec (0.3.0, the settings the run
-    was asked for, as llmbench.spec declares them: ``run --config-from`` repeats them).
+    was asked for, as llmbench.spec declares them: ``run --config-from`` repeats them); requests[].text_offsets/
+    first_visible_ms/reader_stall_ms/reader_stalls/reader_longest_stall_ms/andes_qoe/fluidity,
+    summary.reader_stall_ms/reader_stalls/andes_qoe/fluidity, config.reader (0.3.0, the shape of the wait at a
+    reader's pace; a run without them gets them when read, its text spread evenly over its events).
 
 No torch here: compare, show and the endpoint client read and write runs without it. Why one module of
 600-odd lines: the schema is one versioned contract (the version, its history and every model it covers change
@@ -80,13 +83,13 @@ def _match(*purposes: str, default: Any = None, **kw: Any) -> Any:
 
 # Written into every run so a reader never has to guess what a number means.
 METRIC_FORMULAS: dict[str, str] = {
-    "reader_stall_ms": "a reader starts at the first visible character and reads at 238 words a minute (Brysbaert "
-    "2019), never ahead of what arrived: the total time it has caught up and waits before the answer ends "
-    "(llmbench.results.reader)",
+    "reader_stall_ms": "a reader starts at the first visible character and reads at the run's pace "
+    "(config.reader; default 238 words a minute, Brysbaert 2019), never ahead of what arrived: the total time it "
+    "has caught up and waits before the answer ends (llmbench.results.reader)",
     "reader_stalls": "those waits longer than 100 ms; reader_longest_stall_ms: the longest wait",
-    "andes_qoe": "Andes (arXiv 2404.16283): sum_i (T - digested_i) / sum_i (T - expected_i), capped at 1; expected_i "
-    "= 1000 ms + (i - 1) / r, digested_i = max(arrival_i, digested_(i-1) + 1 / r), r = 238 words a minute x 1.3 "
-    "tokens a word, T = the later curve's last token",
+    "andes_qoe": "Andes (arXiv 2404.16283): sum_i (T - digested_i) / sum_i (T - expected_i), capped at 1; "
+    "expected_i = 1000 ms + (i - 1) / r, digested_i = max(arrival_i, digested_(i-1) + 1 / r), r = the pace in "
+    "words a minute x 1.3 tokens a word, T = the later curve's last token",
     "fluidity": "Etalon (arXiv 2407.07000): met deadlines / all deadlines; a token's deadline is 1000 ms (the first) "
     "or a token's reading time (the others) after the previous one, plus the slack earlier tokens left; a late "
     "token misses 1 + floor(late / decode deadline) and resets the slack",
@@ -263,6 +266,9 @@ class RunConfig(_Model):
     # --speculative: {method, draft_tokens, max_ngram | draft_model} (core.speculative; the draft's load record is
     # load.draft); None: plain decoding
     speculative: dict | None = _match(RESUME, COMPARE, default=None)
+    # the reader's pace the shape of the wait was measured against: {words_per_minute, chars_per_s}; None: the
+    # default, 238 words a minute (llmbench.results.reader.pace_record)
+    reader: dict | None = _match(RESUME, COMPARE, default=None)
     # --prefix-cache: "system" (the shared prefix's keys and values computed once per process and reused);
     # None: every request prefills its whole prompt, nothing reused between requests
     prefix_cache: str | None = _match(RESUME, COMPARE, default=None)
@@ -631,6 +637,12 @@ class RequestScalars(_Lean):
     cached_tokens: int | None = None  # compare's lever lines: the prefix's length, the first lossless mismatch
     lossless: bool | None = None
     first_difference: int | None = None
+    # the shape of the wait (compare's shape rows); None in a run from before it, which is then read whole
+    reader_stall_ms: float | None = None
+    reader_stalls: int | None = None
+    reader_longest_stall_ms: float | None = None
+    andes_qoe: float | None = None
+    fluidity: float | None = None
 
 
 class RunScalars(_Lean):

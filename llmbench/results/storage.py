@@ -346,7 +346,17 @@ def load_run(path: str | Path, *, scalars_only: bool = False, request_fields: tu
         raise UserError(f"{p} is not a valid run JSON") from None  # _diagnose found nothing more precise
     if isinstance(run, Run):
         merge_journal(run, p)  # a killed run's last requests are in its journal (no journal: nothing to do)
+        from llmbench.results.metrics import fill_shape
+
+        fill_shape(run)  # a run from before the shape of the wait gets it now
+    elif _shapeless(run.requests):  # the shape needs the stamps and texts: such a run is read whole, once
+        return load_run(p)
     return run  # type: ignore[return-value]  # RunScalars has every field a scalar reader uses
+
+
+def _shapeless(requests: list[Any]) -> bool:
+    """True for a run's requests recorded before the shape of the wait (it is computed from their stamps)."""
+    return any(r.andes_qoe is None and r.output_tokens for r in requests)
 
 
 _SCALAR_DECODERS: dict[tuple[str, ...], Any] = {}

@@ -39,7 +39,7 @@ from llmbench.core.errors import BackendUnavailable, RequestFailed, RunInterrupt
 from llmbench.core.process import Stop
 from llmbench.machine import probe as machine
 from llmbench.machine import telemetry
-from llmbench.results.metrics import summarize
+from llmbench.results.metrics import reshape, summarize
 from llmbench.results.schema import (
     RESUME,
     Environment,
@@ -488,6 +488,8 @@ class RunLoop:
     async def _record(self, t: Track, item: RequestResult | FailedRequest) -> None:
         item.session = t.session
         run = t.run
+        if isinstance(item, RequestResult) and run.config.reader is not None:  # a pace other than the default
+            reshape(item, run.config.reader)
         if isinstance(item, RequestResult):
             (run.ttft_requests if item.ttft_only else run.requests).append(item)
         else:

@@ -3,7 +3,7 @@
 A command's options are generated from its spec (:mod:`llmbench.cli.specs`), :func:`llmbench.measure` takes a
 :class:`RunSpec` (and keyword overrides by field name), a config file (``--config FILE.toml``) is read into one,
 ``--print-config`` writes one, the run JSON records the one it was measured with (``config.spec``), and
-docs/config.md is generated from their JSON schema (:func:`reference`).
+docs/config.md is generated from their JSON schema (:mod:`.reference`).
 
 The spec is grouped in sections, each a TOML table of a config file (``[model]``, ``[requests]``, ...); a field's
 name is the same in every section and command that has it (``max_new_tokens``), and its option is ``--max-new-tokens``
@@ -25,6 +25,7 @@ from pydantic_core import PydanticUndefined
 from typing_extensions import Self
 
 from llmbench.core.errors import UserError
+from llmbench.results import reader
 from llmbench.workloads import limits
 from llmbench.workloads.sessions import MAX_TURNS
 
@@ -124,6 +125,7 @@ class ServerSection(Section):
 
 
 _DATASETS, _TRACES, _PREFIXES, _SESSIONS = "Datasets", "Traces", "Shared prefixes", "Sessions"
+_READER = "The reader (shape of the wait)"
 # the settings that choose among a dataset's rows (PromptsSection's "Datasets" panel)
 DATASET = ("prompt_format", "prompt_column", "output_len_column", "min_prompt_tokens", "max_prompt_tokens",
            "num_prompts")  # fmt: skip
@@ -239,6 +241,21 @@ class RequestsSection(Section):
     think_time_s: float = setting(0.0, "Seconds a session waits after a reply before its next turn.",
                                   flag="--think-time", panel=_SESSIONS, ge=0, le=limits.MAX_WAIT_S,
                                   allow_inf_nan=False)  # fmt: skip
+
+
+class ReaderSection(Section):
+    """The reader the shape of the wait is measured against (llmbench.results.reader; docs/metrics.md)."""
+
+    table: ClassVar[str] = "reader"
+    reading_wpm: float = setting(
+        reader.WORDS_PER_MINUTE,
+        "A reader's pace, words a minute (Brysbaert 2019: adults read non-fiction silently at 238): the stalls, "
+        "Andes' QoE and Etalon's fluidity of every answer are measured against it.",
+        panel=_READER, ge=30, le=3000, allow_inf_nan=False,
+    )  # fmt: skip
+    reading_cps: Optional[float] = setting(None, "The pace in characters a second instead (any script; overrides "
+                                           "--reading-wpm).", panel=_READER, gt=0, le=1000,
+                                           allow_inf_nan=False)  # fmt: skip
 
 
 class LeversSection(Section):
@@ -490,6 +507,7 @@ class RunSpec(Spec):
     arrivals: ArrivalsSection = Field(default_factory=ArrivalsSection)
     requests: RequestsSection = Field(default_factory=RequestsSection)
     levers: LeversSection = Field(default_factory=LeversSection)
+    reader: ReaderSection = Field(default_factory=ReaderSection)
     outputs: OutputsSection = Field(default_factory=OutputsSection)
 
 
@@ -530,65 +548,3 @@ def check_value(section: type[Section], name: str, value: Any) -> None:
 def default(section: type[Section], name: str) -> Any:
     """A field's declared default (what the option types' own defaults read)."""
     return section.model_fields[name].default
-
-
-def reference() -> str:
-    """docs/config.md: every setting of ``llmbench run`` (and :func:`llmbench.measure`), table by table, from the
-    spec's JSON schema (``python -m llmbench.spec > docs/config.md`` remakes it; a unit test holds it equal)."""
-    schema = RunSpec.model_json_schema()
-    lines = [
-        "# Settings: the spec, config files and `--print-config`",
-        "",
-        "Generated from `llmbench.spec` (`python -m llmbench.spec > docs/config.md`); do not edit by hand.",
-        "",
-        "Every setting of `llmbench run` and `llmbench.measure()` is declared once, in `llmbench/spec.py`, with its",
-        "type, bounds, default and help; the options, the Python API's keywords, config files and the run JSON's",
-        "`config.spec` are all made from it. A config file is TOML, one table per section below:",
-        "",
-        "```bash",
-        "llmbench run prompts.txt --weights random --max-new-tokens 64 --print-config > bench.toml  # commit it",
-        "llmbench run --config bench.toml                    # the same settings",
-        "llmbench run --config bench.toml --dtype bfloat16   # a flag overrides the file",
-        "llmbench run --config-from results/RUN.json         # the settings a run recorded (config.spec)",
-        "```",
-        "",
-        "```python",
-        'spec = llmbench.load_spec("bench.toml")',
-        "run = llmbench.measure(spec=spec, max_new_tokens=16)  # keywords override the spec, by field name",
-        "```",
-        "",
-        "An unknown table or key, or a value of the wrong type or out of bounds, is one line naming the file and the",
-        "key (exit 2). `[outputs]` is where a result goes, not how it was measured: it is never recorded or printed.",
-        "URLs are recorded and printed without credentials or query.",
-    ]
-    for table, section in RunSpec.sections().items():
-        sub = schema["$defs"][section.__name__]
-        head = "| key | option | type | default | bounds | help |"
-        lines += ["", f"## [{table}]", "", section.__doc__ or "", "", head, "|---|---|---|---|---|---|"]
-        for name, prop in sub["properties"].items():
-            fi = section.model_fields[name]
-            flag = (fi.json_schema_extra or {}).get("flag") or option_of(name, fi)  # type: ignore[union-attr]
-            lines.append(f"| `{name}` | `{flag}` | {_type_of(prop)} | `{prop.get('default')!r}` | {_range(prop)} | "
-                         f"{(prop.get('description') or '').replace('|', '/')} |")  # fmt: skip
-    return "\n".join(lines) + "\n"
-
-
-def _type_of(prop: dict[str, Any]) -> str:
-    options = prop.get("anyOf", [prop])
-    names = []
-    for o in options:
-        if "enum" in o:
-            names.append(" / ".join(f"`{v}`" for v in o["enum"]))
-        elif o.get("type"):
-            names.append(str(o["type"]))
-    return " or ".join(names)
-
-
-def _range(prop: dict[str, Any]) -> str:
-    for o in prop.get("anyOf", [prop]):
-        low = o.get("minimum", o.get("exclusiveMinimum"))
-        high = o.get("maximum")
-        if low is not None or high is not None:
-            left = "(" if "exclusiveMinimum" in o else "["
-            return f"{left}{low if low is not None else '-inf'}, {high if high is not None else 'inf'}]"
-    return ""

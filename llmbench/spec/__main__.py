@@ -1,5 +1,5 @@
 """``python -m llmbench.spec > docs/config.md``: the settings reference, from the spec."""
 
-from llmbench.spec import reference
+from llmbench.spec.reference import reference
 
 print(reference(), end="")

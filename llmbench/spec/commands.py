@@ -127,6 +127,14 @@ class LoadPlan(Section):
     )
     min_attainment: float = setting(0.9, "A rate holds when this share of requests meets every SLO.")
     one_token_passes: bool = setting(False, "A one-token answer (no TPOT) passes a TPOT limit.")
+    fluidity_target: float = setting(
+        0.9, "A request is fluid when its fluidity index (Etalon: the share of token deadlines met) is at least this.",
+        gt=0, le=1, allow_inf_nan=False,
+    )  # fmt: skip
+    fluidity_share: float = setting(
+        0.99, "Fluid capacity: the highest rate at which this share of requests sent is fluid, every lower rate too.",
+        gt=0, le=1, allow_inf_nan=False,
+    )  # fmt: skip
     auto_start: float = setting(1.0, "auto: the first rate tried (then doubled or halved).")
     auto_steps: int = setting(3, "auto: bisections after the ramp.")
 
@@ -198,7 +206,10 @@ class GateSection(Section):
         None, "Exit 1 when TTFT, TPOT or E2E regresses significantly by more than PCT % (0: by anything)."
     )
     fail_on: Optional[list[str]] = setting(
-        None, "METRIC=PCT, e.g. tpot_ms=5 or load_s=10 (the load over ab's processes; repeatable)."
+        None,
+        "METRIC=PCT, e.g. tpot_ms=5 or load_s=10 (the load over ab's processes); the shape of the wait in its own "
+        "unit, worse by (a base may have none): reader_stall_ms=200, reader_stalls=1, reader_longest_stall_ms=300, "
+        "andes_qoe=0.05, fluidity=0.1 (repeatable).",
     )
     gate_stat: Stat = setting(
         "p50",

@@ -147,6 +147,24 @@ def test_goodput_counts_only_requests_meeting_every_slo_and_one_token_answers_fa
     assert ld.rate_figures(one, tpot)["good"] == 6  # ... unless asked
 
 
+def test_fluidity_holds_far_below_capacity_and_not_far_above_it(server):
+    """At 5/s every answer streams far inside Etalon's deadlines (TTFT ~20 ms of 1 s, a token every 10 ms of
+    ~194); at 100/s the server refuses what its queue can't hold (429s), and a refused request is not fluid.
+    (TTFT pushed past 1 s by the queue alone, at this server's speed, would take a long run: tests/unit has it.)"""
+    spec = ld.LoadSpec(rates=[5.0, 100.0], slos=[ld.Slo("ttft_ms", 90, 1000.0)])
+    low, _ = asyncio.run(run_driver(PROMPTS, _open(server, 5.0, arrival="constant", requests=6), OPTIONS))
+    high, _ = asyncio.run(run_driver(PROMPTS, _open(server, 100.0, arrival="constant", requests=10), OPTIONS))
+    rows = [ld.rate_figures(low, spec), ld.rate_figures(high, spec)]
+    assert all(r.fluidity == 1.0 for r in low.requests)
+    assert rows[0]["fluidity_attainment"] == 1.0 and rows[0]["fluid_holds"] and rows[0]["reader_stall_ms"]
+    refused = len(high.failed_requests)
+    assert refused >= 3 and rows[1]["fluid"] <= 10 - refused and not rows[1]["fluid_holds"]
+    assert rows[1]["fluidity_attainment"] == round(rows[1]["fluid"] / 10, 4) <= 0.7
+    assert rows[1]["stall_free"] <= 0.7  # a refused request never streamed: not stall-free either
+    capacity = ld.fluid_capacity(rows)
+    assert capacity["fluid_capacity_rps"] == 5.0 and capacity["fluid_first_failing_rps"] == 100.0
+
+
 def _prompts(tmp_path):
     p = tmp_path / "p.txt"
     p.write_text("\n".join(PROMPTS.prompts) + "\n", encoding="utf-8")

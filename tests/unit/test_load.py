@@ -106,3 +106,181 @@ def test_a_load_json_of_another_version_is_refused_in_one_line(cli, tmp_path):
         assert r.returncode == 2 and "load_version 99" in r.stderr and "reads version 1" in r.stderr, r.stderr
         assert len(r.stderr.strip().splitlines()) == 1
     assert read_load(tmp_path / "missing.json") is None  # not a load.json: the caller's reader says what's wrong
+
+
+# -- fluidity (Etalon) and the reader's stalls under load ------------------------------------------------------
+
+MS = 1_000_000
+
+
+def _answer(i: int, ttft_ms: float, gaps_ms: list[float], rate: float = 2.0):
+    """A finished open-loop request whose stamps are known: TTFT, then one token per gap (a word each)."""
+    from llmbench.results.metrics import ids_sha256, request_result
+
+    stamps = [int(ttft_ms * MS)]
+    for gap in gaps_ms:
+        stamps.append(stamps[-1] + int(gap * MS))
+    n = len(stamps)
+    return request_result(prompt_index=i, repeat=0, start_ns=0, tokenized_ns=MS, stamps_ns=stamps, prompt_tokens=30,
+                          output_sha256=ids_sha256(list(range(n))), output_text=" ".join(["word"] * n),
+                          scheduled_s=i / rate, send_lateness_ms=0.0, e2e_from_schedule_ms=stamps[-1] / MS)  # fmt: skip
+
+
+# Each kind's fluidity at the default pace (Etalon's deadlines: 1000 ms for the first token, a token's reading
+# time, ~194 ms, for each next one, plus the slack earlier tokens left), checked below before they are counted.
+STEADY = (100.0, [20.0] * 15)  # fluidity 1, no stall
+LATE = (1500.0, [20.0] * 15)  # TTFT past the 1 s deadline (a queue): 15 met of 18, 0.833
+PAUSED = (100.0, [600.0] + [20.0] * 14)  # the slack covers a 600 ms pause (fluid), the reader waits for it (a stall)
+SLOW = (100.0, [400.0] * 15)  # every token past its deadline: 0.19, and the reader stalls on each
+
+
+def _rate_run(rate: float, kinds: list[tuple[float, list[float]]], failed: int = 0):
+    from llmbench.results.metrics import summarize
+    from llmbench.results.schema import Arrival, EndpointConfig, FailedRequest
+    from tests.helpers import synthetic_run
+
+    run = synthetic_run(n=1)
+    run.requests = [_answer(i, ttft, gaps, rate) for i, (ttft, gaps) in enumerate(kinds)]
+    run.failed_requests = [FailedRequest(prompt_index=len(kinds) + k, repeat=0, error="HTTP 429", status=429,
+                                         scheduled_s=(len(kinds) + k) / rate) for k in range(failed)]  # fmt: skip
+    run.config.endpoint = EndpointConfig(url="http://127.0.0.1:9/v1/chat/completions",
+                                         arrival=Arrival(rate_rps=rate, requests=len(kinds) + failed))  # fmt: skip
+    run.summary = summarize(run.requests)
+    return run
+
+
+def test_the_kinds_of_answer_have_the_fluidity_and_stalls_the_counts_below_rely_on():
+    shapes = {name: _answer(0, *kind) for name, kind in
+              (("steady", STEADY), ("late", LATE), ("paused", PAUSED), ("slow", SLOW))}  # fmt: skip
+    assert shapes["steady"].fluidity == 1.0 and shapes["steady"].reader_stalls == 0
+    assert shapes["late"].fluidity == pytest.approx(15 / 18, abs=1e-4) and shapes["late"].reader_stalls == 0
+    assert shapes["paused"].fluidity == 1.0 and shapes["paused"].reader_stalls == 1
+    assert shapes["slow"].fluidity < 0.5 and shapes["slow"].reader_stalls == 15
+
+
+def test_fluidity_attainment_is_fluid_requests_of_those_sent_failed_and_tokenless_ones_not_fluid():
+    spec = ld.LoadSpec(rates=[50.0], slos=[ld.Slo("ttft_ms", 90, 1e9)])
+    assert (spec.fluidity_target, spec.fluidity_share) == (0.9, 0.99)  # the spec's defaults (Etalon's)
+    # a rate past capacity: 5 answers in time, 2 held in a queue past the prefill deadline, 1 paused, 2 refused
+    run = _rate_run(50.0, [STEADY] * 5 + [LATE] * 2 + [PAUSED], failed=2)
+    row = ld.rate_figures(run, spec)
+    assert row["sent"] == 10 and row["fluid"] == 6 and row["fluidity_attainment"] == 0.6 and not row["fluid_holds"]
+    assert row["stall_free"] == 0.7  # the paused answer stalled and the 429s never streamed: 7 of 10
+    stalls = [r.reader_stall_ms for r in run.requests]
+    assert row["reader_stall_ms"] == {"p50": round(float(np.percentile(stalls, 50)), 3),
+                                      "p90": round(float(np.percentile(stalls, 90)), 3)}  # fmt: skip
+    assert row["reader_stall_ms"]["p90"] > 0 == row["reader_stall_ms"]["p50"]
+    spec.fluidity_target = 0.8  # a looser target: the queued answers' 0.833 is fluid now
+    assert ld.rate_figures(run, spec)["fluid"] == 8
+    # a one-token answer has a fluidity (its one deadline): in time it is fluid, late it is not, whatever
+    # one_token_passes says about TPOT; an answer without a token has none and is not fluid
+    spec.fluidity_target = 0.9
+    one = _rate_run(50.0, [(100.0, []), (1500.0, []), STEADY])
+    one.requests.append(one.requests[0].model_copy(update={"fluidity": None, "reader_stalls": None}))
+    for passes in (False, True):
+        spec.one_token_passes = passes
+        figures = ld.rate_figures(one, spec)
+        assert (figures["fluid"], figures["fluidity_attainment"], figures["stall_free"]) == (2, 0.5, 0.75)
+
+
+def test_a_rate_holds_fluidity_at_exactly_the_share_and_not_a_request_below_it():
+    run = _rate_run(8.0, [STEADY] * 99 + [SLOW])  # 99 of 100 fluid
+    spec = ld.LoadSpec(rates=[8.0], slos=[ld.Slo("ttft_ms", 90, 1e9)])
+    row = ld.rate_figures(run, spec)
+    assert row["fluidity_attainment"] == 0.99 and row["fluid_holds"] and row["stall_free"] == 0.99
+    spec.fluidity_share = 0.995
+    assert not ld.rate_figures(run, spec)["fluid_holds"]
+    assert ld.rate_figures(_rate_run(8.0, [], failed=3), spec)["fluidity_attainment"] == 0.0  # nothing streamed
+
+
+def test_the_fluid_capacity_is_the_highest_rate_below_the_first_that_is_not_fluid():
+    def rows(*holds: bool) -> list[dict]:
+        return [{"offered_rate_rps": 2.0**k, "fluid_holds": h, "output_tokens_per_s": 10.0 * 2**k}
+                for k, h in enumerate(holds)]  # fmt: skip
+
+    assert ld.fluid_capacity(rows(True, True, False, True)) == {  # a lucky rate above a failure is no capacity
+        "fluid_capacity_rps": 2.0, "fluid_tokens_per_s": 20.0, "fluid_first_failing_rps": 4.0}  # fmt: skip
+    assert ld.fluid_capacity(rows(True, True))["fluid_capacity_rps"] == 2.0
+    assert ld.fluid_capacity(rows(True, True))["fluid_first_failing_rps"] is None
+    assert ld.fluid_capacity(rows(False, True)) == {"fluid_capacity_rps": None, "fluid_tokens_per_s": None,
+                                                   "fluid_first_failing_rps": 1.0}  # fmt: skip
+    assert ld.fluid_capacity(list(reversed(rows(True, False))))["fluid_capacity_rps"] == 1.0  # by rate, not order
+
+
+def _load_folder(tmp_path, share: float = 0.99):
+    """A load.json as ``llmbench load`` writes it, over hand-built rates: 2/s all fluid, 8/s 99% fluid, 50/s
+    past capacity."""
+    from llmbench.options import EndpointOptions, RunOptions
+    from llmbench.results.storage import save_run
+    from tests.integration.test_load import PROMPTS
+
+    spec = ld.LoadSpec(rates=[2.0, 8.0, 50.0], slos=[ld.Slo("ttft_ms", 90, 1e9)], fluidity_share=share)
+    folder = tmp_path / f"load-{share:g}"
+    folder.mkdir()
+    driver = ld.LoadDriver(PROMPTS, EndpointOptions(url="http://127.0.0.1:9"), RunOptions(), spec, folder, None,
+                           None)  # fmt: skip
+    for rate, run in ((2.0, _rate_run(2.0, [STEADY] * 9 + [PAUSED])), (8.0, _rate_run(8.0, [STEADY] * 99 + [SLOW])),
+                      (50.0, _rate_run(50.0, [STEADY] * 5 + [LATE] * 2 + [PAUSED], failed=2))):  # fmt: skip
+        path = folder / f"rate-{rate:g}.json"
+        save_run(run, path)
+        driver._add(rate, run, path)
+    driver.save(complete=True)
+    return folder / "load.json"
+
+
+def test_load_json_carries_the_fluid_capacity_and_show_history_and_compare_read_it_and_older_records(cli, tmp_path):
+    from rich.console import Console
+
+    from llmbench.history.records import results_of_file
+    from llmbench.present.terminal import load_comparison
+
+    path = _load_folder(tmp_path)
+    record = read_load(path)
+    assert (record["fluidity_target"], record["fluidity_share"]) == (0.9, 0.99)
+    assert [r["fluidity_attainment"] for r in record["rates"]] == [1.0, 0.99, 0.6]
+    assert [r["stall_free"] for r in record["rates"]] == [0.9, 0.99, 0.7]
+    assert record["fluid_capacity_rps"] == 8.0 and record["fluid_first_failing_rps"] == 50.0
+    assert record["fluid_tokens_per_s"] == record["rates"][1]["output_tokens_per_s"] > 0
+    assert "fluid_capacity_rps" in record["definitions"]
+    stricter = read_load(_load_folder(tmp_path, share=0.995))
+    assert stricter["fluid_capacity_rps"] == 2.0 and stricter["fluid_first_failing_rps"] == 8.0
+    shown = cli("show", path)
+    assert shown.returncode == 0, shown.stderr
+    assert "fluid capacity: 8 requests/s" in shown.stdout and "every lower rate too; 50/s did not" in shown.stdout
+    assert "stall-free" in shown.stdout and "99%" in shown.stdout
+    values = {m["metric"]: m["value"] for m in results_of_file(path)[-1].metrics}
+    assert values["fluid_capacity_rps"] == 8.0 and values["fluidity_attainment@50"] == 0.6
+    # a load.json from before: no fluidity anywhere; show, history and compare still read it
+    old = json.loads(path.read_text(encoding="utf-8"))
+    for key in ("fluidity_target", "fluidity_share", "fluid_capacity_rps", "fluid_tokens_per_s",
+                "fluid_first_failing_rps"):  # fmt: skip
+        del old[key]
+    for row in old["rates"]:
+        for key in ("fluid", "fluidity_attainment", "fluid_holds", "stall_free", "reader_stall_ms"):
+            del row[key]
+    old_path = path.with_name("old.json")
+    old_path.write_text(json.dumps(old), encoding="utf-8")
+    shown = cli("show", old_path)
+    assert shown.returncode == 0 and "saturation:" in shown.stdout and "fluid capacity" not in shown.stdout
+    old_values = {m["metric"] for m in results_of_file(old_path)[-1].metrics}
+    assert "saturation_rps" in old_values and not any("fluid" in v for v in old_values)
+    console = Console(record=True, width=200)
+    console.print(load_comparison(old, record))
+    assert "- -> 99%" in console.export_text()
+
+
+@pytest.mark.parametrize("option", ["--fluidity-target", "--fluidity-share"])
+def test_the_fluidity_settings_are_bounded_in_one_line(cli, tmp_path, option):
+    p = _prompts(tmp_path)
+    for bad in ("0", "-0.5", "1.5", "nan", "inf", "x"):
+        r = cli("load", p, "--endpoint", "http://127.0.0.1:9", "--slo", "ttft_ms:p90=5", option, bad, "-o",
+                tmp_path / "x", "-q")  # fmt: skip
+        assert r.returncode == 2 and option in r.stderr and len(r.stderr.strip().splitlines()) == 1, (bad, r.stderr)
+    name = option.removeprefix("--").replace("-", "_")
+    with pytest.raises(UserError, match=option):  # a LoadSpec made in Python is held to the same bounds
+        ld.LoadSpec(
+            rates=[1.0], slos=[ld.Slo("ttft_ms", 90, 5.0)], requests=3, duration_s=None, **{name: 0.0}
+        ).validate()
+    ld.LoadSpec(
+        rates=[1.0], slos=[ld.Slo("ttft_ms", 90, 5.0)], requests=3, duration_s=None, **{name: 1.0}
+    ).validate()  # 1: allowed

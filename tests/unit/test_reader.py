@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from llmbench.results.reader import STALL_MS, andes_qoe, chars_per_s, fluidity, read, words_in
+from llmbench.results.reader import STALL_MS, Pace, andes_qoe, chars_per_s, fluidity, read, words_in
 
 
 def test_a_steady_stream_faster_than_the_reader_never_stalls():
@@ -115,7 +115,7 @@ def test_the_shape_of_a_steady_answer_and_of_a_bursty_one_with_the_same_mean_pac
     steady = [500.0 + 40.0 * k for k in range(100)]
     bursty = [500.0 + 1000.0 * (k // 25) for k in range(100)]
     bursty[-1] = steady[-1]  # the same end
-    s, b = shape_of(steady, text, words_per_minute=1800.0), shape_of(bursty, text, words_per_minute=1800.0)
+    s, b = shape_of(steady, text, pace=Pace(1800.0)), shape_of(bursty, text, pace=Pace(1800.0))
     assert s.reading.stalls == 0 and s.reading.longest_stall_ms < 10.0
     assert b.reading.stalls == 4 and b.reading.longest_stall_ms == pytest.approx(1000.0 - 25 * 1000.0 / 30.0)
     # QoE scores lag behind the expected timeline, not freezes: the bursty answer's tokens mostly come earlier,

@@ -159,7 +159,7 @@ def test_a_url_credential_never_reaches_a_printed_config():
 def test_the_config_reference_page_is_the_specs(tmp_path):
     from pathlib import Path
 
-    from llmbench.spec import reference
+    from llmbench.spec.reference import reference
 
     page = Path(__file__).resolve().parents[2] / "docs" / "config.md"
     assert page.read_text(encoding="utf-8") == reference(), "remake it: python -m llmbench.spec > docs/config.md"

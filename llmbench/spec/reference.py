@@ -1,0 +1,69 @@
+"""docs/config.md, generated from the spec's JSON schema (``python -m llmbench.spec > docs/config.md``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llmbench.spec import RunSpec, option_of
+
+
+def reference() -> str:
+    """docs/config.md: every setting of ``llmbench run`` (and :func:`llmbench.measure`), table by table, from the
+    spec's JSON schema (``python -m llmbench.spec > docs/config.md`` remakes it; a unit test holds it equal)."""
+    schema = RunSpec.model_json_schema()
+    lines = [
+        "# Settings: the spec, config files and `--print-config`",
+        "",
+        "Generated from `llmbench.spec` (`python -m llmbench.spec > docs/config.md`); do not edit by hand.",
+        "",
+        "Every setting of `llmbench run` and `llmbench.measure()` is declared once, in `llmbench/spec/`, with its",
+        "type, bounds, default and help; the options, the Python API's keywords, config files and the run JSON's",
+        "`config.spec` are all made from it. A config file is TOML, one table per section below:",
+        "",
+        "```bash",
+        "llmbench run prompts.txt --weights random --max-new-tokens 64 --print-config > bench.toml  # commit it",
+        "llmbench run --config bench.toml                    # the same settings",
+        "llmbench run --config bench.toml --dtype bfloat16   # a flag overrides the file",
+        "llmbench run --config-from results/RUN.json         # the settings a run recorded (config.spec)",
+        "```",
+        "",
+        "```python",
+        'spec = llmbench.load_spec("bench.toml")',
+        "run = llmbench.measure(spec=spec, max_new_tokens=16)  # keywords override the spec, by field name",
+        "```",
+        "",
+        "An unknown table or key, or a value of the wrong type or out of bounds, is one line naming the file and the",
+        "key (exit 2). `[outputs]` is where a result goes, not how it was measured: it is never recorded or printed.",
+        "URLs are recorded and printed without credentials or query.",
+    ]
+    for table, section in RunSpec.sections().items():
+        sub = schema["$defs"][section.__name__]
+        head = "| key | option | type | default | bounds | help |"
+        lines += ["", f"## [{table}]", "", section.__doc__ or "", "", head, "|---|---|---|---|---|---|"]
+        for name, prop in sub["properties"].items():
+            fi = section.model_fields[name]
+            flag = (fi.json_schema_extra or {}).get("flag") or option_of(name, fi)  # type: ignore[union-attr]
+            lines.append(f"| `{name}` | `{flag}` | {_type_of(prop)} | `{prop.get('default')!r}` | {_range(prop)} | "
+                         f"{(prop.get('description') or '').replace('|', '/')} |")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def _type_of(prop: dict[str, Any]) -> str:
+    options = prop.get("anyOf", [prop])
+    names = []
+    for o in options:
+        if "enum" in o:
+            names.append(" / ".join(f"`{v}`" for v in o["enum"]))
+        elif o.get("type"):
+            names.append(str(o["type"]))
+    return " or ".join(names)
+
+
+def _range(prop: dict[str, Any]) -> str:
+    for o in prop.get("anyOf", [prop]):
+        low = o.get("minimum", o.get("exclusiveMinimum"))
+        high = o.get("maximum")
+        if low is not None or high is not None:
+            left = "(" if "exclusiveMinimum" in o else "["
+            return f"{left}{low if low is not None else '-inf'}, {high if high is not None else 'inf'}]"
+    return ""
