@@ -155,6 +155,7 @@ def synthetic_run(
                 prompt_tokens=30,
                 output_sha256=ids_sha256(list(range(tokens))),
                 output_text="x" * tokens,
+                text_offsets=list(range(1, tokens + 1)),  # a character a token, as a run records it
             )
         )
     config = RunConfig(

@@ -77,10 +77,10 @@ def shape_rows(base: Any, new: Any, paired: bool) -> list[ShapeRow]:
             if not keys:
                 continue
             b, n = np.array([bv[k] for k in keys]), np.array([nv[k] for k in keys])
-            low, high = _paired(n - b)
+            low, high = paired_interval(n - b)
         else:
             b, n = np.array(list(bv.values())), np.array(list(nv.values()))
-            low, high = _welch(b, n)
+            low, high = welch_interval(b, n)
         few = variance.too_few(min(b.size, n.size), "difference", "pairs" if paired else "requests")
         if few is not None:
             low = high = math.nan
@@ -113,7 +113,7 @@ def _values(run: Any, metric: str) -> dict[tuple[int, int], float]:
     return {(r.prompt_index, r.repeat): float(v) for r in run.requests if (v := getattr(r, metric, None)) is not None}
 
 
-def _paired(d: np.ndarray) -> tuple[float, float]:
+def paired_interval(d: np.ndarray) -> tuple[float, float]:
     if d.size < 2:
         return math.nan, math.nan
     mean, sd = float(d.mean()), float(d.std(ddof=1))
@@ -121,7 +121,7 @@ def _paired(d: np.ndarray) -> tuple[float, float]:
     return mean - half, mean + half
 
 
-def _welch(b: np.ndarray, n: np.ndarray) -> tuple[float, float]:
+def welch_interval(b: np.ndarray, n: np.ndarray) -> tuple[float, float]:
     if b.size < 2 or n.size < 2:
         return math.nan, math.nan
     vb, vn = float(b.var(ddof=1)) / b.size, float(n.var(ddof=1)) / n.size

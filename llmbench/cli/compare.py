@@ -77,6 +77,9 @@ def _compare_loads(base: dict, paths: list[Path]) -> None:
     b, n = base["saturation"]["rate_rps"], new["saturation"]["rate_rps"]
     display.out.print(f"saturation: {b} -> {n} requests/s; SLOs {[s['text'] for s in base['slos']]} -> "
                       f"{[s['text'] for s in new['slos']]}", markup=False, soft_wrap=True)  # fmt: skip
+    if "fluid_capacity_rps" in base or "fluid_capacity_rps" in new:  # load.json files from before issue 46 lack it
+        b, n = (f"{v:g}" if (v := r.get("fluid_capacity_rps")) is not None else "-" for r in (base, new))
+        display.out.print(f"fluid capacity: {b} -> {n} requests/s", markup=False, soft_wrap=True)
     rate = min(common)
     runs = " ".join(f"{p.parent}/rate-{rate:g}.json" for p in paths)
     display.out.print(f"for intervals per rate, compare the runs: llmbench compare {runs}", markup=False,

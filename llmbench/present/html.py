@@ -4,6 +4,9 @@ No scripts, fonts or images are fetched: the file opens offline. The figures sho
 (token timelines, streamed vs all-at-once), the spread of inter-token gaps, TTFT against prompt length
 (with an honest caveat when the sample is too small), and, for several runs, their distributions overlaid
 with compare's verdict.
+
+Why one module of 600-odd lines (over 600): every figure shares one style, one SVG writer and the hook the layout
+check reads (:data:`FIGURE_HOOK`); a figure drawn elsewhere could escape the check that no text covers another.
 """
 
 from __future__ import annotations
@@ -108,14 +111,19 @@ def _svg(fig) -> str:
     return re.sub(r"<metadata>.*?</metadata>", "", text, flags=re.S)
 
 
-def _figure(width: float = 10.0, height: float = 3.6, ncols: int = 1):
+def _pyplot():
+    """matplotlib's pyplot, off-screen (Agg), with the report's style."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     plt.rcParams.update({"svg.fonttype": "none", "font.size": 9, "axes.spines.top": False, "axes.spines.right": False})
-    return plt.subplots(1, ncols, figsize=(width, height))
+    return plt
+
+
+def _figure(width: float = 10.0, height: float = 3.6, ncols: int = 1):
+    return _pyplot().subplots(1, ncols, figsize=(width, height))
 
 
 def timeline_svg(run: Run) -> str:
@@ -140,6 +148,81 @@ def timeline_svg(run: Run) -> str:
     ax2.set_xlabel("seconds since the request was sent")
     ax2.set_title(f"median request: first text at {ttft:.2f} s, not {e2e:.2f} s")
     ax2.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=3, fontsize=7, frameon=False)
+    return _svg(fig)
+
+
+READER_PANELS = 6  # requests whose reader timeline is drawn: the ones the reader waited on longest
+
+
+def reader_curves(r: Any, pace: Any) -> dict[str, Any] | None:
+    """One request's reader timeline (:mod:`llmbench.results.reader`): visible characters arrived and read against
+    seconds since the request was sent, and the waits over the stall limit; None without a visible character. The
+    read curve rises at the pace from the first visible character, is flat while the reader waits (caught up:
+    read = arrived), and ends when the last character is read."""
+    from llmbench.results.reader import STALL_MS, visible_per_event, wait_spans
+
+    times = list(r.token_times_ms)
+    chars = visible_per_event(r.output_text, r.text_offsets, len(times))
+    if not times or sum(chars) == 0:
+        return None
+    cps = pace.chars_per_s_for(r.output_text)
+    spans = wait_spans(times, chars, cps)
+    first = next(t for t, c in zip(times, chars, strict=True) if c > 0)
+    read_t, read_c, waited = [first], [0.0], 0.0
+    for start, wait in spans:
+        done = cps * (start - first - waited) / 1000
+        read_t += [start, start + wait]
+        read_c += [done, done]
+        waited += wait
+    total = float(sum(chars))
+    read_t.append(first + waited + 1000 * total / cps)
+    read_c.append(total)
+    return {"arrived": (np.asarray(times) / 1000, np.cumsum(chars)), "read": (np.asarray(read_t) / 1000,
+            np.asarray(read_c)), "stalls": [(s / 1000, w / 1000) for s, w in spans if w > STALL_MS]}  # fmt: skip
+
+
+def reader_svg(run: Run) -> str | None:
+    """The shape of the wait as a reader lives it: for the requests the reader waited on longest, visible characters
+    arrived (steps) and read at the run's pace (line), each stall over 100 ms shaded; beside them, the share of
+    requests at or below each Andes QoE and fluidity index. None for a run without the shape (no tokens)."""
+    from llmbench.results.reader import Pace
+
+    if not any(r.andes_qoe is not None for r in run.requests):
+        return None
+    pace = Pace.of(run.config.reader)
+    chosen = sorted(run.requests, key=lambda r: -(r.reader_stall_ms or 0.0))[:READER_PANELS]
+    curves = [(r, c) for r in chosen if (c := reader_curves(r, pace)) is not None]
+    if not curves:
+        return None
+    plt = _pyplot()
+    cols = min(3, len(curves))
+    rows = math.ceil(len(curves) / cols)
+    fig = plt.figure(figsize=(10.0, 2.4 * (rows + 1)))
+    grid = fig.add_gridspec(rows + 1, cols)
+    for k, (r, c) in enumerate(curves):
+        ax = fig.add_subplot(grid[k // cols, k % cols])
+        t, n = c["arrived"]
+        ax.step(t, n, where="post", color="#4c9be8", lw=1.0, label="arrived")
+        ax.plot(*c["read"], color="#222", lw=1.0, label="read")
+        for start, wait in c["stalls"]:
+            ax.axvspan(start, start + wait, color="#e8684c", alpha=0.35, lw=0)
+        ax.set_title(f"prompt {r.prompt_index} repeat {r.repeat}: {r.reader_stalls or 0} stalls", fontsize=8)
+        ax.set_xlabel("seconds since sent")
+        ax.set_ylabel("visible characters")
+        if k == 0:
+            ax.legend(fontsize=7, frameon=False, loc="upper left")
+    dist = fig.add_subplot(grid[rows, :])
+    for metric, label in (("andes_qoe", "Andes QoE"), ("fluidity", "fluidity index")):
+        v = np.sort([x for r in run.requests if (x := getattr(r, metric)) is not None])
+        if v.size:
+            dist.step(v, np.arange(1, v.size + 1) / v.size, where="post", label=label)
+    dist.set_xlabel("QoE or fluidity (1: never behind the reader)")
+    dist.set_ylabel("share at or below")
+    dist.legend(fontsize=7, frameon=False, loc="upper left")
+    how = (f"{pace.chars_per_s:g} characters/s" if pace.chars_per_s is not None
+           else f"{pace.words_per_minute:g} words/min")  # fmt: skip
+    fig.suptitle(f"the reader at {how}: arrived vs read, stalls over 100 ms shaded", fontsize=9)
+    fig.tight_layout()
     return _svg(fig)
 
 
@@ -388,6 +471,8 @@ def build_report(runs: list[tuple[str, Run]]) -> str:
         parts.append(summary_html(name, run))
         parts += [f"<p>{html.escape(line)}</p>" for line in workload_lines(run)]
         parts.append(timeline_svg(run))
+        if (reader := reader_svg(run)) is not None:
+            parts.append(reader)
         if (reuse := reuse_svg(run)) is not None:
             parts.append(reuse)
         machine = machine_svg(run)

@@ -11,6 +11,10 @@ close together the two start. The first write of a claimed new file is exclusive
 path appeared meanwhile, whoever made it), so an existing file is never replaced unless the user said
 ``--overwrite`` or ``--resume``. Default names are claimed the same way, so two runs started in the same second
 get two files.
+
+Why one module of 600-odd lines (over 600): the claim, the journal, the snapshots and the readers (which merge a
+killed run's journal, and give a run from before the shape of the wait its shape) are one on-disk contract; split,
+a reader could drift from what the writer writes.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from pydantic import ValidationError
 from llmbench.core.errors import UserError, read_user_file
 from llmbench.results.schema import (
     LOAD_VERSION,
+    PAINT_VERSION,
     SCAN_VERSION,
     SCHEMA_VERSION,
     FailedRequest,
@@ -453,6 +458,18 @@ def read_load(path: str | Path) -> dict | None:
     except OSError:
         return None  # the caller's own reading says what is wrong with the path
     return _read_record(path, "load_version", LOAD_VERSION)
+
+
+def read_paint(path: str | Path) -> dict | None:
+    """A paint JSON's record (llmbench paint), or None when ``path`` is something else. UserError for another
+    version. Told by its first bytes (it is written with paint_version first), as a load.json."""
+    try:
+        with open(path, "rb") as f:
+            if b'"paint_version"' not in f.read(64):
+                return None
+    except OSError:
+        return None
+    return _read_record(path, "paint_version", PAINT_VERSION)
 
 
 def _read_record(path: str | Path, key: str, version: int) -> dict | None:

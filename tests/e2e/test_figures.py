@@ -49,3 +49,40 @@ def test_each_report_kind_in_chromium_is_kept_as_a_screenshot(tmp_path):
             assert shot.stat().st_size > 10_000
         browser.close()
     assert errors == []
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)")
+def test_the_reader_timeline_in_chromium_has_no_text_over_text(tmp_path):
+    """The report's reader figure as Chromium lays it out: no two of its text boxes intersect (the unit test asks
+    matplotlib; this asks the browser that shows it), and a screenshot is kept."""
+    from playwright.sync_api import sync_playwright
+
+    from tests.unit.test_shape_compare import _run
+
+    page_html = report.build_report([("bursts", _run([[3000, 3000], [], [4000], [], [3000], [], [], []]))])
+    assert "arrived vs read" in page_html
+    path = tmp_path / "reader.html"
+    path.write_text(page_html, encoding="utf-8")
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        page = browser.new_page(viewport={"width": 1100, "height": 900})
+        page.goto(path.as_uri())
+        overlaps = page.evaluate("""() => {
+            const svg = [...document.querySelectorAll('svg')].find(s => s.textContent.includes('arrived vs read'));
+            const boxes = [...svg.querySelectorAll('text')].map(t => t.getBoundingClientRect())
+                .filter(b => b.width > 0 && b.height > 0);
+            const out = [];
+            for (let i = 0; i < boxes.length; i++) for (let j = i + 1; j < boxes.length; j++) {
+                const a = boxes[i], b = boxes[j];
+                const w = Math.min(a.right, b.right) - Math.max(a.left, b.left);
+                const h = Math.min(a.bottom, b.bottom) - Math.max(a.top, b.top);
+                if (w > 1 && h > 1) out.push([i, j]);
+            }
+            return [boxes.length, out];
+        }""")  # fmt: skip
+        page.screenshot(path=str(ARTIFACTS / "report-reader.png"), full_page=True)
+        browser.close()
+    count, pairs = overlaps
+    assert count > 20 and pairs == []  # titles, tick labels, axis labels, legends: all apart

@@ -120,3 +120,28 @@ def test_a_workload_with_shared_prefixes_draws_cold_against_warm(figures, cli, t
     cold_warm = next(f for f in figures if any("cold vs warm" in ax.get_title() for ax in f["axes"]))
     ticks = [t.get_text() for t in cold_warm["axes"][0].get_xticklabels()]
     assert ticks == ["cold (n=4)", "warm (n=20)"]
+
+
+def test_the_reader_figure_shades_each_stall_and_never_reads_ahead_of_what_arrived(figures):
+    from llmbench.results.reader import Pace
+    from tests.unit.test_shape_compare import _run
+
+    run = _run([[3000, 3000], [], [4000], [], [3000], [], [], []])  # three answers the reader waits on
+    svg = report.reader_svg(run)
+    assert svg is not None and svg.startswith("<svg")
+    _assert_readable(figures)
+    [fig] = figures
+    panels = [ax for ax in fig["axes"] if ax.get_title().startswith("prompt")]
+    assert len(panels) == 6  # the six requests the reader waited on longest
+    assert panels[0].get_title() == "prompt 0 repeat 0: 2 stalls"  # most stall time first
+    shaded = sum(len(ax.patches) for ax in panels)
+    assert shaded == sum(r.reader_stalls for r in run.requests) == 4  # one span a stall
+    for r in run.requests[:3]:
+        c = report.reader_curves(r, Pace())
+        t_read, read = c["read"]
+        t_arr, arrived = c["arrived"]
+        for t, n in zip(t_read, read, strict=True):  # at every corner of the read line: never ahead of arrival
+            got = arrived[np.searchsorted(t_arr, t + 1e-9, side="right") - 1] if t >= t_arr[0] else 0
+            assert n <= got + 1e-6
+        assert read[-1] == arrived[-1]  # the reader ends on the last character
+    assert report.reader_svg(synthetic_run(n=2, tokens=1).model_copy(update={"requests": []})) is None

@@ -267,6 +267,8 @@ def test_load_json_carries_the_fluid_capacity_and_show_history_and_compare_read_
     console = Console(record=True, width=200)
     console.print(load_comparison(old, record))
     assert "- -> 99%" in console.export_text()
+    compared = cli("compare", old_path, path)
+    assert compared.returncode == 0 and "fluid capacity: - -> 8 requests/s" in compared.stdout, compared.stderr
 
 
 @pytest.mark.parametrize("option", ["--fluidity-target", "--fluidity-share"])
