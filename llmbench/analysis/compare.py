@@ -60,6 +60,7 @@ METRICS: dict[str, tuple[str, int]] = {
     "e2e_ms": ("E2E ms", -1),
     "output_tokens": ("out tokens", 0),
     "decode_tokens_per_s": ("decode tok/s", +1),
+    "decode_chars_per_s": ("decode chars/s", +1),  # the same speed in visible characters: across tokenizers
     # the cold start, a sample a worker process (ab --processes): :mod:`.startup`
     "load_s": ("load s", -1),
     "ready_s": ("ready s", -1),
@@ -397,7 +398,7 @@ def _values(run: Run | RunScalars, metric: str) -> dict[tuple[int, int], float]:
     out = {}
     for r in _requests(run, metric):
         # decode tokens/s = (n - 1) / (last - first) == 1000 / tpot_ms
-        v = (1000.0 / r.tpot_ms if r.tpot_ms else None) if metric == "decode_tokens_per_s" else getattr(r, metric)
+        v = (1000.0 / r.tpot_ms if r.tpot_ms else None) if metric == "decode_tokens_per_s" else getattr(r, metric, None)
         if v is not None:
             out[(r.prompt_index, r.repeat)] = float(v)
     return out

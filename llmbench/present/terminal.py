@@ -112,6 +112,14 @@ SUMMARY_ROWS = (
     ("decode tokens/s", "decode_tokens_per_s", 2),
     ("prefill tokens/s", "prefill_tokens_per_s", 1),
 )
+# the shape of the wait (llmbench.results.reader; docs/metrics.md), shown when the run has it
+SHAPE_ROWS = (
+    ("decode chars/s", "decode_chars_per_s", 1),
+    ("reader stall (ms)", "reader_stall_ms", 1),
+    ("reader stalls", "reader_stalls", 2),
+    ("Andes QoE", "andes_qoe", 3),
+    ("fluidity", "fluidity", 3),
+)
 
 
 def _fmt(s: Stats | None, key: str, digits: int = 1) -> str:
@@ -137,6 +145,7 @@ def summary_table(run: Run) -> Table:
     if s is None:
         return table
     rows = [(label, getattr(s, key), digits) for label, key, digits in SUMMARY_ROWS]
+    rows += [(label, stats, digits) for label, key, digits in SHAPE_ROWS if (stats := getattr(s, key)) is not None]
     for label, stats, digits in rows:
         table.add_row(label, *(_fmt(stats, k, digits) for k in ("mean", "p50", "p90", "min", "max")))
     caption = f"{s.requests} requests" + ("" if run.complete else " (incomplete run)")
@@ -935,4 +944,55 @@ def cost_lines(run: Any) -> list[str]:
                   if gpu.get("sm_clock_mhz_min") is not None else "")  # fmt: skip
         events = f", clock events: {', '.join(gpu['clock_events'])}" if gpu.get("clock_events") else ""
         lines.append(f"GPU {gpu.get('name') or ''}: {energy}{power}{clocks}{events}")
+    return lines
+
+
+def _verdict(v: bool | None, yes: str, no: str) -> str:
+    return "-" if v is None else yes if v else no
+
+
+def paint_table(record: dict) -> Table:
+    """llmbench paint's requests: TTFT, the first painted character, E2E (ms from the request's start in the page),
+    render lag, paint gaps, and the verdicts (the detector on the page's reads and on llmbench's own client, the
+    paint's), which must agree."""
+    b = record["browser"]
+    title = f"paint: {record['endpoint']} ({record['model'] or 'model not named'}) in Chromium {b['version']}"
+    t = Table(title=escape(title), title_justify="left")  # names from a server are text, never markup
+    for col in ("prompt", "TTFT", "first paint", "E2E", "lag p50", "lag max", "gap max", "gaps>100", "frames",
+                "page reads", "client", "painted", "agree"):  # fmt: skip
+        t.add_column(col, justify="left" if col in ("page reads", "client", "painted", "agree") else "right")
+    for r in record["requests"]:
+        client = r.get("client") or {}
+        t.add_row(
+            f"{r['prompt_index']}" + (f".{r['repeat']}" if r["repeat"] else ""), _p(r, "ttft_ms", 1),
+            _p(r, "first_paint_ms", 1), _p(r, "e2e_ms", 1), _p(r["render_lag_ms"], "p50", 1),
+            _p(r["render_lag_ms"], "max", 1), _p(r["paint_gaps_ms"], "max", 1), str(r["paint_gaps_ms"]["over_100ms"]),
+            str(r["paint_gaps_ms"]["frames"]), _verdict(r["page_buffered"], "buffered", "streamed"),
+            _verdict(client.get("buffered"), "buffered", "streamed") if client else "-",
+            _verdict(r["painted_at_once"], "at once", "spread"), _verdict(r["agree"], "yes", "NO"),
+        )  # fmt: skip
+    return t
+
+
+def paint_lines(record: dict) -> list[str]:
+    """The medians, the verdicts in words, what disagreed or failed."""
+    s = record["summary"]
+    n = s["requests"]
+    lines = [f"{n} requests: TTFT p50 {_num(s['ttft_ms_p50'], 1)} ms, first paint p50 "
+             f"{_num(s['first_paint_ms_p50'], 1)} ms, E2E p50 {_num(s['e2e_ms_p50'], 1)} ms; render lag p50 "
+             f"{_num(s['render_lag_ms_p50'], 1)} ms, max {_num(s['render_lag_ms_max'], 1)} ms; longest paint gap "
+             f"{_num(s['paint_gap_ms_max'], 1)} ms ({s['paint_gaps_over_100ms']} over 100 ms)"]  # fmt: skip
+    client = s.get("client_buffered_requests")
+    checked = "" if client is None else f"; llmbench's client: {client} of {n} buffered"
+    lines.append(f"buffering detector on the page's reads: {s['page_buffered_requests']} of {n} buffered{checked}; "
+                 f"painted at once: {s['painted_at_once_requests']} of {n}")  # fmt: skip
+    if s["page_buffered_requests"] or client:
+        lines.append("the stream arrived all at once: something between server and browser buffers it (nginx: "
+                     "proxy_buffering off, or let the server's X-Accel-Buffering: no through)")  # fmt: skip
+    if not s["agree"]:
+        lines.append("the detector and the paint times disagree on some requests (agree: NO): a partly buffered "
+                     "stream, or tokens faster than frames")  # fmt: skip
+    if record["failed"]:
+        f = record["failed"][0]
+        lines.append(f"{len(record['failed'])} requests failed; the first (prompt {f['prompt_index']}): {f['error']}")
     return lines

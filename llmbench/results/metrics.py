@@ -115,7 +115,20 @@ def shape_fields(
         "reader_longest_stall_ms": round(s.reading.longest_stall_ms, 3),
         "andes_qoe": round(s.andes_qoe, 4),
         "fluidity": round(s.fluidity, 4) if s.fluidity is not None else None,
+        **text_speed(times_ms, text, ends),
     }
+
+
+def text_speed(times_ms: Sequence[float], text: str, ends: Sequence[int] | None) -> dict[str, float | None]:
+    """decode_chars_per_s and decode_words_per_s (schema.METRIC_FORMULAS): decode speed in visible characters and
+    words, which two tokenizers share (a token is not the same unit on two servers)."""
+    from llmbench.results.reader import chars_per_word, visible_per_event
+
+    span = times_ms[-1] - times_ms[0] if len(times_ms) > 1 else 0.0
+    if span <= 0:
+        return {"decode_chars_per_s": None, "decode_words_per_s": None}
+    chars = sum(visible_per_event(text, ends, len(times_ms))[1:]) * 1000.0 / span
+    return {"decode_chars_per_s": round(chars, 3), "decode_words_per_s": round(chars / chars_per_word(text), 3)}
 
 
 def reshape(request: RequestResult, reader: dict[str, Any] | None) -> RequestResult:
@@ -139,7 +152,9 @@ def fill_shape(run: Any) -> int:
     return len(todo)
 
 
-SHAPE_METRICS = ("reader_stall_ms", "reader_stalls", "andes_qoe", "fluidity")  # a request's shape, summarised
+# a request's shape and its speed in characters, summarised
+SHAPE_METRICS = ("reader_stall_ms", "reader_stalls", "andes_qoe", "fluidity", "decode_chars_per_s",
+                 "decode_words_per_s")  # fmt: skip
 
 
 def shape_summary(requests: Sequence[Any]) -> dict[str, Any]:
@@ -207,6 +222,15 @@ def stream_shape(times_ms: Sequence[float]) -> tuple[int, int, int]:
     return len(gaps), under, (largest + 1 if times_ms else 0)
 
 
+def buffered_stream(times_ms: Sequence[float]) -> bool | None:
+    """The buffering detector's verdict on one request's event arrival times: buffered when it has >= 3 events and
+    at least half of its gaps are under :data:`BURST_GAP_MS`; None with fewer events."""
+    if len(times_ms) < 3:
+        return None
+    gaps, under, _ = stream_shape(times_ms)
+    return 2 * under >= gaps
+
+
 def stream_figures(requests: Sequence[RequestResult]) -> dict:
     """The buffering detector over an endpoint run's requests (fields of :class:`Summary`).
 
@@ -218,9 +242,9 @@ def stream_figures(requests: Sequence[RequestResult]) -> dict:
     for r in requests:
         g, u, big = stream_shape(r.token_times_ms)
         gaps, under, largest = gaps + g, under + u, max(largest, big)
-        if len(r.token_times_ms) >= 3:
+        if (verdict := buffered_stream(r.token_times_ms)) is not None:
             eligible += 1
-            buffered += 2 * u >= g
+            buffered += verdict
     return {
         "stream_buffered": (2 * buffered >= eligible) if eligible else None,
         "stream_gaps_under_1ms_share": round(under / gaps, 4) if gaps else None,

@@ -202,6 +202,7 @@ def test_cli_exit_codes_and_formats(cli, runs):
         "e2e_ms",
         "output_tokens",
         "decode_tokens_per_s",
+        "decode_chars_per_s",
     }
     r = cli("compare", runs["a"], runs["slow"], "--fail-on-regression", "10", "--format", "markdown")
     assert r.returncode == 1 and "| metric | stat |" in r.stdout and "**REGRESSION**" in r.stdout

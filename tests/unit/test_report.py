@@ -59,7 +59,7 @@ def test_report_is_one_offline_html_file(cli, runs, tmp_path):
     r = cli("report", *runs, "-o", out)
     assert r.returncode == 0, r.stderr
     text = out.read_text(encoding="utf-8")
-    assert text.count("<svg") == 5  # 2 timelines, ITL, TTFT vs prompt, distributions
+    assert text.count("<svg") == 7  # 2 timelines, 2 readers, ITL, TTFT vs prompt, distributions
     assert not re.search(r"""(src|href)\s*=\s*["']?\s*https?:""", text, re.I)
     assert "<script" not in text.lower() and "@import" not in text
     assert not re.search(r"url\((?!#)", text)  # only the SVGs' own clip paths (url(#id))

@@ -173,3 +173,18 @@ def test_a_reading_pace_out_of_bounds_is_one_line_exit_2(cli, tmp_path, flag, va
     r = cli("run", prompts, "--weights", "random", flag, value, "-o", tmp_path / "r.json")
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and flag in r.stderr, r.stderr
     assert not (tmp_path / "r.json").exists()
+
+
+def test_two_tokenizers_differ_in_tokens_per_second_and_agree_in_characters_per_second():
+    """The same answer at the same pace of text, cut in 12 tokens of ~8 characters by one server and 24 of ~4 by
+    another: decode tok/s doubles, decode chars/s (and words/s) does not change."""
+    coarse = _run([[] for _ in range(8)], tokens=12, step_ms=40.0)
+    fine = _run([[] for _ in range(8)], tokens=24, step_ms=20.0)
+    for a, b in zip(coarse.requests, fine.requests, strict=True):
+        assert a.decode_chars_per_s == pytest.approx(b.decode_chars_per_s, rel=0.06)  # 11 vs 23 gaps, rounding
+        assert a.decode_words_per_s == pytest.approx(b.decode_words_per_s, rel=0.06)
+    comp = compare_runs(coarse, fine)
+    tokens = next(r for r in comp.rows if r.metric == "decode_tokens_per_s" and r.stat == "p50")
+    chars = next(r for r in comp.rows if r.metric == "decode_chars_per_s" and r.stat == "p50")
+    assert tokens.change_pct == pytest.approx(100, abs=1) and abs(chars.change_pct) < 6
+    assert coarse.summary.decode_chars_per_s is not None and coarse.summary.decode_words_per_s.n == 8
