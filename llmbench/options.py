@@ -222,10 +222,19 @@ class EndpointOptions:
     # --server-metrics: the server's Prometheus page, scraped during the measured window (None: not scraped)
     metrics_url: str | None = None
     metrics_interval_s: float = 1.0
+    # --server-command: the server this run starts (a command line, split as a shell would), measures from its
+    # exec to its first token, and stops; None: a server running already
+    server_command: str | None = None
+    boot_timeout_s: float = _d(ServerSection, "boot_timeout_s")
 
     def validate(self) -> None:
         """UserError for what no server can be asked."""
         check_fields(ServerSection, self)  # --concurrency, --timeout (NaN fails too): the spec's bounds
+        if self.server_command is not None:
+            self.server_argv()
+            if self.open_loop is not None:
+                raise UserError("--server-command measures the first request of a closed loop; for an open loop "
+                                "(--rate, --trace) start the server yourself")  # fmt: skip
         if self.metrics_url is not None and not self.metrics_url.lower().startswith(("http://", "https://")):
             from llmbench.core.redact import redact_url
 
@@ -236,6 +245,19 @@ class EndpointOptions:
             if self.concurrency != 1:
                 raise UserError("--concurrency is a closed loop's; an open-loop run (--rate) has no limit in flight")
             self.open_loop.validate()
+
+    def server_argv(self) -> list[str]:
+        """``--server-command`` as the words it runs (shlex, no shell); UserError for one that has none or whose
+        quotes do not close. Its words are never shown: they may hold a secret (``--api-key X``)."""
+        import shlex
+
+        try:
+            argv = shlex.split(self.server_command or "")
+        except ValueError as e:  # "No closing quotation"
+            raise UserError(f"--server-command: {str(e).lower()}") from None
+        if not argv:
+            raise UserError("--server-command is empty: give the command line that starts the server")
+        return argv
 
 
 def default_metrics_url(endpoint_url: str) -> str:
@@ -290,7 +312,8 @@ def endpoint_options_of(s: Mapping[str, Any], open_loop: OpenLoop | None = None)
     metrics = metrics if metrics is not None else default_metrics_url(url) if g("server_metrics") else None
     return EndpointOptions(url=url, model=s.get("model"), api_key_env=g("api_key_env"), concurrency=g("concurrency"),
                            timeout_s=g("timeout_s"), tokenizer=g("tokenizer"), open_loop=open_loop,
-                           metrics_url=metrics)  # fmt: skip
+                           metrics_url=metrics, server_command=g("server_command"),
+                           boot_timeout_s=g("boot_timeout_s"))  # fmt: skip
 
 
 def open_loop_of(s: Mapping[str, Any], trace: Any = None) -> OpenLoop | None:

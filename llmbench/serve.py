@@ -308,6 +308,9 @@ class ModelServer:
                 if self.reasoning_tokens:
                     usage["completion_tokens_details"] = {"reasoning_tokens": min(self.reasoning_tokens, tokens)}
                 timing = {
+                    # the arrival on the wall clock (ms): a client on this machine (llmbench paint's page) places
+                    # the stamps below on its own timeline with it
+                    "arrived_unix_ms": round(time.time() * 1000 - (time.perf_counter_ns() - arrived_ns) / 1e6, 3),
                     "queue_ms": round((started_ns - arrived_ns) / 1e6, 3),
                     "ttft_ms": stamps[0] if stamps else None,
                     "token_times_ms": stamps,

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from llmbench.backends import Request
+from llmbench.backends.boot import BootedServer
 from llmbench.backends.http.client import (
     TokenCounter,
     api_headers,
@@ -86,6 +87,11 @@ class EndpointBackend:
         self._cpu0: float | None = None
         self._t0 = 0.0
         self.scraper: Any = None  # --server-metrics: a servermetrics.Scraper over the measured window
+        # --server-command: the server this run starts (the driver boots and stops it), measured to its first token
+        self.server: BootedServer | None = None
+        self._first_cost: tuple[float, float] | None = None  # its first request's CPU and wall seconds
+        if endpoint.server_command is not None:
+            self.server = BootedServer(endpoint.server_argv(), endpoint.url, self.headers, endpoint.boot_timeout_s)
 
     def early_config(self, prompts: PromptSet) -> dict[str, Any]:
         o = self.options
@@ -198,6 +204,10 @@ class EndpointBackend:
             cached_tokens=cached_tokens(s.usage),
             text_offsets=list(accumulate(len(piece) for piece in s.pieces)),  # each event's text's end
         )
+        # --server-command: the loop sends the server's first request before the warm-up
+        if self.server is not None and self.server.first is None and request.repeat >= 0 and self._cpu0 is not None:
+            self.server.note_first(request.prompt_index, request.repeat, s.start_ns, result.ttft_ms)
+            self._first_cost = (time.process_time() - self._cpu0, time.perf_counter() - self._t0)
         if s.reasoning_ns:
             result.ttfrt_ms = round((s.reasoning_ns[0] - s.start_ns) / _NS_PER_MS, 3)
             result.reasoning_events = len(s.reasoning_ns)
@@ -220,16 +230,24 @@ class EndpointBackend:
         return machine.probe_numpy()
 
     def window_start(self) -> None:
-        """The measured window opens: the server's metrics are scraped from now (--server-metrics)."""
+        """The measured window opens: the server's metrics are scraped from now (--server-metrics); the client's
+        own cost counts its first request (--server-command: sent before the warm-up) and the window, not the
+        warm-up between them."""
         if self.scraper is not None:
             self.scraper.start()
+        if self._first_cost is not None:
+            cpu, wall = self._first_cost
+            self._cpu0, self._t0 = time.process_time() - cpu, time.perf_counter() - wall
 
     def window_stop(self) -> None:
         if self.scraper is not None:
             self.scraper.stop()
 
     def finish(self, run: Run) -> list[str]:
-        """The client's own cost, what the stream's shape says, the server's own metrics."""
+        """The client's own cost, what the stream's shape says, the server's own metrics and cold start."""
+        if self.server is not None and run.server_boot is None:  # a resumed run keeps its first process's
+            session = len(run.sessions) - 1
+            run.server_boot = self.server.record([r for r in run.requests if r.session == session])
         if self.scraper is not None and self.scraper.scrapes:
             from llmbench.backends.http.servermetrics import summarize
 

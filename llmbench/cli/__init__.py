@@ -22,6 +22,7 @@ from llmbench.cli import (
     files,
     history,
     load,
+    paint,
     prompts,
     quality,
     run,
@@ -64,6 +65,7 @@ app.command()(scan.scan)
 app.command()(load.load)
 app.command()(quality.quality)
 app.command()(serve.serve)
+app.command()(paint.paint)
 app.command()(compare.compare)
 app.command()(ab.ab)
 app.command()(worker.worker)

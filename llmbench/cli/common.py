@@ -146,18 +146,28 @@ def resume_command(path: Path) -> str:
     """This invocation's command line with --resume PATH instead of -o/--overwrite/--resume."""
     import shlex
 
-    args, skip = [], False
+    # printed: a --history or --endpoint URL loses its credentials
+    from llmbench.core.redact import redact_command, scrub
+
+    def hidden(command: str) -> str:  # --server-command: the values of its secret options go (as config.spec's)
+        try:
+            return redact_command(shlex.split(command))
+        except ValueError:
+            return command
+
+    args, skip, command = [], False, False
     for a in sys.argv[1:]:
-        if skip:
-            skip = False
+        if skip or command:
+            args += [hidden(a)] if command else []
+            skip = command = False
             continue
         if a in ("-o", "--output", "--resume"):
             skip = True
             continue
         if a == "--overwrite" or a.startswith(("--output=", "--resume=")):
             continue
-        args.append(a)
-    from llmbench.core.redact import scrub  # printed: a --history or --endpoint URL loses its credentials
+        command = a == "--server-command"
+        args.append("--server-command=" + hidden(a[17:]) if a.startswith("--server-command=") else a)
 
     return scrub(shlex.join(["llmbench", *args, "--resume", str(path)]))
 

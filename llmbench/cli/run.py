@@ -66,6 +66,8 @@ def _run_target(ctx: typer.Context, args: dict[str, Any]) -> Any:
 
     if args["endpoint"] is not None:
         refuse_given(ctx, IN_PROCESS_ONLY, "in-process run options only; with --endpoint the server decides them")
+        if args["server_command"] is None:
+            refuse_given(ctx, ("boot_timeout_s",), "the limit of --server-command's start; no server is started")
         return endpoint_options_of(args, _open_loop(ctx, args))
     refuse_given(ctx, ENDPOINT_ONLY, "options of --endpoint runs only")
     return model_options_of(args)

@@ -109,25 +109,34 @@ async def run(
         prepare_dir(default_dir)  # before loading: a place that can't be written fails now
     prepared = await workload.prepare(pending, backend, options)
     prompts = prepared.prompts
-    await backend.start(prompts)
+    server = getattr(backend, "server", None)  # --server-command: started, measured and stopped by this run
     try:
-        track = new_track(backend, prompts, path, previous)
-        for record in (track.fresh, track.run):
-            prepared.annotate(record.config)
-            record.config.spec = spec if spec is not None else record.config.spec
-        if path is None and default_dir is not None:
-            track.path = default_output_path(track.fresh.config.model, track.fresh.config.device, default_dir)
-        if reporter is not None:
-            reporter.status(started_line(track.fresh))
-        concurrency = target.concurrency if isinstance(target, EndpointOptions) else 1
-        offsets = getattr(backend, "offsets", None)
-        plan = scheduled(track, prompts, offsets) if offsets else round_robin([track], prompts, options.repeats)
-        plan = sessions.with_think_time(plan, options.think_time_s) if options.turns > 1 else plan
-        runs = await execute(
-            [track], plan, prompts, warmup=options.warmup, concurrency=concurrency, stop=stop, reporter=reporter,
-        )  # fmt: skip
+        if server is not None:
+            await server.boot(path, default_dir, stop or Stop(), reporter.status if reporter else None,
+                              append=resume is not None)  # fmt: skip
+        await backend.start(prompts)
+        try:
+            track = new_track(backend, prompts, path, previous)
+            for record in (track.fresh, track.run):
+                prepared.annotate(record.config)
+                record.config.spec = spec if spec is not None else record.config.spec
+            if path is None and default_dir is not None:
+                track.path = default_output_path(track.fresh.config.model, track.fresh.config.device, default_dir)
+                if server is not None:
+                    server.move_log_beside(track.path)
+            if reporter is not None:
+                reporter.status(started_line(track.fresh))
+            concurrency = target.concurrency if isinstance(target, EndpointOptions) else 1
+            offsets = getattr(backend, "offsets", None)
+            plan = scheduled(track, prompts, offsets) if offsets else round_robin([track], prompts, options.repeats)
+            plan = sessions.with_think_time(plan, options.think_time_s) if options.turns > 1 else plan
+            runs = await execute([track], plan, prompts, warmup=options.warmup, concurrency=concurrency, stop=stop,
+                                 reporter=reporter, cold_first=server is not None)  # fmt: skip
+        finally:
+            await backend.close()
     finally:
-        await backend.close()
+        if server is not None:
+            server.close()  # whatever the end: SIGTERM to its process group, SIGKILL after a grace period
     return runs[0], track.path
 
 

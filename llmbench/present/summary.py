@@ -42,10 +42,27 @@ def cold_start_line(run: Any) -> str | None:
     return f"cold start: {ready} (load {_s(c['load_s'])}{detail}){ttft}"
 
 
+def server_boot_line(run: Any) -> str | None:
+    """A server's cold start (``--server-command``) in one line: from its exec to listening, ready and the first
+    token, and its first request's TTFT against the warm median (None without one)."""
+    b = getattr(run, "server_boot", None)
+    if b is None:
+        return None
+    first = f", first token {b.exec_to_first_token_s:.2f} s" if b.exec_to_first_token_s is not None else ""
+    line = (f"server cold start ({b.program}, polled every {b.poll_s * 1000:g} ms): listening "
+            f"{b.exec_to_listening_s:.2f} s, ready {b.exec_to_ready_s:.2f} s{first} after its exec")  # fmt: skip
+    if b.first_request_ttft_ms is not None:
+        line += f"; the first request's TTFT {b.first_request_ttft_ms:.0f} ms"
+        if b.first_request_penalty_ms is not None:
+            line += (f" (warm p50 {b.warm_ttft_p50_ms:.0f} ms over {b.warm_requests}: "
+                     f"{b.first_request_penalty_ms:+.0f} ms)")  # fmt: skip
+    return line
+
+
 def detail_lines(run: Any, *, machine: bool = False) -> list[str]:
     """What the run cost, its cold start, and what the server and its cache said; with ``machine``, the
     machine's record too."""
-    cold = cold_start_line(run)
+    cold = cold_start_line(run) or server_boot_line(run)
     lines = display.lever_lines(run) + display.cost_lines(run) + ([cold] if cold else []) + display.cache_lines(run)
     lines += display.server_lines(run)
     return lines + display.machine_lines(run) if machine else lines

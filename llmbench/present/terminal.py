@@ -964,7 +964,7 @@ def paint_table(record: dict) -> Table:
     for r in record["requests"]:
         client = r.get("client") or {}
         t.add_row(
-            f"{r['prompt_index']}" + (f".{r['repeat']}" if r["repeat"] else ""), _p(r, "ttft_ms", 1),
+            f"{r['prompt_index']}" + (f" r{r['repeat']}" if r["repeat"] else ""), _p(r, "ttft_ms", 1),
             _p(r, "first_paint_ms", 1), _p(r, "e2e_ms", 1), _p(r["render_lag_ms"], "p50", 1),
             _p(r["render_lag_ms"], "max", 1), _p(r["paint_gaps_ms"], "max", 1), str(r["paint_gaps_ms"]["over_100ms"]),
             str(r["paint_gaps_ms"]["frames"]), _verdict(r["page_buffered"], "buffered", "streamed"),
@@ -978,10 +978,12 @@ def paint_lines(record: dict) -> list[str]:
     """The medians, the verdicts in words, what disagreed or failed."""
     s = record["summary"]
     n = s["requests"]
+    gap = s["paint_gap_ms_max"]
+    gaps = f"{gap:.1f} ms ({s['paint_gaps_over_100ms']} over 100 ms)" if gap is not None else "none (each in one frame)"
     lines = [f"{n} requests: TTFT p50 {_num(s['ttft_ms_p50'], 1)} ms, first paint p50 "
              f"{_num(s['first_paint_ms_p50'], 1)} ms, E2E p50 {_num(s['e2e_ms_p50'], 1)} ms; render lag p50 "
-             f"{_num(s['render_lag_ms_p50'], 1)} ms, max {_num(s['render_lag_ms_max'], 1)} ms; longest paint gap "
-             f"{_num(s['paint_gap_ms_max'], 1)} ms ({s['paint_gaps_over_100ms']} over 100 ms)"]  # fmt: skip
+             f"{_num(s['render_lag_ms_p50'], 1)} ms, max {_num(s['render_lag_ms_max'], 1)} ms; longest paint gap: "
+             f"{gaps}"]  # fmt: skip
     client = s.get("client_buffered_requests")
     checked = "" if client is None else f"; llmbench's client: {client} of {n} buffered"
     lines.append(f"buffering detector on the page's reads: {s['page_buffered_requests']} of {n} buffered{checked}; "

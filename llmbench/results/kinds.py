@@ -1,6 +1,6 @@
-"""What kind of file is this? A run JSON, a sweep.json, a scan.json, a load.json, a quality.json, or (a folder)
-an ab run's base.json + head.json or a sweep/scan/load folder. Told once, here, for every reader: ``show``,
-``report``, ``compare`` and the history's recording.
+"""What kind of file is this? A run JSON, a sweep.json, a scan.json, a load.json, a quality.json, a paint JSON, or
+(a folder) an ab run's base.json + head.json or a sweep/scan/load folder. Told once, here, for every reader:
+``show``, ``report``, ``compare`` and the history's recording.
 
 A run file is told by its first bytes (``schema_version`` comes first in every run llmbench writes), so a large
 run is never parsed only to learn that it is one; anything not recognised is a run for its reader to refuse.
@@ -17,14 +17,14 @@ from llmbench.core.errors import UserError
 from llmbench.core.version import __version__
 from llmbench.results.schema import QUALITY_VERSION, SWEEP_VERSION
 
-KINDS = ("run", "sweep", "scan", "load", "quality", "ab")
+KINDS = ("run", "sweep", "scan", "load", "quality", "paint", "ab")
 RECORDS = ("sweep.json", "scan.json", "load.json")  # a driver folder's summary file, looked for in this order
 
 
 @dataclass(frozen=True)
 class FileKind:
     """What a path holds: ``kind`` (one of :data:`KINDS`), the file to read (a folder's summary file; an ab
-    run's folder itself) and, for a sweep, scan, load or quality file, its parsed record."""
+    run's folder itself) and, for a sweep, scan, load, quality or paint file, its parsed record."""
 
     kind: str
     path: Path
@@ -59,7 +59,7 @@ def kind_of(path: str | Path, among: tuple[str, ...] = KINDS) -> FileKind:
     says what is wrong with a file that is none of them). A folder is an ab run or a driver's folder when
     ``"ab"`` is among them (else a run, for its reader to refuse); UserError for a folder that is neither.
     UserError for a record of another format version."""
-    from llmbench.results.storage import read_load, read_scan
+    from llmbench.results.storage import read_load, read_paint, read_scan
 
     p = Path(path)
     if "ab" in among and p.is_dir():
@@ -75,6 +75,8 @@ def kind_of(path: str | Path, among: tuple[str, ...] = KINDS) -> FileKind:
         return FileKind("load", p, load)
     if "scan" in among and (scan := read_scan(p)) is not None:
         return FileKind("scan", p, scan)
+    if "paint" in among and (paint := read_paint(p)) is not None:
+        return FileKind("paint", p, paint)
     if "sweep" in among or "quality" in among:
         data = _json(p)
         if isinstance(data, dict):

@@ -44,9 +44,12 @@ Schema history (bump ``SCHEMA_VERSION`` on any change a reader of the old versio
     computed it); load.phases (0.3.0, the cold start phase by phase: before the load, locating, config and
     tokenizer, weights, building, warm-up, the first request's TTFT); config.spec (0.3.0, the settings the run
     was asked for, as llmbench.spec declares them: ``run --config-from`` repeats them); requests[].text_offsets/
-    first_visible_ms/reader_stall_ms/reader_stalls/reader_longest_stall_ms/andes_qoe/fluidity,
-    summary.reader_stall_ms/reader_stalls/andes_qoe/fluidity, config.reader (0.3.0, the shape of the wait at a
-    reader's pace; a run without them gets them when read, its text spread evenly over its events).
+    first_visible_ms/reader_stall_ms/reader_stalls/reader_longest_stall_ms/andes_qoe/fluidity/decode_chars_per_s/
+    decode_words_per_s, summary.reader_stall_ms/reader_stalls/andes_qoe/fluidity/decode_chars_per_s/
+    decode_words_per_s, config.reader (0.3.0, the shape of the wait at a reader's pace, speed in characters; a
+    run without them gets them when read, its text spread evenly over its events);
+    server_boot (0.3.0, run --endpoint --server-command: a server llmbench started, from its exec to listening,
+    to ready and to the first token of its first request, and that request's TTFT against the warm median).
 
 No torch here: compare, show and the endpoint client read and write runs without it. Why one module of
 600-odd lines: the schema is one versioned contract (the version, its history and every model it covers change
@@ -63,6 +66,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 SCHEMA_VERSION = 1
 SCAN_VERSION = 1  # scan.json (llmbench scan); history: 1 (llmbench 0.2.0) first version
 LOAD_VERSION = 1  # load.json (llmbench load); history: 1 (llmbench 0.2.0) first version
+PAINT_VERSION = 1  # llmbench paint's JSON (results/paint.py); history: 1 first version
 SWEEP_VERSION = 1  # sweep.json; history: 1 (llmbench 0.1.0) first version; 0.2.0 adds "varied" and
 # (with --quality) kld_mean, kld_p99, top1_agreement, greedy_identical_share, excluded_by_max_kld, quality_notes;
 # 0.3.0 adds the setups' speculative/prefix_cache and results[].tokens_per_forward/acceptance_rate/
@@ -93,6 +97,9 @@ METRIC_FORMULAS: dict[str, str] = {
     "fluidity": "Etalon (arXiv 2407.07000): met deadlines / all deadlines; a token's deadline is 1000 ms (the first) "
     "or a token's reading time (the others) after the previous one, plus the slack earlier tokens left; a late "
     "token misses 1 + floor(late / decode deadline) and resets the slack",
+    "decode_chars_per_s": "visible (not whitespace) characters that arrived after the first event / (last stamp - "
+    "first stamp) * 1000, for 2+ stamps: decode tok/s in characters, comparable across tokenizers; "
+    "decode_words_per_s: the same over the answer's visible characters per word (a CJK character is a word)",
     "ttft_ms": "first_token_stamp - request_start; request_start is taken before chat templating and tokenizing",
     "tpot_ms": "(last_token_stamp - first_token_stamp) / (output_tokens - 1), for output_tokens >= 2; "
     "excludes the first token (as vLLM's TPOT); per request, then summarised over requests",
@@ -169,6 +176,14 @@ ENDPOINT_METRIC_FORMULAS: dict[str, str] = {
     "stream_largest_burst": "most content events of one request that arrived with under 1 ms between each",
     "stream_buffered": "true when at least half of the requests with >= 3 events had at least half of their "
     "gaps under 1 ms: the events were held and released together between server and client",
+    "server_boot": "--server-command, every instant on this process's perf_counter, from exec (just before the "
+    "command is forked and executed): exec_to_listening_s = the first TCP connect to the endpoint's host and port "
+    "that succeeds; exec_to_ready_s = the arrival of the first GET /v1/models answered 200 (after listening); "
+    "both polled every poll_s, so each is late by at most poll_s and one try; ready_to_first_request_s = ready "
+    "to the first request's request_start (llmbench's own set-up between: /health and /v1/models asked once, "
+    "the run record); exec_to_first_token_s = exec_to_ready_s + ready_to_first_request_s + "
+    "first_request_ttft_ms / 1000; first_request_penalty_ms = first_request_ttft_ms - warm_ttft_p50_ms, the "
+    "median TTFT of the run's other requests (the first one is requests[0], sent before any warm-up)",
 }
 
 
@@ -432,6 +447,8 @@ class RequestResult(_Model):
     reader_longest_stall_ms: float | None = None
     andes_qoe: float | None = None
     fluidity: float | None = None
+    decode_chars_per_s: float | None = None  # visible characters after the first event / (last - first stamp)
+    decode_words_per_s: float | None = None
 
     @model_validator(mode="after")
     def _invariants(self) -> RequestResult:
@@ -488,6 +505,8 @@ class Summary(_Model):
     reader_stalls: Stats | None = None
     andes_qoe: Stats | None = None
     fluidity: Stats | None = None
+    decode_chars_per_s: Stats | None = None
+    decode_words_per_s: Stats | None = None
     token_count_disagreements: int | None = None  # requests whose server and client counts differ
     # --engine: the engine's own timers beside llmbench's stamps, and requests that reused a cached prefix
     engine_ttft_ms: Stats | None = None
@@ -566,6 +585,25 @@ class ClientStats(_Model):
     cpu_ms_per_event: float | None = None  # cpu_s / content events received
 
 
+class ServerBoot(_Model):
+    """``run --endpoint --server-command``: the server llmbench started, its cold start as its first user sees it
+    (seconds from its exec on this process's clock; ENDPOINT_METRIC_FORMULAS "server_boot" says what each spans)."""
+
+    program: str  # the command's program, its file name alone: the arguments may hold a secret
+    poll_s: float  # the polling interval: the resolution of exec_to_listening_s and exec_to_ready_s
+    log: str | None = None  # the file beside the run that holds the server's stdout and stderr
+    exec_to_listening_s: float
+    exec_to_ready_s: float
+    ready_to_first_request_s: float | None = None
+    exec_to_first_token_s: float | None = None
+    first_prompt_index: int | None = None  # the first request ever sent (requests[0])
+    first_repeat: int | None = None
+    first_request_ttft_ms: float | None = None
+    warm_ttft_p50_ms: float | None = None  # the median TTFT of the run's other requests
+    warm_requests: int = 0
+    first_request_penalty_ms: float | None = None  # first_request_ttft_ms - warm_ttft_p50_ms
+
+
 class FailedRequest(_Model):
     prompt_index: int
     repeat: int
@@ -612,6 +650,7 @@ class Run(_Model):
     cpu: dict | None = None
     # endpoint runs with --server-metrics: the server's Prometheus page over the window (servermetrics.summarize)
     server_metrics: dict | None = None
+    server_boot: ServerBoot | None = None  # endpoint runs with --server-command: the server's cold start
 
 
 class _Lean(BaseModel):
@@ -643,6 +682,7 @@ class RequestScalars(_Lean):
     reader_longest_stall_ms: float | None = None
     andes_qoe: float | None = None
     fluidity: float | None = None
+    decode_chars_per_s: float | None = None
 
 
 class RunScalars(_Lean):
@@ -664,6 +704,7 @@ class RunScalars(_Lean):
     warnings: list[str] = []
     cpu: dict | None = None
     server_metrics: dict | None = None
+    server_boot: ServerBoot | None = None
 
 
 def must_match(purpose: str, model: type[BaseModel] = RunConfig, prefix: str = "") -> tuple[str, ...]:

@@ -6,7 +6,8 @@ async so that an endpoint can keep several streams in flight; an in-process back
 generation thread, which leaves the event loop free (a notebook's too).
 
 Per run it owns: warm-ups (from the end of the prompt list, so a server's prefix cache never hands the first
-measured request a prefill it already did), skipping what a resumed run already holds, the calibration
+measured request a prefill it already did; a server the run started gets the plan's first request before them,
+its first ever), skipping what a resumed run already holds, the calibration
 probe before and after, the machine sampler, the journal and snapshots of every run file (writes go through
 one writer thread, in order, off the event loop), failures (recorded, or fatal when the very first request
 fails), stops (first: after the token in flight, or dropping in-flight streams; second: at once), summaries,
@@ -154,8 +155,12 @@ class RunLoop:
         reporter: Reporter | None = None,
         start_at: Callable[[], Awaitable[float]] | None = None,
         survive_backend_loss: bool = False,
+        cold_first: bool = False,
     ) -> None:
         self.tracks = list(tracks)
+        # a server the run started (--server-command): the plan's first request (or conversation) is the first it
+        # ever gets, measured before the warm-up; started_s counts from its start
+        self.cold_first = cold_first
         # a sweep's setups are independent: one whose backend dies (an engine's crashed worker) ends alone, its
         # failure recorded, and the others go on; a run or an ab pair can't go on without it
         self.survive = survive_backend_loss
@@ -197,13 +202,16 @@ class RunLoop:
         remove = self.stop.on_request(wake)
         try:
             todo = self._open(plan)
-            await self._warm_up()
+            if self.cold_first:
+                todo = await self._cold(todo)
+            if self.fatal is None and not self.stop.requested:
+                await self._warm_up()
             swap0 = None
             if self.fatal is None and not self.stop.requested:  # a warm-up that failed ends the run here, saved
                 await self._probe("before")
             if self.fatal is None and not self.stop.requested:
                 swap0 = psutil.swap_memory()
-                t0 = await self.start_at() if self.start_at is not None else time.perf_counter()
+                t0 = await self.start_at() if self.start_at is not None else self.t0 or time.perf_counter()
                 if (wait := t0 - time.perf_counter()) > 0:
                     await asyncio.sleep(wait)
                 self.sampler.start()
@@ -266,6 +274,20 @@ class RunLoop:
         if text not in self._warned:
             self._warned.add(text)
             self.reporter.warn(text)
+
+    async def _cold(self, todo: list[tuple[Track, Request]]) -> list[tuple[Track, Request]]:
+        """The plan's first unit (a request, or a conversation's turns) measured before any warm-up: a server's
+        first request ever (``cold_first``). The clock of ``started_s`` starts at it and keeps running through the
+        warm-up. What is left to do."""
+        units = _units(todo)
+        if not units or self.stop.requested:
+            return todo
+        self.t0 = time.perf_counter()
+        try:
+            await self._unit(units[0])
+        except Exception as e:  # saving failed: the run ends, saved as far as it can be
+            self.fatal = e
+        return [pair for unit in units[1:] for pair in unit]
 
     async def _warm_up(self) -> None:
         for t in self.tracks:
@@ -602,8 +624,8 @@ async def execute(
     tracks: Sequence[Track], plan: Sequence[tuple[Track, Request]], prompts: PromptSet, **loop_options: Any
 ) -> list[Run]:
     """Run ``plan`` with a new :class:`RunLoop` (``loop_options``: its keyword arguments: ``warmup``,
-    ``concurrency``, ``stop``, ``reporter``, ``start_at``, ``survive_backend_loss``); the runs, in the order of
-    ``tracks``."""
+    ``concurrency``, ``stop``, ``reporter``, ``start_at``, ``survive_backend_loss``, ``cold_first``); the runs, in
+    the order of ``tracks``."""
     return await RunLoop(tracks, prompts, **loop_options).run(plan)
 
 

@@ -122,6 +122,15 @@ class ServerSection(Section):
                                    "(gauges' mean and max, counters' deltas, into the run JSON).")  # fmt: skip
     metrics_url: Optional[str] = setting(None, "The metrics page to scrape (default: the endpoint's host, /metrics); "
                                          "implies --server-metrics.")  # fmt: skip
+    server_command: Optional[str] = setting(
+        None,
+        "With --endpoint: start the server with this command line (split as a shell would, run without one), "
+        "measure its cold start (exec to listening, to ready: GET /v1/models 200, to the first request's first "
+        "token) and stop it at the end; its output goes to RUN.server.log.",
+    )
+    boot_timeout_s: float = setting(300.0, "With --server-command: a server not ready this long after its start "
+                                    "is stopped and the run refused, s.", flag="--boot-timeout", gt=0,
+                                    le=limits.MAX_TIMEOUT_S, allow_inf_nan=False)  # fmt: skip
 
 
 _DATASETS, _TRACES, _PREFIXES, _SESSIONS = "Datasets", "Traces", "Shared prefixes", "Sessions"
@@ -370,7 +379,8 @@ class Spec(BaseModel):
 
 
 _URLS = ("endpoint", "metrics_url", "ray")
-_COMMANDS = ("base", "head", "worker", "build")  # ab's sides, bisect's worker options and build command
+_COMMANDS = ("base", "head", "worker", "build", "server_command")  # ab's sides, bisect's worker options and build
+# command, run's --server-command
 
 
 def _adapter(fi: Any) -> TypeAdapter[Any]:

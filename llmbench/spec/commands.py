@@ -15,6 +15,7 @@ from llmbench.spec import (
     ModelSection,
     OutputsSection,
     PromptsSection,
+    ReaderSection,
     RequestsSection,
     Section,
     ServerSection,
@@ -81,6 +82,7 @@ SweepSpec = spec(
     view(RequestsSection, "max_new_tokens", "ignore_eos", "warmup", "system_prompt", "chat_template",
          max_new_tokens=64),
     SweepPlan,
+    ReaderSection,
     _folder("sweep"),
     doc="``llmbench sweep``: every setup of a grid measured in interleaved rounds.",
 )  # fmt: skip
@@ -155,6 +157,7 @@ LoadTestSpec = spec(
     view(RequestsSection, "max_new_tokens", "ignore_eos", "warmup", "system_prompt", "seed", max_new_tokens=64,
          ignore_eos={"default": False, "help": "Ask for exactly --max-new-tokens."},
          seed={"help": "Seed of the arrival schedule (and of --num-prompts)."}),
+    ReaderSection,
     _folder("load"),
     doc="``llmbench load``: a server under open-loop load, rate by rate, against SLOs.",
 )  # fmt: skip
@@ -256,6 +259,7 @@ AbSpec = spec(
                                                             "prompt)."},
          max_new_tokens=64, ignore_eos={"default": True, "help": "Generate exactly --max-new-tokens."}),
     AbDesign,
+    ReaderSection,
     GateSection,
     combine("outputs", AbOutputs, view(OutputsSection, "history")),
     doc="``llmbench ab``: base and head measured side by side, request by request, and gated on the pair.",
@@ -334,6 +338,37 @@ BisectStepSpec = spec(
     doc="``llmbench bisect-step GOOD``: the checked-out commit judged for ``git bisect run``.",
 )  # fmt: skip
 
+# ------------------------------------------------------------------------------------------------ paint
+
+
+class PaintSection(Section):
+    """The browser that paints the answers, and the check beside it."""
+
+    table: ClassVar[str] = "paint"
+    chromium: Optional[Path] = setting(None, "Chromium's executable (default: /usr/bin/chromium, else chromium or "
+                                       "chromium-browser on PATH).")  # fmt: skip
+    client_check: bool = setting(True, "Also stream each prompt once with llmbench's own client through the same "
+                                 "URL: the buffering detector on its arrival stamps.",
+                                 flag="--client-check/--no-client-check")  # fmt: skip
+
+
+PaintSpec = spec(
+    "PaintSpec", "paint",
+    view(PromptsSection, "prompts", prompts={"required": True, "help": _PROMPT_FILE}),
+    view(ServerSection, "endpoint", "api_key_env", "timeout_s",
+         endpoint={"required": True, "help": "The server's base URL, e.g. http://127.0.0.1:8000/v1 (the page is "
+                                             "served at its origin)."},
+         api_key_env={"help": "The variable holding the API key (the page sends it too)."},
+         timeout_s={"help": "A request that receives nothing for this long fails, s."}),
+    view(ModelSection, "model", model={"help": "The model name to send."}),
+    view(RequestsSection, "max_new_tokens", "ignore_eos", "warmup", "repeats", max_new_tokens=64,
+         ignore_eos={"default": False, "help": "Ask for exactly --max-new-tokens."}),
+    PaintSection,
+    view(OutputsSection, "output", "overwrite",
+         output={"default": Path("paint.json"), "help": "The paint JSON to write."}),
+    doc="``llmbench paint``: the first painted character in a real browser, through whatever sits in between.",
+)  # fmt: skip
+
 # ------------------------------------------------------------------------------------------------ worker, serve
 
 
@@ -358,4 +393,4 @@ ServeSpec = spec(
 
 # the measuring commands' specs (run's is llmbench.spec.RunSpec)
 SPECS = {s.command: s for s in (SweepSpec, ScanSpec, LoadTestSpec, AbSpec, QualitySpec, BisectSpec,
-                                BisectStepSpec)}  # fmt: skip
+                                BisectStepSpec, PaintSpec)}  # fmt: skip

@@ -68,7 +68,7 @@ def test_the_wheel_carries_the_prompt_sets_and_the_quick_start_runs_by_name(tmp_
     wheel = _build_wheel(tmp_path, env)
     names = set(zipfile.ZipFile(wheel).namelist())
     for data in ("llmbench/data/prompts/env_violations.txt", "llmbench/data/corpus.txt", "llmbench/page.html",
-                 "llmbench/py.typed"):  # fmt: skip
+                 "llmbench/py.typed", "llmbench/data/paint.html"):  # fmt: skip
         assert data in names, data
     assert not any(n.startswith(("prompts/", "tests/")) for n in names)
 

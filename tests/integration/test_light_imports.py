@@ -14,7 +14,7 @@ import pytest
 from llmbench.results.storage import load_run, save_run
 from tests.helpers import synthetic_run
 
-HEAVY = ("torch", "transformers", "scipy", "pandas", "matplotlib", "sqlalchemy")
+HEAVY = ("torch", "transformers", "scipy", "pandas", "matplotlib", "sqlalchemy", "playwright")
 
 STEPS = r"""
 import json, sys

@@ -19,7 +19,7 @@ from llmbench.core.errors import UserError
 from llmbench.history import trend as tr
 from llmbench.results.kinds import KINDS, kind_of
 from llmbench.results.kinds import is_run_file as is_run
-from llmbench.results.schema import LOAD_VERSION, SCAN_VERSION
+from llmbench.results.schema import LOAD_VERSION, PAINT_VERSION, SCAN_VERSION
 from llmbench.results.storage import load_run, save_run, write_record
 from tests.helpers import synthetic_run
 
@@ -96,6 +96,8 @@ def test_a_run_file_is_told_by_its_first_bytes(tmp_path):
 def test_every_kind_is_recognised_from_a_real_file_or_folder(tmp_path):
     sweep, scan, load = _sweep(tmp_path / "sweep"), _scan(tmp_path / "scan"), _load(tmp_path / "load")
     quality, ab, run = _quality(tmp_path / "quality.json"), _ab(tmp_path / "ab"), _run(tmp_path / "r.json")
+    paint = tmp_path / "paint.json"  # llmbench paint's record (tests/unit/test_paint.py renders one)
+    write_record(paint, {"paint_version": PAINT_VERSION, "requests": [], "summary": {}})
     found = {
         "run": kind_of(run),
         "sweep": kind_of(sweep),
@@ -103,6 +105,7 @@ def test_every_kind_is_recognised_from_a_real_file_or_folder(tmp_path):
         "load": kind_of(load),
         "quality": kind_of(quality),
         "ab": kind_of(ab),
+        "paint": kind_of(paint),
     }
     assert set(found) == set(KINDS)  # a kind added to KINDS needs its case here
     for kind, f in found.items():
@@ -112,6 +115,7 @@ def test_every_kind_is_recognised_from_a_real_file_or_folder(tmp_path):
     assert found["load"].record["load_version"] == LOAD_VERSION
     assert found["sweep"].record["results"][0]["run_file"] == "a.json"
     assert found["quality"].record["quality_version"] == QUALITY_VERSION
+    assert found["paint"].record["paint_version"] == PAINT_VERSION
     # a driver's folder is its summary file
     for folder, kind, name in ((tmp_path / "sweep", "sweep", "sweep.json"), (tmp_path / "scan", "scan", "scan.json"),
                                (tmp_path / "load", "load", "load.json")):  # fmt: skip

@@ -48,6 +48,7 @@ def test_every_option_is_a_spec_field_with_its_default_and_help(command):
 def test_each_measuring_command_prints_a_config_it_reads_back(tmp_path, command):
     required = {"ab": ["p.txt", "--base", "http://127.0.0.1:9/v1", "--head", "http://127.0.0.1:9/v1"],
                 "load": ["p.txt", "--endpoint", "http://127.0.0.1:9/v1"], "sweep": ["p.txt"],
+                "paint": ["p.txt", "--endpoint", "http://127.0.0.1:9/v1"],
                 "bisect": ["v1"], "bisect-step": ["v1"]}  # fmt: skip
     r = cli(command, *required.get(command, []), "--max-new-tokens", "7", "--print-config")
     assert r.returncode == 0, r.stderr
