@@ -90,6 +90,8 @@ class EndpointBackend:
         # --server-command: the server this run starts (the driver boots and stops it), measured to its first token
         self.server: BootedServer | None = None
         self._first_cost: tuple[float, float] | None = None  # its first request's CPU and wall seconds
+        # the client's CPU and wall seconds when the window closed: the probe after it is not the client's cost
+        self._window_cost: tuple[float, float] | None = None
         if endpoint.server_command is not None:
             self.server = BootedServer(endpoint.server_argv(), endpoint.url, self.headers, endpoint.boot_timeout_s)
 
@@ -242,6 +244,8 @@ class EndpointBackend:
     def window_stop(self) -> None:
         if self.scraper is not None:
             self.scraper.stop()
+        if self._cpu0 is not None:
+            self._window_cost = (time.process_time() - self._cpu0, time.perf_counter() - self._t0)
 
     def finish(self, run: Run) -> list[str]:
         """The client's own cost, what the stream's shape says, the server's own metrics and cold start."""
@@ -254,7 +258,7 @@ class EndpointBackend:
             run.server_metrics = summarize(self.scraper.url, self.scraper.scrapes, self.scraper.errors,
                                            self.scraper.interval)  # fmt: skip
         if self._cpu0 is not None:
-            wall, cpu = time.perf_counter() - self._t0, time.process_time() - self._cpu0
+            cpu, wall = self._window_cost or (time.process_time() - self._cpu0, time.perf_counter() - self._t0)
             events = sum(r.chunks or 0 for r in run.requests)
             run.client = ClientStats(
                 cpu_s=round(cpu, 4),
