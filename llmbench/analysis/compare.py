@@ -106,7 +106,8 @@ class Row:
     n_new: int
     speaks: bool = False  # a robust row (see the module's docstring) or a gated one: its verdict is a finding
     processes: int = 0  # the processes its interval is over (Student t, N - 1 df); 0: over pairs
-    # "too few pairs: n = 3; at least 6 needed": below its interval's smallest honest n, no interval, no verdict
+    # "too few pairs: n = 3; at least 6 needed": below its interval's smallest honest n, no interval, no verdict;
+    # or why else it has none ("no relative change: a base value is 0")
     too_few: str | None = None
 
 
@@ -609,12 +610,20 @@ def compare_runs(
             b, n = np.array(list(bv.values())), np.array(list(nv.values()))
         if len(b) == 0 or len(n) == 0:
             continue
+        units = variance.units(clusters)
+        if not ((b > 0).all() and (n > 0).all()):  # a change relative to 0 is no number (a model that wrote only
+            # whitespace decodes 0 visible chars/s): no change, no interval, and a gate on it is blind, not passed
+            why = f"no relative change: a {'base' if not (b > 0).all() else 'new'} value is 0"
+            nan = float("nan")
+            rows += [_row(metric, stat, float(_stat(stat)(b)), float(_stat(stat)(n)), nan, nan, nan, len(b), len(n),
+                          units, paired=paired, undefined=why) for stat in STATS]  # fmt: skip
+            continue
         intervals = change_intervals(b, n, ("mean", "p90") if paired else STATS, paired, clusters=clusters)
         if paired:  # the median of the pairs' log ratios (see the module's docstring)
             logs[(metric, "p50")] = (np.log(n / b), clusters)
             intervals["p50"] = variance.median_change(*logs[(metric, "p50")], _resamples(len(b)), CONFIDENCE)
         rows += [_row(metric, stat, float(_stat(stat)(b)), float(_stat(stat)(n)), *intervals[stat], len(b), len(n),
-                      variance.units(clusters), paired=paired) for stat in STATS]  # fmt: skip
+                      units, paired=paired) for stat in STATS]  # fmt: skip
 
     if paired and (gaps := _gaps_row(base, new, processes)) is not None:
         at = max(i for i, r in enumerate(rows) if r.metric == "tpot_ms") + 1 if any(
@@ -675,12 +684,15 @@ def _row(
     units: int,
     kind: str | None = None,
     paired: bool = True,
+    undefined: str | None = None,
 ) -> Row:
     """A row; it speaks when its statistic is robust (see the module's docstring), else its verdict is
     ``(information)``, whatever its interval says (``significant`` keeps that). Below its interval's smallest
-    honest n (:func:`interval_kind`, :data:`variance.MIN_N`) it has no interval and its verdict says so: too few."""
+    honest n (:func:`interval_kind`, :data:`variance.MIN_N`) it has no interval and its verdict says so: too few;
+    ``undefined`` says why else it has none (a value of 0 under a ratio)."""
     kind = kind or interval_kind(stat, paired, units)
-    few = variance.too_few(units if units > 1 else min(nb, nn), kind, "processes" if units > 1 else "pairs")
+    unit = "processes" if units > 1 else "pairs"
+    few = undefined or variance.too_few(units if units > 1 else min(nb, nn), kind, unit)
     if few is not None:
         low = high = float("nan")
     significant = bool(np.isfinite(low) and (low > 0 or high < 0))

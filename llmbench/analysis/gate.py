@@ -32,7 +32,7 @@ class GateVerdict:
         """``--require-mdc``'s failure as one line (without the ``llmbench: error:`` prefix), or None."""
         if not self.short or self.require_mdc is None:
             return None
-        shown = ", ".join(f"{m} {st} {mdc:.1f}%" if mdc != float("inf") else f"{m} {st}: too few for an interval"
+        shown = ", ".join(f"{m} {st} {mdc:.1f}%" if mdc != float("inf") else f"{m} {st}: no interval"
                           for m, st, mdc in self.short)  # fmt: skip
         return f"--require-mdc {self.require_mdc:g}: this run could not have seen a change that small ({shown})"
 
@@ -63,8 +63,11 @@ def gate(
             assert row is not None  # blind_spots found it
             why = (f"{row.too_few}, so no interval and no verdict" if row.too_few else
                    f"its minimum detectable change is {mdc:.1f}%")  # fmt: skip
+            more = " (more pairs: --repeats, or more processes: --processes)"
+            if row.too_few and not row.too_few.startswith("too few"):
+                more = ""  # more pairs of a 0 are still 0
             verdict.blind.append(f"BLIND: this run could not have seen a {pct:g}% regression of {metric} {row.stat}: "
-                                 f"{why} (more pairs: --repeats, or more processes: --processes)")  # fmt: skip
+                                 f"{why}{more}")  # fmt: skip
     if require_mdc is not None:
         check_percent("--require-mdc", require_mdc, zero=False)  # a NaN would switch it off, 0 fail every run
         gated = [x.metric for k in checks for x in k] or list(GATED_BY_DEFAULT)

@@ -71,6 +71,39 @@ def test_compare_of_few_pairs_says_how_many_are_needed(n, tmp_path, cli):
     assert f"too few pairs: n = {n}; at least 6 needed" in text.stdout and "slower" not in text.stdout
 
 
+@pytest.mark.parametrize("zero_in", ["both", "base"])
+def test_a_change_relative_to_zero_is_no_number_and_its_gate_is_blind(zero_in, tmp_path, cli):
+    """A model that wrote only whitespace decodes 0 visible chars/s: 0 -> 0 or 0 -> 5 has no relative change."""
+    import warnings
+
+    base, new = _pairs([1.01, 1.02, 1.03, 1.0, 1.05, 1.02, 1.01, 1.03])
+    for run in (base, new) if zero_in == "both" else (base,):
+        for r in run.requests:
+            r.decode_chars_per_s = 0.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no 0/0 under numpy's breath
+        comp = compare_runs(base, new)
+    for stat in ("mean", "p50", "p90"):
+        row = comp.row("decode_chars_per_s", stat)
+        assert row is not None and row.too_few == "no relative change: a base value is 0" == row.verdict
+        assert math.isnan(row.change_pct) and math.isnan(row.ci_low_pct) and not row.significant
+    assert comp.row("tpot_ms", "p50").too_few is None  # the other metrics keep their intervals
+    verdict = gate([comp], fail_on=["decode_chars_per_s=1"])
+    assert verdict.exit_code == 0 and verdict.blind == [
+        "BLIND: this run could not have seen a 1% regression of decode_chars_per_s mean: no relative change: a base "
+        "value is 0, so no interval and no verdict"]  # fmt: skip
+    assert gate([comp], fail_on=["decode_chars_per_s=1"], require_mdc=5).exit_code == 1
+    save_run(base, tmp_path / "b.json")
+    save_run(new, tmp_path / "n.json")
+    r = cli("compare", str(tmp_path / "b.json"), str(tmp_path / "n.json"), "--format", "json")
+    assert r.returncode == 0, r.stderr
+    rows = {(x["metric"], x["stat"]): x for x in json.loads(r.stdout)[0]["rows"]}
+    assert rows[("decode_chars_per_s", "p50")]["change_pct"] is None  # null, not NaN nor Infinity
+    text = cli("compare", str(tmp_path / "b.json"), str(tmp_path / "n.json"))
+    assert "no relative change: a base value is 0" in text.stdout
+    assert "nan" not in text.stdout.lower() and "inf%" not in text.stdout
+
+
 def test_six_pairs_give_the_exact_interval_of_the_median():
     ratios = [1.10, 1.12, 1.11, 1.13, 1.09, 1.14]
     comp = compare_runs(*_pairs(ratios))
