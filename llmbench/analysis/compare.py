@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -542,6 +541,15 @@ def _is_time(v: Any) -> bool:
     return isinstance(v, (int, float)) and math.isfinite(v) and _MIN_MS <= v <= _MAX_MS
 
 
+def _rising(stamps: Any) -> bool:
+    """Non-decreasing (a NaN fails), in one array pass: a 10,000 x 256-token run's stamps in a few ms each."""
+    try:
+        a = np.asarray(stamps, dtype=float)
+    except (TypeError, ValueError):  # not numbers
+        return False
+    return a.ndim == 1 and bool(np.all(a[1:] >= a[:-1]))
+
+
 def _bad_figure(r: Any) -> str | None:
     """What about one request no run can record (its field and value), or None. Run files are validated when
     read, but a scalar read skips the requests' invariants, and a hand-edited file can hold any number."""
@@ -555,7 +563,7 @@ def _bad_figure(r: Any) -> str | None:
         return f"output_tokens {r.output_tokens!r}"
     stamps = getattr(r, "token_times_ms", None)  # read only for the gaps
     # from ttft_ms, non-decreasing, to a finite end: then every stamp is finite (NaN fails every comparison)
-    if stamps and not (stamps[0] == r.ttft_ms and stamps[-1] <= _MAX_MS and all(a <= b for a, b in pairwise(stamps))):
+    if stamps and not (stamps[0] == r.ttft_ms and stamps[-1] <= _MAX_MS and _rising(stamps)):
         return "token_times_ms (not a finite, non-decreasing list from ttft_ms)"
     return None
 

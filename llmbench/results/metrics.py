@@ -101,51 +101,55 @@ def shape_fields(
     """A request's shape-of-the-wait fields (:mod:`llmbench.results.reader`) at the pace ``reader`` records (a
     run's ``config.reader``; None: the default); the offsets are dropped when they don't match the stamps (one per
     stamp)."""
-    from llmbench.results.reader import Pace, shape_of
-
-    if not times_ms:
-        return {}
-    ends = list(offsets) if offsets is not None and len(offsets) == len(times_ms) else None
-    s = shape_of(times_ms, text, ends, Pace.of(reader))
-    return {
-        "text_offsets": ends,
-        "first_visible_ms": s.reading.first_visible_ms,
-        "reader_stall_ms": round(s.reading.stall_ms, 3),
-        "reader_stalls": s.reading.stalls,
-        "reader_longest_stall_ms": round(s.reading.longest_stall_ms, 3),
-        "andes_qoe": round(s.andes_qoe, 4),
-        "fluidity": round(s.fluidity, 4) if s.fluidity is not None else None,
-        **text_speed(times_ms, text, ends),
-    }
+    return _shape_fields_of([(times_ms, text, offsets)], reader)[0]
 
 
-def text_speed(times_ms: Sequence[float], text: str, ends: Sequence[int] | None) -> dict[str, float | None]:
-    """decode_chars_per_s and decode_words_per_s (schema.METRIC_FORMULAS): decode speed in visible characters and
-    words, which two tokenizers share (a token is not the same unit on two servers)."""
-    from llmbench.results.reader import chars_per_word, visible_per_event
+def _shape_fields_of(answers: Sequence[Any], reader: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """:func:`shape_fields` of each (stamps, text, offsets), computed together (:func:`reader.shapes`)."""
+    from llmbench.results.reader import Pace, shapes
 
-    span = times_ms[-1] - times_ms[0] if len(times_ms) > 1 else 0.0
-    if span <= 0:
-        return {"decode_chars_per_s": None, "decode_words_per_s": None}
-    chars = sum(visible_per_event(text, ends, len(times_ms))[1:]) * 1000.0 / span
-    return {"decode_chars_per_s": round(chars, 3), "decode_words_per_s": round(chars / chars_per_word(text), 3)}
+    answers = [(t, text, list(o) if o is not None and len(o) == len(t) else None) for t, text, o in answers]
+    out: list[dict[str, Any]] = []
+    for (times, _, ends), s in zip(answers, shapes(answers, Pace.of(reader)), strict=True):
+        if not len(times):
+            out.append({})
+            continue
+        # decode speed in visible characters and words (schema.METRIC_FORMULAS), which two tokenizers share
+        span = times[-1] - times[0] if len(times) > 1 else 0.0
+        chars = s.later_chars * 1000.0 / span if span > 0 else None
+        out.append({
+            "text_offsets": ends,
+            "first_visible_ms": s.reading.first_visible_ms,
+            "reader_stall_ms": round(s.reading.stall_ms, 3),
+            "reader_stalls": s.reading.stalls,
+            "reader_longest_stall_ms": round(s.reading.longest_stall_ms, 3),
+            "andes_qoe": round(s.andes_qoe, 4),
+            "fluidity": round(s.fluidity, 4) if s.fluidity is not None else None,
+            "decode_chars_per_s": round(chars, 3) if chars is not None else None,
+            "decode_words_per_s": round(chars / s.chars_per_word, 3) if chars is not None else None,
+        })  # fmt: skip
+    return out
 
 
 def reshape(request: RequestResult, reader: dict[str, Any] | None) -> RequestResult:
     """``request`` with its shape-of-the-wait fields at the pace ``reader`` records (a run's ``config.reader``), in
     place: backends stamp at the default pace; a run asked another one reshapes each request as it is recorded."""
-    for name, value in shape_fields(request.token_times_ms, request.output_text, request.text_offsets,
-                                    reader).items():  # fmt: skip
-        setattr(request, name, value)
-    return request
+    return _reshape([request], reader)[0]
+
+
+def _reshape(requests: Sequence[Any], reader: dict[str, Any] | None) -> Sequence[Any]:
+    answers = [(r.token_times_ms, r.output_text, r.text_offsets) for r in requests]
+    for r, fields in zip(requests, _shape_fields_of(answers, reader), strict=True):
+        for name, value in fields.items():
+            setattr(r, name, value)
+    return requests
 
 
 def fill_shape(run: Any) -> int:
     """A run recorded before the shape of the wait: each request's shape (its text spread evenly over its events:
     it kept no offsets) and the summary's, in place. Returns the requests filled (0: nothing was missing)."""
     todo = [r for r in (*run.requests, *run.ttft_requests) if r.andes_qoe is None and r.token_times_ms]
-    for r in todo:
-        reshape(r, run.config.reader)
+    _reshape(todo, run.config.reader)
     if todo and run.summary is not None:
         for name, stats in shape_summary(run.requests).items():
             setattr(run.summary, name, stats)

@@ -1,6 +1,7 @@
 """The shape of the wait as a reader lives it: a reader's pace against the stamps llmbench already takes.
 
-Three models, each a pure function of one request's stamps (no torch, no numpy):
+Three models, each a pure function of one request's stamps (numpy, no Python loop over the tokens: a run of
+10,000 x 256 tokens read from before they were recorded gets them in a blink):
 
 - **The reader** (:func:`read`): starts at the first *visible* character (not whitespace), reads at a pace of R
   characters a second, and never gets ahead of what has arrived. When it catches up before the answer ends it
@@ -36,6 +37,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 WORDS_PER_MINUTE = 238.0  # Brysbaert (2019): adults' silent reading of non-fiction, English
 STALL_MS = 100.0  # a wait the reader notices (a frame is 16 ms; 100 ms is the classic "instant" limit)
 TOKENS_PER_WORD = 1.3  # Andes' conversion between its reading speeds in words and tokens
@@ -47,13 +50,13 @@ _WORD = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900
 
 def words_in(text: str) -> int:
     """Words as reading-rate studies count them: runs of letters or digits; each CJK character is one."""
-    return sum(1 for _ in _WORD.finditer(text))
+    return len(_WORD.findall(text))
 
 
 def chars_per_word(text: str) -> float:
     """Visible characters per word in ``text`` (5.7, the English average with its space, when it has no word)."""
     words = words_in(text)
-    return sum(1 for c in text if not c.isspace()) / words if words else 5.7
+    return int(_visible_mask(text).sum()) / words if words else 5.7
 
 
 def chars_per_s(text: str, words_per_minute: float = WORDS_PER_MINUTE) -> float:
@@ -108,11 +111,8 @@ def read(times_ms: Sequence[float], visible_chars: Sequence[int], pace_chars_per
     """The reader model over one answer. ``times_ms[k]``: when event k arrived; ``visible_chars[k]``: the visible
     characters it brought (0 for an empty, whitespace-only or reasoning event). The reader starts at the first
     event with a visible character and reads ``pace_chars_per_s``; a wait counts only while more is to come."""
-    first, spans, done = _walk(times_ms, visible_chars, pace_chars_per_s)
-    if first is None:
-        return Reading(None, 0.0, 0, 0.0, None)
-    waits = [w for _, w in spans]
-    return Reading(first, sum(waits), sum(1 for w in waits if w > STALL_MS), max(waits, default=0.0), done)
+    t, c = _events(times_ms, visible_chars)
+    return _readings(t[None, :], c[None, :], np.array([_ms_per_char(pace_chars_per_s)]))[0]
 
 
 def wait_spans(
@@ -121,77 +121,108 @@ def wait_spans(
     """Every wait of :func:`read`'s reader, in order, as ``(start_ms, wait_ms)``: it caught up at ``start_ms``
     (ms from the request's start) and waited ``wait_ms`` for the next visible event. The stalls are those over
     :data:`STALL_MS`; ``read()``'s figures are these waits summed, counted and maximised."""
-    return _walk(times_ms, visible_chars, pace_chars_per_s)[1]
+    t, c = _events(times_ms, visible_chars)
+    _, caught, waits, _ = _walk(t[None, :], c[None, :], np.array([_ms_per_char(pace_chars_per_s)]))
+    at = waits[0] > 0
+    return list(zip(caught[0][at].tolist(), waits[0][at].tolist(), strict=True))
 
 
-def _walk(times_ms: Sequence[float], visible_chars: Sequence[int],
-          pace_chars_per_s: float) -> tuple[float | None, list[tuple[float, float]], float | None]:  # fmt: skip
-    """The reader's walk over the events: the first visible event's time, each wait (start, length) and when it
-    finished reading (None, [], None when nothing visible arrived)."""
+def _events(times_ms: Sequence[float], visible_chars: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
     if len(times_ms) != len(visible_chars):
         raise ValueError("one character count per event")
+    return np.asarray(times_ms, dtype=float), np.asarray(visible_chars, dtype=float)
+
+
+def _ms_per_char(pace_chars_per_s: float) -> float:
     if not (math.isfinite(pace_chars_per_s) and pace_chars_per_s > 0):
         raise ValueError(f"a reading pace must be a positive number of characters a second, not {pace_chars_per_s}")
-    ms_per_char = 1000.0 / pace_chars_per_s
-    events = [(t, c) for t, c in zip(times_ms, visible_chars, strict=True) if c > 0]
-    if not events:
-        return None, [], None
-    clock, unread, waits = events[0][0], 0.0, []
-    for k, (t, chars) in enumerate(events):
-        if k:  # the reader reads what it has until this event arrives, or waits for it
-            done = clock + unread * ms_per_char
-            if done < t:
-                waits.append((done, t - done))
-                clock, unread = t, 0.0
-            else:
-                unread -= (t - clock) / ms_per_char
-                clock = t
-        unread += chars
-    return events[0][0], waits, clock + unread * ms_per_char
+    return 1000.0 / pace_chars_per_s
+
+
+def _walk(t: np.ndarray, c: np.ndarray, ms_per_char: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The reader's walk over rows of events of one length (row i: an answer's arrival times ``t[i]``, visible
+    characters ``c[i]``, read at ``ms_per_char[i]``), without a Python loop over the events.
+
+    The reader has read everything up to event k at ``F_k = max(F_{k-1}, t_k) + c_k m`` (it waits for event k when
+    it is done before it arrives); with ``S_k`` the characters up to k times m, ``F_k - S_k = max over j <= k of
+    (t_j - S_{j-1})``, a running maximum. Invisible events take no part (their time is -inf: never waited for).
+    Returns (the first visible event's index, or -1; where each wait began; each event's wait, 0 where none;
+    when the reader finished)."""
+    if t.shape[1] == 0:
+        none = np.zeros(t.shape)
+        return np.full(t.shape[0], -1), none, none, np.full(t.shape[0], np.nan)
+    visible = c > 0
+    tt = np.where(visible, t, -np.inf)
+    s = np.cumsum(c, axis=1) * ms_per_char[:, None]
+    done = np.maximum.accumulate(tt - (s - c * ms_per_char[:, None]), axis=1) + s  # F_k
+    before = np.concatenate((np.full((t.shape[0], 1), -np.inf), done[:, :-1]), axis=1)  # F_{k-1}
+    with np.errstate(invalid="ignore"):  # -inf - -inf before the first visible event: not a wait
+        waits = np.where(visible & np.isfinite(before) & (tt > before), tt - before, 0.0)
+    first = np.where(visible.any(axis=1), visible.argmax(axis=1), -1)
+    return first, before, waits, done[:, -1]
+
+
+def _readings(t: np.ndarray, c: np.ndarray, ms_per_char: np.ndarray) -> list[Reading]:
+    """:func:`read` of each row (see :func:`_walk`)."""
+    first, _, waits, done = _walk(t, c, ms_per_char)
+    stall_ms, stalls, longest = waits.sum(axis=1), (waits > STALL_MS).sum(axis=1), waits.max(axis=1, initial=0.0)
+    return [Reading(None, 0.0, 0, 0.0, None) if f < 0 else
+            Reading(float(t[i, f]), float(stall_ms[i]), int(stalls[i]), float(longest[i]), float(done[i]))
+            for i, f in enumerate(first.tolist())]  # fmt: skip
 
 
 def andes_qoe(token_times_ms: Sequence[float], tokens_per_s: float, ttft_target_ms: float = ANDES_TTFT_MS) -> float:
     """Andes' QoE of one answer (see the module docstring): 1 when every token is digested no later than the
     expected timeline says, less the further delivery lags it. ``tokens_per_s``: the expected delivery (reading)
     speed; ``ttft_target_ms``: the expected TTFT."""
-    if not token_times_ms:
+    if not len(token_times_ms):
         return 0.0
     if not (math.isfinite(tokens_per_s) and tokens_per_s > 0) or not (math.isfinite(ttft_target_ms)
                                                                          and ttft_target_ms >= 0):  # fmt: skip
         raise ValueError("Andes' QoE needs a positive expected speed and a non-negative expected TTFT")
-    step = 1000.0 / tokens_per_s
-    expected = [ttft_target_ms + i * step for i in range(len(token_times_ms))]
-    digested: list[float] = []
-    for t in token_times_ms:
-        digested.append(max(t, digested[-1] + step) if digested else t)
-    end = max(digested[-1], expected[-1])
-    actual_area = sum(end - t for t in digested)
-    expected_area = sum(end - t for t in expected)
-    return 1.0 if expected_area <= 0 else min(1.0, actual_area / expected_area)
+    return float(_andes_rows(np.asarray(token_times_ms, dtype=float)[None, :], np.array([tokens_per_s]),
+                             ttft_target_ms)[0])  # fmt: skip
+
+
+def _andes_rows(t: np.ndarray, tokens_per_s: np.ndarray, ttft_target_ms: float) -> np.ndarray:
+    """:func:`andes_qoe` of each row. Digested ``d_i = max(t_i, d_{i-1} + step)`` is ``i step`` plus the running
+    maximum of ``t_j - j step``; each area is ``sum_i (T - x_i)``."""
+    step = (1000.0 / tokens_per_s)[:, None] * np.arange(t.shape[1])
+    digested = np.maximum.accumulate(t - step, axis=1) + step
+    expected = ttft_target_ms + step
+    end = np.maximum(digested[:, -1], expected[:, -1])[:, None]
+    actual, wanted = (end - digested).sum(axis=1), (end - expected).sum(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(wanted <= 0, 1.0, np.minimum(1.0, actual / wanted))
 
 
 def fluidity(token_times_ms: Sequence[float], prefill_deadline_ms: float, decode_deadline_ms: float) -> float | None:
     """Etalon's fluidity index of one answer (see the module docstring); None without a token. The first
     token's time is counted from the request's start (its TTFT), each later one from the token before."""
-    if not token_times_ms:
+    if not len(token_times_ms):
         return None
     if not (prefill_deadline_ms > 0 and decode_deadline_ms > 0):  # NaN fails too
         raise ValueError("Etalon's deadlines must be positive")
-    met = total = 0
-    slack, previous = 0.0, 0.0
-    for i, t in enumerate(token_times_ms):
-        gap, deadline = t - previous, (prefill_deadline_ms if i == 0 else decode_deadline_ms)
-        previous = t
-        if gap <= deadline + slack:
-            slack += deadline - gap
-            met += 1
-            total += 1
-            continue
-        late = gap - slack - deadline  # past this token's own deadline: a missed deadline, and one per D_d more
-        missed = 1 + int(late // decode_deadline_ms)
-        total += missed
-        slack = 0.0
-    return met / total
+    t = np.asarray(token_times_ms, dtype=float)[None, :]
+    return float(_fluidity_rows(t, prefill_deadline_ms, np.array([decode_deadline_ms]))[0])
+
+
+def _fluidity_rows(t: np.ndarray, prefill_deadline_ms: float, decode_deadline_ms: np.ndarray) -> np.ndarray:
+    """:func:`fluidity` of each row. The slack after token k is Lindley's recursion ``s_k = max(0, s_{k-1} + D_k -
+    gap_k)``: with ``X = D - gap`` summed to ``S``, ``s_k = S_k - min(0, S_0..S_k)``. Token k meets its deadline
+    when ``X_k + s_{k-1} >= 0``; else it misses ``1 + floor(-(X_k + s_{k-1}) / D_d)``."""
+    dd = decode_deadline_ms[:, None]
+    gaps = np.diff(t, axis=1, prepend=0.0)
+    x = np.broadcast_to(dd, t.shape).copy()
+    x[:, 0] = prefill_deadline_ms
+    x -= gaps
+    total = np.cumsum(x, axis=1)
+    slack = total - np.minimum.accumulate(np.minimum(total, 0.0), axis=1)
+    margin = x + np.concatenate((np.zeros((t.shape[0], 1)), slack[:, :-1]), axis=1)
+    met = margin >= 0
+    missed = np.where(met, 0.0, 1.0 + np.floor(-margin / dd)).sum(axis=1)
+    hits = met.sum(axis=1)
+    return hits / (hits + missed)
 
 
 @dataclass(frozen=True)
@@ -201,6 +232,8 @@ class Shape:
     reading: Reading
     andes_qoe: float
     fluidity: float | None
+    later_chars: int = 0  # visible characters after the first event: decode speed in characters
+    chars_per_word: float = 5.7  # the answer's own (:func:`chars_per_word`): decode speed in words
 
 
 def decode_deadline_ms(words_per_minute: float = WORDS_PER_MINUTE) -> float:
@@ -211,22 +244,74 @@ def decode_deadline_ms(words_per_minute: float = WORDS_PER_MINUTE) -> float:
 def visible_per_event(text: str, ends: Sequence[int] | None, events: int) -> list[int]:
     """The visible characters each event brought: from each event's end offset in ``text`` (``ends``), or, for a
     run recorded before offsets were (None), the text spread evenly over the events (an approximation)."""
+    return _visible_rows([text], [ends], events)[0][0].astype(int).tolist()
+
+
+def _visible_rows(texts: Sequence[str], ends: Sequence[Sequence[int] | None], events: int) -> tuple[np.ndarray, ...]:
+    """(the visible characters of each text's ``events`` events, one row a text; each text's visible characters):
+    the texts joined and their characters' visibility summed once, then read at each event's end."""
+    lens = np.array([len(x) for x in texts], dtype=np.int64)
+    start = np.concatenate(([0], np.cumsum(lens)[:-1])).astype(np.int64)
+    before = np.concatenate(([0], np.cumsum(_visible_mask("".join(texts)))))
+    totals = before[start + lens] - before[start]
     if events == 0:
-        return []
-    if ends is None:
-        ends = [round(len(text) * (k + 1) / events) for k in range(events)]
-    starts = [0, *ends[:-1]]
-    return [sum(1 for c in text[a:b] if not c.isspace()) for a, b in zip(starts, ends, strict=True)]
+        return np.zeros((len(texts), 0)), totals
+    at = np.round(lens[:, None] * np.arange(1, events + 1) / events)  # no offsets recorded: spread evenly
+    given = [k for k, e in enumerate(ends) if e is not None]
+    if given:
+        at[given] = np.array([ends[k] for k in given], dtype=float).reshape(len(given), events)
+    upto = before[np.clip(at, 0, lens[:, None]).astype(np.int64) + start[:, None]]
+    return np.maximum(np.diff(upto, axis=1, prepend=before[start][:, None]), 0).astype(float), totals
+
+
+_SPACE: np.ndarray | None = None  # str.isspace() of each code point up to U+3000, the last space there is
+
+
+def _visible_mask(text: str) -> np.ndarray:
+    """Whether each character of ``text`` is visible (not ``str.isspace()``), in C: its code points looked up."""
+    global _SPACE
+    if _SPACE is None:
+        _SPACE = np.array([chr(i).isspace() for i in range(0x3002)])  # 0x3001 and above: no space
+    points = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+    return ~_SPACE[np.minimum(points, 0x3001)]
 
 
 def shape_of(token_times_ms: Sequence[float], text: str, ends: Sequence[int] | None = None,
              pace: Pace = Pace()) -> Shape:  # fmt: skip
     """The reader, Andes' QoE and Etalon's fluidity of one answer at ``pace`` (Andes' expected TTFT, 1 s, is
     Etalon's prefill deadline too; the decode deadline is a token's reading time, Andes' 1.3 tokens a word)."""
-    wpm = pace.words_per_minute_for(text)
-    tokens_per_s = wpm / 60.0 * TOKENS_PER_WORD
-    return Shape(
-        read(token_times_ms, visible_per_event(text, ends, len(token_times_ms)), pace.chars_per_s_for(text)),
-        andes_qoe(token_times_ms, tokens_per_s, ANDES_TTFT_MS),
-        fluidity(token_times_ms, ANDES_TTFT_MS, decode_deadline_ms(wpm)),
-    )
+    return shapes([(token_times_ms, text, ends)], pace)[0]
+
+
+Answer = tuple[Sequence[float], str, Sequence[int] | None]  # (stamps in ms, text, each stamp's end in it or None)
+
+
+def shapes(answers: Sequence[Answer], pace: Pace = Pace()) -> list[Shape]:
+    """:func:`shape_of` of each answer, the answers of one length in one pass of array arithmetic: a run of 10,000
+    answers from before the shape was recorded gets it when read, in well under a second."""
+    if pace.chars_per_s is None:
+        chars_per_s(" ", pace.words_per_minute)  # the pace's check
+    else:
+        _ms_per_char(pace.chars_per_s)
+    out: list[Shape] = [Shape(Reading(None, 0.0, 0, 0.0, None), 0.0, None)] * len(answers)
+    groups: dict[int, list[int]] = {}
+    for i, (times, _, _) in enumerate(answers):
+        groups.setdefault(len(times), []).append(i)
+    for n, rows in groups.items():
+        if n == 0:
+            continue
+        t = np.array([answers[i][0] for i in rows], dtype=float).reshape(len(rows), n)
+        c, visible = _visible_rows([answers[i][1] for i in rows], [answers[i][2] for i in rows], n)
+        words = np.array([len(_WORD.findall(answers[i][1])) for i in rows])
+        cpw = np.where(words > 0, visible.astype(float) / np.maximum(words, 1), 5.7)
+        if pace.chars_per_s is None:
+            wpm, cps = np.full(len(rows), pace.words_per_minute), pace.words_per_minute / 60.0 * cpw
+        else:
+            wpm, cps = pace.chars_per_s * 60.0 / cpw, np.full(len(rows), pace.chars_per_s)
+        readings = _readings(t, c, 1000.0 / cps)
+        qoe = _andes_rows(t, wpm / 60.0 * TOKENS_PER_WORD, ANDES_TTFT_MS)
+        fluid = _fluidity_rows(t, ANDES_TTFT_MS, 60_000.0 / (wpm * TOKENS_PER_WORD))
+        later = c[:, 1:].sum(axis=1)
+        for k, i in enumerate(rows):
+            out[i] = Shape(readings[k], float(qoe[k]), float(fluid[k]), int(later[k]), float(cpw[k]))
+    return out

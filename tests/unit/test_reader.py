@@ -129,3 +129,92 @@ def test_an_old_run_without_offsets_spreads_its_text_over_its_events():
     assert visible_per_event("ab cd", [2, 5], 2) == [2, 2]
     assert visible_per_event("abcdef", None, 3) == [2, 2, 2]
     assert visible_per_event("", None, 0) == []
+
+
+# The recursions as first written, a Python loop over the tokens each: the array forms must agree with them on
+# any stream (the hand-computed cases above pin the loops' meaning).
+def _loop_read(times, chars, cps):
+    ms, events = 1000.0 / cps, [(t, c) for t, c in zip(times, chars, strict=True) if c > 0]
+    if not events:
+        return None, [], None
+    clock, unread, waits = events[0][0], 0.0, []
+    for k, (t, c) in enumerate(events):
+        if k:
+            done = clock + unread * ms
+            if done < t:
+                waits.append((done, t - done))
+                clock, unread = t, 0.0
+            else:
+                unread -= (t - clock) / ms
+                clock = t
+        unread += c
+    return events[0][0], waits, clock + unread * ms
+
+
+def _loop_andes(times, tps, ttft):
+    step, digested = 1000.0 / tps, []
+    for t in times:
+        digested.append(max(t, digested[-1] + step) if digested else t)
+    expected = [ttft + i * step for i in range(len(times))]
+    end = max(digested[-1], expected[-1])
+    wanted = sum(end - t for t in expected)
+    return 1.0 if wanted <= 0 else min(1.0, sum(end - t for t in digested) / wanted)
+
+
+def _loop_fluidity(times, dp, dd):
+    met = total = 0
+    slack, previous = 0.0, 0.0
+    for i, t in enumerate(times):
+        gap, deadline = t - previous, (dp if i == 0 else dd)
+        previous = t
+        if gap <= deadline + slack:
+            slack += deadline - gap
+            met += 1
+            total += 1
+            continue
+        total += 1 + int((gap - slack - deadline) // dd)
+        slack = 0.0
+    return met / total
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_array_forms_agree_with_the_loops_on_random_streams(seed):
+    import numpy as np
+
+    from llmbench.results.reader import shapes, wait_spans
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 300))
+    gaps = rng.exponential(rng.choice([5.0, 40.0, 200.0]), n) * (rng.random(n) < 0.9)  # some arrive together
+    gaps[rng.random(n) < 0.03] += rng.uniform(100, 2000)  # and some pauses
+    times = (rng.uniform(10, 3000) + np.cumsum(gaps)).tolist()
+    chars = (rng.integers(0, 6, n) * (rng.random(n) < 0.85)).tolist()  # invisible events too
+    cps = float(rng.uniform(5, 400))
+    first, waits, done = _loop_read(times, chars, cps)
+    got = read(times, chars, cps)
+    spans = wait_spans(times, chars, cps)
+    assert got.first_visible_ms == first and len(spans) == len(waits)
+    assert [x for s in spans for x in s] == pytest.approx([x for s in waits for x in s])
+    if first is not None:
+        w = [x for _, x in waits]
+        assert got.stall_ms == pytest.approx(sum(w)) and got.stalls == sum(x > STALL_MS for x in w)
+        assert got.done_reading_ms == pytest.approx(done)
+    assert andes_qoe(times, cps / 5, 1000.0) == pytest.approx(_loop_andes(times, cps / 5, 1000.0))
+    assert fluidity(times, 1000.0, 1000.0 / cps) == pytest.approx(_loop_fluidity(times, 1000.0, 1000.0 / cps))
+    # many answers of mixed lengths at once give what each gives alone
+    text = "".join(rng.choice(list("ab  c\n天")) for _ in range(3 * n))
+    answers = [(times, text, None), (times[: n // 2 + 1], text[:n], None), ([], "", None), (times, text, None)]
+    together = shapes(answers, Pace(300.0))
+    from llmbench.results.reader import shape_of
+
+    assert together == [shape_of(*a, pace=Pace(300.0)) for a in answers]
+
+
+def test_visibility_is_str_isspace_for_every_code_point():
+    import sys
+
+    from llmbench.results.reader import visible_per_event
+
+    text = "".join(chr(i) for i in range(sys.maxunicode + 1) if not 0xD800 <= i <= 0xDFFF)
+    ends = list(range(1, len(text) + 1))
+    assert visible_per_event(text, ends, len(text)) == [0 if c.isspace() else 1 for c in text]
