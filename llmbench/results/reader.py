@@ -35,9 +35,10 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+if TYPE_CHECKING:  # numpy is imported where used: the spec reads this module's pace, and --help the spec
+    import numpy as np
 
 WORDS_PER_MINUTE = 238.0  # Brysbaert (2019): adults' silent reading of non-fiction, English
 STALL_MS = 100.0  # a wait the reader notices (a frame is 16 ms; 100 ms is the classic "instant" limit)
@@ -111,6 +112,8 @@ def read(times_ms: Sequence[float], visible_chars: Sequence[int], pace_chars_per
     """The reader model over one answer. ``times_ms[k]``: when event k arrived; ``visible_chars[k]``: the visible
     characters it brought (0 for an empty, whitespace-only or reasoning event). The reader starts at the first
     event with a visible character and reads ``pace_chars_per_s``; a wait counts only while more is to come."""
+    import numpy as np
+
     t, c = _events(times_ms, visible_chars)
     return _readings(t[None, :], c[None, :], np.array([_ms_per_char(pace_chars_per_s)]))[0]
 
@@ -121,6 +124,8 @@ def wait_spans(
     """Every wait of :func:`read`'s reader, in order, as ``(start_ms, wait_ms)``: it caught up at ``start_ms``
     (ms from the request's start) and waited ``wait_ms`` for the next visible event. The stalls are those over
     :data:`STALL_MS`; ``read()``'s figures are these waits summed, counted and maximised."""
+    import numpy as np
+
     t, c = _events(times_ms, visible_chars)
     _, caught, waits, _ = _walk(t[None, :], c[None, :], np.array([_ms_per_char(pace_chars_per_s)]))
     at = waits[0] > 0
@@ -128,6 +133,8 @@ def wait_spans(
 
 
 def _events(times_ms: Sequence[float], visible_chars: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    import numpy as np
+
     if len(times_ms) != len(visible_chars):
         raise ValueError("one character count per event")
     return np.asarray(times_ms, dtype=float), np.asarray(visible_chars, dtype=float)
@@ -148,6 +155,8 @@ def _walk(t: np.ndarray, c: np.ndarray, ms_per_char: np.ndarray) -> tuple[np.nda
     (t_j - S_{j-1})``, a running maximum. Invisible events take no part (their time is -inf: never waited for).
     Returns (the first visible event's index, or -1; where each wait began; each event's wait, 0 where none;
     when the reader finished)."""
+    import numpy as np
+
     if t.shape[1] == 0:
         none = np.zeros(t.shape)
         return np.full(t.shape[0], -1), none, none, np.full(t.shape[0], np.nan)
@@ -175,6 +184,8 @@ def andes_qoe(token_times_ms: Sequence[float], tokens_per_s: float, ttft_target_
     """Andes' QoE of one answer (see the module docstring): 1 when every token is digested no later than the
     expected timeline says, less the further delivery lags it. ``tokens_per_s``: the expected delivery (reading)
     speed; ``ttft_target_ms``: the expected TTFT."""
+    import numpy as np
+
     if not len(token_times_ms):
         return 0.0
     if not (math.isfinite(tokens_per_s) and tokens_per_s > 0) or not (math.isfinite(ttft_target_ms)
@@ -187,6 +198,8 @@ def andes_qoe(token_times_ms: Sequence[float], tokens_per_s: float, ttft_target_
 def _andes_rows(t: np.ndarray, tokens_per_s: np.ndarray, ttft_target_ms: float) -> np.ndarray:
     """:func:`andes_qoe` of each row. Digested ``d_i = max(t_i, d_{i-1} + step)`` is ``i step`` plus the running
     maximum of ``t_j - j step``; each area is ``sum_i (T - x_i)``."""
+    import numpy as np
+
     step = (1000.0 / tokens_per_s)[:, None] * np.arange(t.shape[1])
     digested = np.maximum.accumulate(t - step, axis=1) + step
     expected = ttft_target_ms + step
@@ -199,6 +212,8 @@ def _andes_rows(t: np.ndarray, tokens_per_s: np.ndarray, ttft_target_ms: float) 
 def fluidity(token_times_ms: Sequence[float], prefill_deadline_ms: float, decode_deadline_ms: float) -> float | None:
     """Etalon's fluidity index of one answer (see the module docstring); None without a token. The first
     token's time is counted from the request's start (its TTFT), each later one from the token before."""
+    import numpy as np
+
     if not len(token_times_ms):
         return None
     if not (prefill_deadline_ms > 0 and decode_deadline_ms > 0):  # NaN fails too
@@ -211,6 +226,8 @@ def _fluidity_rows(t: np.ndarray, prefill_deadline_ms: float, decode_deadline_ms
     """:func:`fluidity` of each row. The slack after token k is Lindley's recursion ``s_k = max(0, s_{k-1} + D_k -
     gap_k)``: with ``X = D - gap`` summed to ``S``, ``s_k = S_k - min(0, S_0..S_k)``. Token k meets its deadline
     when ``X_k + s_{k-1} >= 0``; else it misses ``1 + floor(-(X_k + s_{k-1}) / D_d)``."""
+    import numpy as np
+
     dd = decode_deadline_ms[:, None]
     gaps = np.diff(t, axis=1, prepend=0.0)
     x = np.broadcast_to(dd, t.shape).copy()
@@ -250,6 +267,8 @@ def visible_per_event(text: str, ends: Sequence[int] | None, events: int) -> lis
 def _visible_rows(texts: Sequence[str], ends: Sequence[Sequence[int] | None], events: int) -> tuple[np.ndarray, ...]:
     """(the visible characters of each text's ``events`` events, one row a text; each text's visible characters):
     the texts joined and their characters' visibility summed once, then read at each event's end."""
+    import numpy as np
+
     lens = np.array([len(x) for x in texts], dtype=np.int64)
     start = np.concatenate(([0], np.cumsum(lens)[:-1])).astype(np.int64)
     before = np.concatenate(([0], np.cumsum(_visible_mask("".join(texts)))))
@@ -269,6 +288,8 @@ _SPACE: np.ndarray | None = None  # str.isspace() of each code point up to U+300
 
 def _visible_mask(text: str) -> np.ndarray:
     """Whether each character of ``text`` is visible (not ``str.isspace()``), in C: its code points looked up."""
+    import numpy as np
+
     global _SPACE
     if _SPACE is None:
         _SPACE = np.array([chr(i).isspace() for i in range(0x3002)])  # 0x3001 and above: no space
@@ -289,6 +310,8 @@ Answer = tuple[Sequence[float], str, Sequence[int] | None]  # (stamps in ms, tex
 def shapes(answers: Sequence[Answer], pace: Pace = Pace()) -> list[Shape]:
     """:func:`shape_of` of each answer, the answers of one length in one pass of array arithmetic: a run of 10,000
     answers from before the shape was recorded gets it when read, in well under a second."""
+    import numpy as np
+
     if pace.chars_per_s is None:
         chars_per_s(" ", pace.words_per_minute)  # the pace's check
     else:

@@ -74,5 +74,11 @@ def test_light_commands_import_nothing_heavy(cli, endpoint, prompt_file, tmp_pat
     assert r.returncode == 0 and "STEPS DONE" in r.stdout, r.stderr[-2000:]
     assert "Usage" in r.stdout and "env_violations" in r.stdout  # --help and prompts spoke
     assert load_run(light).config.mode == "endpoint"
+    # --help and compare --help do not even import numpy (~80 ms here): the spec they read names the reader's pace
+    helps = ("import sys\nfrom llmbench.cli import main\nfor argv in (['--help'], ['compare', '--help']):\n"
+             "    sys.argv = ['llmbench', *argv]\n    try:\n        main()\n    except SystemExit:\n        pass\n"
+             "print('numpy' in sys.modules)")  # fmt: skip
+    h = subprocess.run([sys.executable, "-c", helps], capture_output=True, text=True, timeout=120)
+    assert h.returncode == 0 and h.stdout.strip().endswith("False"), h.stderr[-2000:]
     v = cli("--version", process=True)  # the real console entry, in a fresh process
     assert v.returncode == 0 and v.stdout.startswith("llmbench ")
