@@ -138,6 +138,7 @@ def reshape(request: RequestResult, reader: dict[str, Any] | None) -> RequestRes
 
 
 def _reshape(requests: Sequence[Any], reader: dict[str, Any] | None) -> Sequence[Any]:
+    """:func:`reshape` of many requests at once (a run read from before the shape: one array pass)."""
     answers = [(r.token_times_ms, r.output_text, r.text_offsets) for r in requests]
     for r, fields in zip(requests, _shape_fields_of(answers, reader), strict=True):
         for name, value in fields.items():
