@@ -5,6 +5,8 @@ them, and the change measured at that size), with the minutes each run took. Ext
 settings come from noxfile.py.
 
     HF_HUB_OFFLINE=1 python benchmarks/gate_study.py [--aa 20] [--slow 1,2,3,5] [--per-slow 5] [-o DIR]
+                     [--drop-caches]                      (root: each run from an empty page cache, a fresh
+                                                          runner's first job)
                      [--ab-args "--duet --budget 5m ..."]  (extra ab options: the settings under study; an option
                                                           the job sets is replaced, not repeated: "--processes 1")
                      [--arm NAME:AA:PER_SLOW:AB_ARGS ...] (several settings, their runs alternating)
@@ -151,8 +153,23 @@ def cpu_label(environment: dict) -> str | None:
     return f"{model}, {isa}"
 
 
+DROP_CACHES = False  # --drop-caches: each run starts from an empty page cache, as a fresh runner's job does
+
+
+def drop_caches() -> None:
+    """Empty the page cache (written pages first), so the run's workers read Python, torch and the weights from
+    storage, as on a freshly booted runner; root only."""
+    subprocess.run(["sync"], check=True)
+    try:
+        Path("/proc/sys/vm/drop_caches").write_text("3\n", encoding="ascii")
+    except OSError as e:
+        raise SystemExit(f"--drop-caches: cannot write /proc/sys/vm/drop_caches ({e.strerror}): run as root") from e
+
+
 def one_ab(folder: Path, pct: float, ab_args: list[str]) -> dict:
     folder.mkdir(parents=True, exist_ok=True)
+    if DROP_CACHES:
+        drop_caches()
     t = time.perf_counter()
     cmd = [sys.executable, "-m", "llmbench", "ab", *job_ab(ab_args, folder), "--base", worker(ab_args), "--head",
            head_command(folder, pct, ab_args), *ab_args, "-o", str(folder), "-q", "--format", "json"]  # fmt: skip
@@ -171,6 +188,8 @@ def one_ab(folder: Path, pct: float, ab_args: list[str]) -> dict:
     design = base["config"]
     out["design"] = {k: design["ab"].get(k) for k in ("order", "processes", "ttft_pairs", "budget_s")}
     out["design"]["rounds"] = design.get("repeats")
+    out["cold_cache"] = DROP_CACHES
+    out["budget_plan"] = design["ab"].get("budget_plan")
     out["variance"] = comp.get("variance")
     out["gate"] = [c for c in comp.get("gate", []) if c.get("regression")]
     if pct:
@@ -268,17 +287,24 @@ def case_name(pct: float) -> str:
 
 def design_table(runs: list[dict]) -> list[str]:
     """What --budget chose and where the noise was (compare's variance components), run by run."""
-    lines = ["| run | case | order | processes | rounds | TTFT-only pairs | minutes | TPOT s_b / s_w per pair | "
-             "TTFT s_b / s_w per pair |", "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = ["| run | case | order | processes | rounds | TTFT-only pairs | pairs a process (least) | first start "
+             "(MB from storage) -> start priced | minutes | TPOT s_b / s_w per pair | TTFT s_b / s_w per pair |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in runs:
-        d, v = r.get("design") or {}, r.get("variance") or {}
+        d, v, plan = r.get("design") or {}, r.get("variance") or {}, r.get("budget_plan") or {}
+        start = "-"
+        if plan:
+            read = plan.get("first_start_read_mb")
+            start = (f"{plan['first_start_s']:.1f} s ({'?' if read is None else f'{read:.0f}'} MB) -> "
+                     f"{plan['start_s']:.1f} s")  # fmt: skip
 
         def comp(m: str, v: dict = v) -> str:
             x = v.get(m)
             return f"{x['sd_between_processes_pct']:.1f}% / {x['sd_within_process_pct']:.1f}%" if x else "-"
 
         cells = [r.get("index", "-"), case_name(r["pct"]), *(d.get(k, "-") for k in ("order", "processes", "rounds",
-                 "ttft_pairs")), r["minutes"], comp("tpot_ms"), comp("ttft_ms")]  # fmt: skip
+                 "ttft_pairs")), plan.get("pairs_per_process", "-"), start, r["minutes"], comp("tpot_ms"),
+                 comp("ttft_ms")]  # fmt: skip
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     return lines
 
@@ -446,13 +472,15 @@ def main() -> None:
                     help="several settings studied side by side, their runs alternating (repeatable); "
                          "replaces --aa/--per-slow/--ab-args")  # fmt: skip
     ap.add_argument("-o", "--output", type=Path, default=Path("results/gate-study"))
+    ap.add_argument("--drop-caches", action="store_true",
+                    help="empty the page cache before each run (root): each run is a fresh runner's first")  # fmt: skip
     ap.add_argument("--report", type=Path, nargs="+", metavar="DIR", help="print the pooled tables of kept studies")
     args = ap.parse_args()
     if args.report:
         report(args.report)
         return
-    global INJECT_KIND
-    INJECT_KIND = args.inject_kind
+    global INJECT_KIND, DROP_CACHES
+    INJECT_KIND, DROP_CACHES = args.inject_kind, args.drop_caches
     slow = [float(x) for x in args.slow.split(",") if x.strip()]
     arms = [a.split(":", 3) for a in args.arm] or [["", str(args.aa), str(args.per_slow), args.ab_args]]
     run_study(arms, slow, args.output.resolve())

@@ -66,6 +66,25 @@ class Setup:
         return {**os.environ, "PYTHONHASHSEED": str(self.hash_seed), "LLMBENCH_ENV_PAD": "x" * self.env_pad}
 
 
+def storage_read_mb(pid: int | None) -> float | None:
+    """MB a live process (and its children) read from storage so far, not from the page cache: what tells a cold
+    file cache from a warm one (psutil's ``io_counters().read_bytes``, Linux's /proc/PID/io). None where the
+    system does not count it (macOS) or the process is gone."""
+    import psutil
+
+    if pid is None:  # psutil.Process(None) would be this process
+        return None
+    try:
+        proc = psutil.Process(pid)
+        total = 0
+        for p in (proc, *proc.children(recursive=True)):
+            with contextlib.suppress(psutil.NoSuchProcess):
+                total += p.io_counters().read_bytes
+    except (psutil.Error, AttributeError, TypeError, ValueError):  # AttributeError: no io_counters on macOS
+        return None
+    return round(total / 1e6, 1)
+
+
 def process_for(prompt_index: int, repeat: int, n_prompts: int, processes: int) -> int:
     """The process that measures (prompt, repeat): pair k = repeat * n_prompts + prompt_index on process k mod N,
     the same rule on both sides (ab's plan groups its pairs by it)."""
@@ -100,6 +119,7 @@ class PoolBackend:
         self.prompts: PromptSet | None = None
         self.warmups: list[Request] = []  # the loop's warm-ups, replayed on every later process
         self.timings: dict[int, dict[str, Any]] = {}  # process -> start-up and warm-up seconds
+        self.first_start: dict[str, Any] | None = None  # process 0's first start, when restart() replaced it
         self._stop = Stop()
 
     def early_config(self, prompts: PromptSet) -> dict[str, Any]:
@@ -121,6 +141,7 @@ class PoolBackend:
         worker.env = self.setups[k].env()
         self.workers[k], self.current = worker, k
         await worker.start(self.prompts)
+        read_mb = storage_read_mb(worker.pid)
         t = time.perf_counter()
         if warm and self.warmups:
             async with contextlib.nullcontext() if together else warming_lock():
@@ -130,7 +151,19 @@ class PoolBackend:
                         break
         warmup_s = round(time.perf_counter() - t, 3) if warm and self.warmups else None
         self.timings[k] = {"pid": worker.pid, "spawn_s": worker.spawn_s, "startup_s": worker.startup_s,
-                           "load_s": worker.load_s, "warmup_s": warmup_s, **asdict(self.setups[k])}  # fmt: skip
+                           "load_s": worker.load_s, "warmup_s": warmup_s, "start_read_mb": read_mb,
+                           **asdict(self.setups[k])}  # fmt: skip
+
+    async def restart(self) -> None:
+        """Process 0 exits and starts again, unwarmed (before the first pair): ``ab --budget`` times a start
+        from a warm file cache when the first one read the weights and libraries from storage. The first start's
+        timings are kept in :attr:`first_start`."""
+        if self.current != 0 or self.warmups:
+            raise UserError("only process 0 restarts, and only before its warm-ups")
+        self.first_start = self.timings.pop(0, None)
+        await self._live().close()
+        self.current = None
+        await self._enter(0, warm=False)
 
     def resize(self, processes: int) -> None:
         """Use the first ``processes`` only (ab --budget, once it chose; before the first pair)."""
@@ -147,6 +180,11 @@ class PoolBackend:
     def start_s(self) -> float | None:
         """Process 0's start, spawn to ready (what each later process costs again)."""
         return self.timings.get(0, {}).get("spawn_s")
+
+    @property
+    def start_read_mb(self) -> float | None:
+        """MB process 0 read from storage by the time it was ready (None: not counted here)."""
+        return self.timings.get(0, {}).get("start_read_mb")
 
     def _live(self) -> WorkerBackend:
         w = self.workers[self.current] if self.current is not None else None
@@ -192,7 +230,8 @@ class PoolBackend:
         for w in self.workers:
             seen += [x for x in (w.finish(run) if w is not None else []) if x not in seen]
         run.config.engine_settings = {**(run.config.engine_settings or {}),
-                                      "processes": [self.timings[k] for k in sorted(self.timings)]}  # fmt: skip
+                                      "processes": [self.timings[k] for k in sorted(self.timings)],
+                                      **({"first_start": self.first_start} if self.first_start else {})}  # fmt: skip
         return seen
 
     async def close(self) -> None:

@@ -16,7 +16,7 @@ import shlex
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from llmbench.backends import Backend, Request
 from llmbench.backends.pool import PoolBackend, Setup, process_for, random_setups
@@ -201,6 +201,7 @@ class Design:
     duet: bool = False
     seed: int | None = None
     budget_s: float | None = None  # --budget: the design was chosen to fill it (llmbench.drivers.ab_budget)
+    plan: dict[str, Any] | None = None  # --budget: the costs measured, what was seen and chosen, and why
 
     def validate(self) -> None:
         """UserError for a count no run can hold, before anything is planned or started (a plan holds every
@@ -302,7 +303,7 @@ async def _measure(
             t.run.config.ab = ABConfig(role=r, side=recorded_side(sides[r]), other_file=f"{_other(r)}.json",
                                        other_run_id=other.run.run_id, processes=d.processes,
                                        order="duet" if cpus else "ABBA", ttft_pairs=d.ttft_pairs,
-                                       budget_s=d.budget_s, setup=setup)  # fmt: skip
+                                       budget_s=d.budget_s, budget_plan=d.plan, setup=setup)  # fmt: skip
         if reporter is not None:
             reporter.status(describe(d, len(prompts.prompts), folder))
         the_plan = plan(tracks[0], tracks[1], prompts, d.repeats, d.processes, ttft_pairs=d.ttft_pairs, duet=cpus,

@@ -9,11 +9,15 @@ processes of m pairs each, the interval over the processes' own changes has half
 
 so pairs beyond s_w^2 / s_b^2 per process buy little, and processes cost a start-up and a warm-up each. TPOT's
 MDC follows the full pairs; TTFT's follows full and TTFT-only pairs together (one number per request: more
-requests, not longer ones). The costs are measured here, on this run's own workers (one pilot pair of each kind
-on process 0, untimed, after its start); the variance components are this machine's from the gate study
-(benchmarks/README.md, "The gate's precision"), the defaults below. The design minimizes the larger of
-MDC_TPOT / 1.5% and MDC_TTFT / 3% (the gate's targets) within the budget, 5% held back for the end and 2.5 s
-for each switch of processes (measured here: a 5-minute duet planned without it took 5.5).
+requests, not longer ones). The costs are measured here, on this run's own workers: process 0's start, and
+pilot pairs on it, untimed for the runs (a first pair, a warm full pair, a TTFT-only pair). A start that read the
+weights and libraries from storage (a fresh runner's cold file cache) is no later process's cost: process 0 then
+starts again and the plan prices that start (issue 47: the cold start, 23 s where later ones took 5, had planned
+a fresh runner's run at 9 processes of ~2 pairs and a printed MDC of 2.1%). The variance components are this
+machine's from the gate study (benchmarks/README.md, "The gate's precision"), the defaults below. The design
+minimizes the larger of MDC_TPOT / 1.5% and MDC_TTFT / 3% (the gate's targets) within the budget, among designs
+that give every process at least 2 full pairs (one pair's median is an outlier's), 5% held back for the end and
+2.5 s for each switch of processes (measured here: a 5-minute duet planned without it took 5.5).
 """
 
 from __future__ import annotations
@@ -43,6 +47,12 @@ MAX_PROCESSES = 32
 MAX_TTFT_PAIRS = 10_000  # a plan holds every pair: bounded, whatever a pilot measured
 RESERVE = 0.05  # of the budget, held back: the end's probe, the saving, the closing
 SWITCH_S = 2.5  # per later process beyond its start and warm-ups: the previous one's exit, the first pair's set-up
+# a process start that read more than this from storage (not the page cache) found the file cache cold: the weights
+# and libraries (~1 GB for the job's worker) came from disk, as on a fresh runner; a warm start reads ~0
+COLD_READ_MB = 32.0
+# fewer full pairs than this per process make a process's median one pair's (the first fresh-runner A/A: 15
+# processes of 1.33 pairs, "the interval is 9.7x the pairs' spread"); the planner keeps at least this many
+MIN_PAIRS_PER_PROCESS = 2
 
 
 def parse_budget(text: str) -> float:
@@ -59,7 +69,8 @@ def parse_budget(text: str) -> float:
 
 @dataclass(frozen=True)
 class Costs:
-    """Measured seconds: a process pair's start, a warm-up, a full pair, a TTFT-only pair."""
+    """Measured seconds: a process pair's start, a new process's warm-up (its first pair), a full pair (warm), a
+    TTFT-only pair."""
 
     start_s: float
     warmup_s: float
@@ -67,20 +78,47 @@ class Costs:
     ttft_pair_s: float
 
 
+@dataclass(frozen=True)
+class Choice:
+    """A design :func:`best_design` chose: ``processes`` a side, ``rounds`` of the prompts, ``ttft_pairs``, the
+    projected MDCs (%), the fewest full pairs a process gets; ``instead``: the design the variance components alone
+    scored best, when it gave a process fewer than :data:`MIN_PAIRS_PER_PROCESS` full pairs (so it was not
+    taken)."""
+
+    processes: int
+    rounds: int
+    ttft_pairs: int
+    mdc_tpot_pct: float
+    mdc_ttft_pct: float
+    pairs_per_process: int
+    instead: Choice | None = None
+
+    def why(self) -> str | None:
+        """One line: why the design is not the one the variance components alone scored best; None when it is."""
+        if self.instead is None:
+            return None
+        o = self.instead
+        return (f"{o.processes} processes would give a process {o.pairs_per_process} full pair(s), and its median "
+                f"would be one pair's (an outlier's): {self.processes} processes of at least "
+                f"{self.pairs_per_process} pairs instead (projected MDC TPOT {o.mdc_tpot_pct:.1f}% -> "
+                f"{self.mdc_tpot_pct:.1f}%, TTFT {o.mdc_ttft_pct:.1f}% -> {self.mdc_ttft_pct:.1f}%)")  # fmt: skip
+
+
 def best_design(
     budget_s: float, spent_s: float, costs: Costs, n_prompts: int, warmup: int, max_processes: int = MAX_PROCESSES,
     prior_tpot: tuple[float, float] = PRIOR_TPOT, prior_ttft: tuple[float, float] = PRIOR_TTFT,
-) -> tuple[int, int, int, float, float]:  # fmt: skip
-    """(processes, rounds, ttft_pairs, projected TPOT MDC %, projected TTFT MDC %) that fit ``budget_s`` after
-    ``spent_s`` with the smallest max(MDC / target); at least 2 processes and 1 round. UserError when even that
-    does not fit."""
+) -> Choice:  # fmt: skip
+    """The design that fits ``budget_s`` after ``spent_s`` with the smallest max(MDC / target) among those that
+    give every process at least :data:`MIN_PAIRS_PER_PROCESS` full pairs (the best of all when none does); at
+    least 2 processes and 1 round. Process 0 is started and warm already (the pilot warmed it); each later one
+    costs a start, a switch and ``warmup`` warm-up pairs. UserError when even 2 processes of one round don't
+    fit."""
     from llmbench.analysis.variance import projected_mdc_pct
 
     left = budget_s * (1 - RESERVE) - spent_s
-    best: tuple[float, tuple[int, int, int, float, float]] | None = None
+    best: dict[bool, tuple[float, Choice]] = {}  # enough pairs a process? -> (score, choice)
     for n in range(2, max_processes + 1):
-        # process 0 is started already; every later one costs a start and its warm-ups (both sides at once)
-        room = left - (n - 1) * (costs.start_s + SWITCH_S) - n * warmup * costs.warmup_s
+        room = left - (n - 1) * (costs.start_s + SWITCH_S + warmup * costs.warmup_s) - warmup * costs.pair_s
         # at most 1,000 rounds: a pair measured at (nearly) no cost must not make the plan endless
         rounds = max(1, min(1_000, int(room // (n_prompts * max(costs.pair_s, 1e-6)))))
         for r in sorted({rounds, *range(1, rounds + 1, max(1, rounds // 50))}):  # about 50 candidates at most
@@ -92,13 +130,18 @@ def best_design(
             mt = projected_mdc_pct(prior_tpot[0] ** 2, prior_tpot[1] ** 2, n, full / n)
             mf = projected_mdc_pct(prior_ttft[0] ** 2, prior_ttft[1] ** 2, n, (full + shorts) / n)
             score = max(mt / TARGETS_PCT[0], mf / TARGETS_PCT[1])
-            if best is None or score < best[0]:
-                best = (score, (n, r, shorts, mt, mf))
-    if best is None:
-        need = spent_s + costs.start_s + 2 * warmup * costs.warmup_s + n_prompts * costs.pair_s
+            enough = full // n >= MIN_PAIRS_PER_PROCESS
+            if enough not in best or score < best[enough][0]:
+                best[enough] = (score, Choice(n, r, shorts, mt, mf, full // n))
+    if not best:
+        need = spent_s + costs.start_s + SWITCH_S + 2 * warmup * costs.warmup_s + n_prompts * costs.pair_s
         raise UserError(f"--budget {budget_s:g}s is too short here: 2 processes and one round of the "
                         f"{n_prompts} prompts need about {need / (1 - RESERVE):.0f} s")  # fmt: skip
-    return best[1]
+    if True not in best:
+        return best[False][1]
+    if False in best and best[False][0] < best[True][0]:
+        return replace(best[True][1], instead=best[False][1])
+    return best[True][1]
 
 
 async def _timed(coros: list[Any]) -> float:
@@ -107,46 +150,84 @@ async def _timed(coros: list[Any]) -> float:
     return time.perf_counter() - t
 
 
-async def pilot(backends: list[Any], prompts: PromptSet, duet: tuple[int, int] | None) -> tuple[float, float]:
-    """(full pair s, TTFT-only pair s): one of each on the live processes, measured as the design will (ABBA:
-    one side then the other; duet: both at once). Untimed for the runs (warm-up requests, kept nowhere)."""
+async def pilot(
+    backends: list[Any], prompts: PromptSet, duet: tuple[int, int] | None
+) -> tuple[float, float, float]:  # fmt: skip
+    """(first pair s, warm full pair s, TTFT-only pair s) on the live processes, measured as the design will
+    (ABBA: one side then the other; duet: both at once). A process's first request pays for what it sets up once
+    (measured here: 9 s, where later pairs took 7), so it is what a new process's warm-up costs, and the pair after
+    it is what a measured pair costs. Untimed for the runs (kept nowhere)."""
     from llmbench.core.process import Stop
 
     stop = Stop()
     live = [getattr(b, "live", b) for b in backends]
     req = prompts.request(len(prompts.prompts) - 1, -1)
     out = []
-    for short in (False, True):
+    for short in (False, False, True):
         reqs = [replace(req, ttft_only=short, cpu=None if duet is None else duet[k]) for k in range(len(live))]
         if duet is not None:
             out.append(await _timed([w.measure(r, stop, 0.0) for w, r in zip(live, reqs, strict=True)]))
         else:
             out.append(sum([await _timed([w.measure(r, stop, 0.0)]) for w, r in zip(live, reqs, strict=True)]))
-    return out[0], out[1]
+    return out[0], out[1], out[2]
+
+
+async def warm_start(backends: list[Any]) -> dict[str, Any]:
+    """When process 0 read more than :data:`COLD_READ_MB` from storage to start (a cold file cache: a fresh
+    runner's first job), it starts again on both sides, at once, so that the plan prices a start as every later
+    process will pay it (from the file cache). What was seen and done, for the run JSON."""
+    reads = [getattr(b, "start_read_mb", None) for b in backends]
+    first_s = max((getattr(b, "start_s", None) or 0.0) for b in backends)
+    known = [x for x in reads if x is not None]
+    cold = None if not known else max(known) >= COLD_READ_MB
+    seen: dict[str, Any] = {"cold_start": cold, "first_start_s": round(first_s, 3),
+                            "first_start_read_mb": max(known) if known else None}  # fmt: skip
+    if cold:
+        await asyncio.gather(*(b.restart() for b in backends))
+    return seen
 
 
 async def choose(
     design: Any, backends: list[Any], prompts: PromptSet, options: RunOptions, spent_s: float,
     duet: tuple[int, int] | None, reporter: Any = None, *, max_processes: int = MAX_PROCESSES,
 ) -> Any:  # fmt: skip
-    """The design that fills ``design.budget_s`` (:func:`best_design`), from this run's own costs; said in one
-    status line."""
-    pair_s, ttft_s = await pilot(backends, prompts, duet)
+    """The design that fills ``design.budget_s`` (:func:`best_design`), from this run's own costs: process 0
+    started again when its first start found a cold file cache (:func:`warm_start`), then a pilot
+    (:func:`pilot`). Said in one status line (two when the pairs a process gets decided it); the costs, what was
+    seen and the choice go to ``design.plan`` (the run JSON's config.ab.budget_plan)."""
+    t = time.perf_counter()
+    seen = await warm_start(backends)
+    first_s, pair_s, ttft_s = await pilot(backends, prompts, duet)
     start_s = max((getattr(b, "start_s", None) or spent_s) for b in backends)
-    # a new process's warm-ups: ABBA's two sides take turns (pair_s is one request of each), a duet's at once
-    costs = Costs(start_s=start_s, warmup_s=pair_s, pair_s=pair_s, ttft_pair_s=ttft_s)
-    # the pilot itself is spent too
-    used = spent_s + pair_s + ttft_s
+    # a new process's warm-ups: ABBA's two sides take turns (a pair is one request of each), a duet's at once
+    costs = Costs(start_s=start_s, warmup_s=first_s, pair_s=pair_s, ttft_pair_s=ttft_s)
+    used = spent_s + time.perf_counter() - t  # the restart and the pilot are spent too
     prior = PRIORS["duet" if duet else "ABBA"]
-    n, r, s, mt, mf = best_design(design.budget_s, used, costs, len(prompts.prompts), options.warmup,
-                                  max(2, max_processes), prior["tpot"], prior["ttft"])  # fmt: skip
+    c = best_design(design.budget_s, used, costs, len(prompts.prompts), options.warmup, max(2, max_processes),
+                    prior["tpot"], prior["ttft"])  # fmt: skip
     if reporter is not None:
+        cold = ""
+        if seen["cold_start"]:
+            cold = (f"; the first start read {seen['first_start_read_mb']:.0f} MB from storage (a cold file cache) "
+                    f"and took {seen['first_start_s']:.1f} s, so process 0 started again")  # fmt: skip
         reporter.status(
-            f"--budget {design.budget_s:g}s: {n} processes a side, {r} round(s) of {len(prompts.prompts)} prompts "
-            f"+ {s} TTFT-only pairs (measured here: a process start {start_s:.1f} s, a pair {pair_s:.2f} s, a "
-            f"TTFT-only pair {ttft_s:.2f} s; projected MDC TPOT {mt:.1f}%, TTFT {mf:.1f}%)"
+            f"--budget {design.budget_s:g}s: {c.processes} processes a side, {c.rounds} round(s) of "
+            f"{len(prompts.prompts)} prompts + {c.ttft_pairs} TTFT-only pairs (measured here: a process start "
+            f"{start_s:.1f} s{cold}, a new process's first pair {first_s:.2f} s, a pair {pair_s:.2f} s, a TTFT-only "
+            f"pair {ttft_s:.2f} s; projected MDC TPOT {c.mdc_tpot_pct:.1f}%, TTFT {c.mdc_ttft_pct:.1f}%)"
         )
-    return replace(design, processes=n, repeats=r, ttft_pairs=s)
+        if c.why():
+            reporter.status(f"--budget: {c.why()}")
+    plan = {**seen, "start_s": round(start_s, 3), "first_pair_s": round(first_s, 3), "pair_s": round(pair_s, 3),
+            "ttft_pair_s": round(ttft_s, 3), "spent_s": round(used, 3), **_choice_dict(c),
+            "instead": _choice_dict(c.instead) if c.instead else None, "why": c.why()}  # fmt: skip
+    return replace(design, processes=c.processes, repeats=c.rounds, ttft_pairs=c.ttft_pairs, plan=plan)
+
+
+def _choice_dict(c: Choice) -> dict[str, Any]:
+    return {"processes": c.processes, "rounds": c.rounds, "ttft_pairs": c.ttft_pairs,
+            "pairs_per_process": c.pairs_per_process, "projected_mdc_tpot_pct": round(c.mdc_tpot_pct, 3),
+            "projected_mdc_ttft_pct": round(c.mdc_ttft_pct, 3)}  # fmt: skip
 
 
 def shortfall(comp: Any, budget_s: float | None) -> str | None:

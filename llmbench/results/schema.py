@@ -49,7 +49,9 @@ Schema history (bump ``SCHEMA_VERSION`` on any change a reader of the old versio
     decode_words_per_s, config.reader (0.3.0, the shape of the wait at a reader's pace, speed in characters; a
     run without them gets them when read, its text spread evenly over its events);
     server_boot (0.3.0, run --endpoint --server-command: a server llmbench started, from its exec to listening,
-    to ready and to the first token of its first request, and that request's TTFT against the warm median).
+    to ready and to the first token of its first request, and that request's TTFT against the warm median);
+    config.ab.budget_plan, config.engine_settings.processes[].start_read_mb/first_start (0.3.0, ab --budget on a
+    fresh runner: what the plan was priced with, a cold first start measured apart).
 
 No torch here: compare, show and the endpoint client read and write runs without it. Why one module of
 600-odd lines: the schema is one versioned contract (the version, its history and every model it covers change
@@ -238,6 +240,10 @@ class ABConfig(_Model):
     processes: int = 1  # worker processes per side (pair k on process k mod N on both sides)
     ttft_pairs: int = 0  # extra one-token pairs that measure TTFT alone (ttft_requests)
     budget_s: float | None = None  # --budget: the wall time the plan was chosen to fill
+    # --budget: the costs the plan was priced with (seconds: a start, a new process's first pair, a pair, a
+    # TTFT-only pair), whether process 0's first start found a cold file cache (MB read from storage; it then
+    # started again), the design chosen with its projected MDCs, and the one it was chosen instead of, with why
+    budget_plan: dict | None = None
     # how each process was set up: {"hash_seed": [...], "env_pad": [...], "first": [...]} per process (randomized)
     setup: dict | None = None
 

@@ -203,6 +203,39 @@ def test_a_budget_chooses_the_design_says_so_and_records_it(cli, fake_worker, pr
     check_a_budgeted_design(r, tmp_path / "b", "6s", 6)
 
 
+def test_reads_from_storage_are_counted_and_reads_from_the_page_cache_are_not(tmp_path):
+    """What tells ab --budget that process 0 started from a cold file cache: a child process that reads a file
+    evicted from the page cache read it from storage; one that reads it again, cached, read (nearly) nothing."""
+    import os
+    import subprocess
+    import sys
+
+    from llmbench.backends.pool import storage_read_mb
+
+    blob = tmp_path / "blob"
+    blob.write_bytes(os.urandom(64 * 2**20))
+    fd = os.open(blob, os.O_RDWR)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)  # out of the page cache (the file is clean now)
+    finally:
+        os.close(fd)
+    reader = "import sys; open(sys.argv[1], 'rb').read(); print('read', flush=True); sys.stdin.read()"
+    seen = []
+    for _ in range(2):
+        child = subprocess.Popen([sys.executable, "-c", reader, str(blob)], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, text=True)  # fmt: skip
+        try:
+            assert child.stdout is not None and child.stdout.readline().strip() == "read"
+            seen.append(storage_read_mb(child.pid))
+        finally:
+            child.communicate("")
+    if seen[0] is None or seen[0] < 1:
+        pytest.skip(f"this file system does not count reads from storage per process ({seen[0]} MB)")
+    assert seen[0] >= 60 and seen[1] is not None and seen[1] < 32  # COLD_READ_MB
+    assert storage_read_mb(child.pid) is None and storage_read_mb(None) is None  # gone; none given
+
+
 def test_a_gate_that_cannot_see_its_threshold_says_so_and_require_mdc_fails(cli, fake_worker, prompt_file,
                                                                              tmp_path):  # fmt: skip
     noisy = ("--ttft-ms", "3", "--tpot-ms", "1.5", "--jitter", "0.3")

@@ -113,20 +113,104 @@ def test_budgets_read_as_seconds():
 
 def test_the_planner_fills_the_budget_and_more_time_never_buys_a_worse_design():
     from llmbench.core.errors import UserError
-    from llmbench.drivers.ab_budget import RESERVE, SWITCH_S, Costs, best_design
+    from llmbench.drivers.ab_budget import MIN_PAIRS_PER_PROCESS, RESERVE, SWITCH_S, Costs, best_design
 
     costs = Costs(start_s=1.5, warmup_s=0.5, pair_s=1.0, ttft_pair_s=0.1)
     last = None
     for budget in (60, 120, 300, 600):
-        n, r, s, mt, mf = best_design(budget, 5.0, costs, 20, 2)
-        spent = 5.0 + (n - 1) * (costs.start_s + SWITCH_S) + n * 2 * costs.warmup_s
-        spent += r * 20 * costs.pair_s + s * costs.ttft_pair_s
-        assert spent <= budget * (1 - RESERVE) + 1e-9 and 2 <= n <= 32 and r >= 1 and s >= 0
-        score = max(mt / 1.5, mf / 3.0)
+        c = best_design(budget, 5.0, costs, 20, 2)
+        n = c.processes
+        # process 0 is warm (its warm-ups cost warm pairs); each later one a start, a switch and first pairs
+        spent = 5.0 + (n - 1) * (costs.start_s + SWITCH_S + 2 * costs.warmup_s) + 2 * costs.pair_s
+        spent += c.rounds * 20 * costs.pair_s + c.ttft_pairs * costs.ttft_pair_s
+        assert spent <= budget * (1 - RESERVE) + 1e-9 and 2 <= n <= 32 and c.rounds >= 1 and c.ttft_pairs >= 0
+        assert c.pairs_per_process == c.rounds * 20 // n >= MIN_PAIRS_PER_PROCESS
+        score = max(c.mdc_tpot_pct / 1.5, c.mdc_ttft_pct / 3.0)
         assert last is None or score <= last + 1e-12
         last = score
     with pytest.raises(UserError, match="too short"):
         best_design(20, 5.0, costs, 20, 2)
+
+
+def test_a_plan_that_would_give_a_process_one_pair_takes_fewer_processes_of_two_and_says_why():
+    # issue 47's slowed head: 20 prompts, a pair ~6 s, the duet's components (s_b small against s_w): spreading one
+    # round over 15 processes scored best, and 10 of them got one pair (a process's median was one pair's)
+    from llmbench.analysis.variance import projected_mdc_pct
+    from llmbench.drivers.ab_budget import PRIORS, Costs, best_design
+
+    costs = Costs(start_s=2.0, warmup_s=6.0, pair_s=6.0, ttft_pair_s=0.4)
+    prior = PRIORS["duet"]
+    c = best_design(300, 20.0, costs, 20, 1, 32, prior["tpot"], prior["ttft"])
+    assert c.instead is not None and c.instead.pairs_per_process == 1 and c.instead.processes > 10
+    assert c.pairs_per_process >= 2 and c.processes * c.pairs_per_process <= c.rounds * 20 and c.processes <= 10
+    # the projections are the components' own at each design's pairs
+    tpot = prior["tpot"]
+    assert c.mdc_tpot_pct == pytest.approx(projected_mdc_pct(tpot[0] ** 2, tpot[1] ** 2, c.processes,
+                                                             c.rounds * 20 / c.processes))  # fmt: skip
+    why = c.why()
+    assert why is not None and f"{c.instead.processes} processes would give a process 1 full pair(s)" in why
+    assert f"{c.processes} processes of at least {c.pairs_per_process} pairs instead" in why
+    # with room for two rounds nothing is given up: no reason to give
+    roomy = best_design(900, 20.0, costs, 20, 1, 32, prior["tpot"], prior["ttft"])
+    assert roomy.pairs_per_process >= 2 and (roomy.instead is None) == (roomy.why() is None)
+
+
+class _Side:
+    """One side of a budgeted ab, as choose() sees it: process 0's start (seconds, MB read from storage) and a
+    live process whose first request takes 50 ms and later ones 1 ms (known delays: ground truth)."""
+
+    def __init__(self, start_s: float, read_mb: float | None) -> None:
+        self.start_s, self.start_read_mb, self.restarts, self.calls = start_s, read_mb, 0, []
+
+    @property
+    def live(self) -> _Side:
+        return self
+
+    async def restart(self) -> None:
+        self.restarts += 1
+        self.start_s, self.start_read_mb = 1.0, 0.0  # from the file cache now
+
+    async def measure(self, request, stop, started_s):
+        import asyncio
+
+        self.calls.append(request.ttft_only)
+        await asyncio.sleep(0.05 if len(self.calls) == 1 else 0.001)
+
+
+class _Status:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def status(self, line: str) -> None:
+        self.lines.append(line)
+
+
+@pytest.mark.parametrize(("reads", "cold"), [((900.0, 880.0), True), ((0.4, 40.0), True), ((0.4, 0.0), False),
+                                             ((None, None), None)])  # fmt: skip
+def test_a_cold_first_start_is_measured_apart_and_process_0_starts_again(reads, cold):
+    import asyncio
+
+    from llmbench.drivers.ab import Design
+    from llmbench.drivers.ab_budget import choose
+    from llmbench.options import RunOptions
+    from llmbench.workloads.prompts import PromptSet
+
+    sides = [_Side(23.0, reads[0]), _Side(22.0, reads[1])]
+    status = _Status()
+    prompts = PromptSet.from_list([f"p{i}" for i in range(20)])
+    d = asyncio.run(choose(Design(duet=True, budget_s=300.0), sides, prompts, RunOptions(warmup=1), 25.0, (0, 1),
+                           status))  # fmt: skip
+    plan = d.plan
+    assert plan["cold_start"] is cold and [s.restarts for s in sides] == [int(bool(cold))] * 2
+    assert plan["first_start_s"] == 23.0 and plan["first_start_read_mb"] == (None if cold is None else max(reads))
+    # the plan prices a start as a later process pays it: the restart's when the first was cold
+    assert plan["start_s"] == (1.0 if cold else 23.0)
+    # the pilot: a first pair (a new process's warm-up), a warm pair, a TTFT-only pair; the first took 50 ms
+    assert all(s.calls == [False, False, True] for s in sides) and plan["first_pair_s"] >= 0.05
+    assert (d.processes, d.repeats, d.ttft_pairs) == (plan["processes"], plan["rounds"], plan["ttft_pairs"])
+    assert plan["pairs_per_process"] == d.repeats * 20 // d.processes >= 2
+    assert ("cold file cache" in status.lines[0] and "process 0 started again" in status.lines[0]) is bool(cold)
+    assert status.lines[0].startswith(f"--budget 300s: {d.processes} processes a side")
 
 
 def test_ab_refuses_a_budget_with_the_knobs_it_chooses_and_a_duet_with_a_server(cli, prompt_file, tmp_path):
