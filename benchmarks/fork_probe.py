@@ -170,6 +170,8 @@ def main() -> None:
     a = ap.parse_args()
     if not 1 <= a.rounds <= 100 or not 2 <= a.tokens <= 4096:
         sys.exit("fork_probe: --rounds 1-100 and --tokens 2-4096")
+    if a.output is not None and (a.output.exists() or not a.output.parent.is_dir()):
+        sys.exit(f"fork_probe: -o {a.output}: exists already, or its folder does not (nothing is overwritten)")
     from llmbench.backends.inprocess import InProcessBackend
     from llmbench.core.process import pin_to_cpu
     from llmbench.engines.hf import models
