@@ -186,7 +186,7 @@ def one_ab(folder: Path, pct: float, ab_args: list[str]) -> dict:
     base = json.loads((folder / "base.json").read_text(encoding="utf-8"))
     out["cpu"] = cpu_label(base.get("environment") or {})
     design = base["config"]
-    out["design"] = {k: design["ab"].get(k) for k in ("order", "processes", "ttft_pairs", "budget_s")}
+    out["design"] = {k: design["ab"].get(k) for k in ("order", "processes", "ttft_pairs", "budget_s", "full_pairs")}
     out["design"]["rounds"] = design.get("repeats")
     out["cold_cache"] = DROP_CACHES
     out["budget_plan"] = design["ab"].get("budget_plan")
@@ -287,7 +287,7 @@ def case_name(pct: float) -> str:
 
 def design_table(runs: list[dict]) -> list[str]:
     """What --budget chose and where the noise was (compare's variance components), run by run."""
-    lines = ["| run | case | order | processes | rounds | TTFT-only pairs | pairs a process (least) | first start "
+    lines = ["| run | case | order | processes | full pairs | TTFT-only pairs | pairs a process (least) | first start "
              "(MB from storage) -> start priced | minutes | TPOT s_b / s_w per pair | TTFT s_b / s_w per pair |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in runs:
@@ -302,9 +302,9 @@ def design_table(runs: list[dict]) -> list[str]:
             x = v.get(m)
             return f"{x['sd_between_processes_pct']:.1f}% / {x['sd_within_process_pct']:.1f}%" if x else "-"
 
-        cells = [r.get("index", "-"), case_name(r["pct"]), *(d.get(k, "-") for k in ("order", "processes", "rounds",
-                 "ttft_pairs")), plan.get("pairs_per_process", "-"), start, r["minutes"], comp("tpot_ms"),
-                 comp("ttft_ms")]  # fmt: skip
+        cells = [r.get("index", "-"), case_name(r["pct"]), d.get("order", "-"), d.get("processes", "-"),
+                 r.get("pairs", "-"), d.get("ttft_pairs", "-"), plan.get("pairs_per_process", "-"), start,
+                 r["minutes"], comp("tpot_ms"), comp("ttft_ms")]  # fmt: skip
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     return lines
 
@@ -385,8 +385,8 @@ def report(folders: list[Path]) -> None:
         for r in runs:
             settings.setdefault((tuple(args), r.get("cpu") or UNRECORDED_CPU), []).append(r)
     print(f"\njob's gate now: {' '.join(job_gate([]))} (an arm with thresholds of its own keeps its own gate)")
-    for (args, cpu), runs in settings.items():
-        print(f"\n## ab args {' '.join(args) or '(the job as it is)'}, CPU {cpu}: {len(runs)} runs\n")
+    for (arm, cpu), runs in settings.items():
+        print(f"\n## ab args {' '.join(arm) or '(the job as it is)'}, CPU {cpu}: {len(runs)} runs\n")
         print("\n".join(summarize(runs)))
 
 

@@ -263,12 +263,14 @@ def check_a_budgeted_design(r: Result, out: Path, budget: str, seconds: float, p
     assert ab.budget_s == seconds and ab.processes >= 2
     assert f"{ab.processes} processes a side" in chose[0] and f"+ {ab.ttft_pairs} TTFT-only pairs" in chose[0]
     assert len(base.config.engine_settings["processes"]) == ab.processes
-    assert base.config.repeats >= 1 and len(base.requests) == base.config.repeats * prompts  # rounds of the prompts
-    assert len(base.ttft_requests) == ab.ttft_pairs
+    # full pairs round the prompts, the last round partly when the budget ends within it
+    pairs = base.config.repeats * prompts if ab.full_pairs is None else ab.full_pairs
+    assert base.config.repeats >= 1 and len(base.requests) == pairs > (base.config.repeats - 1) * prompts
+    assert f"{pairs} pairs (" in chose[0] and len(base.ttft_requests) == ab.ttft_pairs
     # what the plan was priced with and chose, in the run; each process's reads from storage by its start
     plan = ab.budget_plan
-    assert plan is not None and (plan["processes"], plan["rounds"], plan["ttft_pairs"]) == (
-        ab.processes, base.config.repeats, ab.ttft_pairs)  # fmt: skip
+    assert plan is not None and (plan["processes"], plan["rounds"], plan["pairs"], plan["ttft_pairs"]) == (
+        ab.processes, base.config.repeats, pairs, ab.ttft_pairs)  # fmt: skip
     assert plan["cold_start"] in (True, False, None) and plan["pair_s"] > 0 and plan["spent_s"] < seconds
     for p in base.config.engine_settings["processes"]:
         assert p["start_read_mb"] is None or p["start_read_mb"] >= 0

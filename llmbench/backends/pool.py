@@ -24,7 +24,7 @@ import random
 import time
 import weakref
 from collections.abc import Hashable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from llmbench.backends import Request
@@ -118,6 +118,10 @@ class PoolBackend:
         self.n_prompts = 1
         self.prompts: PromptSet | None = None
         self.warmups: list[Request] = []  # the loop's warm-ups, replayed on every later process
+        # ab --budget: a later process replays them cut to their prefill (one output token): a new exec'd worker's
+        # first request carried +1.0% (up to +2.7%) over a warm one, +0.0% after a 1-token warm-up of 0.23 s where
+        # a full one took 4.4 s (benchmarks/README.md, fork_probe.py, the Xeon)
+        self.replay_prefill = False
         self.timings: dict[int, dict[str, Any]] = {}  # process -> start-up and warm-up seconds
         self.first_start: dict[str, Any] | None = None  # process 0's first start, when restart() replaced it
         self._stop = Stop()
@@ -147,6 +151,7 @@ class PoolBackend:
             async with contextlib.nullcontext() if together else warming_lock():
                 t = time.perf_counter()
                 for req in self.warmups:
+                    req = replace(req, ttft_only=True) if self.replay_prefill else req
                     if await worker.measure(req, self._stop, 0.0) is None:
                         break
         warmup_s = round(time.perf_counter() - t, 3) if warm and self.warmups else None

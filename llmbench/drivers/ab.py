@@ -87,10 +87,12 @@ def abba(base: Track, head: Track, prompts: PromptSet, repeats: int, processes: 
 
 def plan(
     base: Track, head: Track, prompts: PromptSet, repeats: int, processes: int = 1, *, ttft_pairs: int = 0,
-    duet: tuple[int, int] | None = None, base_first: list[bool] | None = None,
+    duet: tuple[int, int] | None = None, base_first: list[bool] | None = None, full_pairs: int | None = None,
 ) -> list[tuple[Track, Request]]:  # fmt: skip
     """The plan: every (prompt, repeat) on both sides as one pair, pair k measured by process k mod N, the
-    pairs grouped by process (process 0's first: a side's processes live one at a time).
+    pairs grouped by process (process 0's first: a side's processes live one at a time). ``full_pairs``: only
+    the first that many of the (prompt, repeat) pairs, round by round (``ab --budget``'s partial last round;
+    None: all ``repeats`` rounds); the processes' shares then differ by one pair at most.
 
     ``ttft_pairs`` more pairs of one output token (``ttft_only``), keyed (prompt j mod n, repeat ``repeats`` + j
     div n) so they never collide with the full pairs, spread evenly among their process's full pairs.
@@ -101,7 +103,7 @@ def plan(
     spread one between two full ones put every full pair on the same order or CPU (a study run's 20 full pairs
     all had the head on one CPU, and a +3% head read +0.1%)."""
     n = len(prompts.prompts)
-    keys = [(i, rep, False) for rep in range(repeats) for i in range(n)]
+    keys = [(i, rep, False) for rep in range(repeats) for i in range(n)][:full_pairs]
     keys += [(j % n, repeats + j // n, True) for j in range(ttft_pairs)]
     groups: list[list[tuple[int, int, bool]]] = [[] for _ in range(processes)]
     for i, rep, short in keys:
@@ -199,6 +201,7 @@ class Design:
     repeats: int = 1
     ttft_pairs: int = 0
     duet: bool = False
+    full_pairs: int | None = None  # --budget: the full pairs in all, fewer than prompts x repeats (a partial round)
     seed: int | None = None
     budget_s: float | None = None  # --budget: the design was chosen to fill it (llmbench.drivers.ab_budget)
     plan: dict[str, Any] | None = None  # --budget: the costs measured, what was seen and chosen, and why
@@ -217,10 +220,15 @@ class Design:
     def check_plan(self, n_prompts: int) -> None:
         """UserError when the plan (prompts x --repeats full pairs + --ttft-pairs, two requests each) would hold
         more requests than :data:`MAX_PLANNED`: checked before the plan is built and before any worker starts."""
-        requests = 2 * (n_prompts * self.repeats + self.ttft_pairs)
+        requests = 2 * (self.pairs(n_prompts) + self.ttft_pairs)
         if requests > MAX_PLANNED:
             raise UserError(f"--repeats {self.repeats} x {n_prompts} prompts + --ttft-pairs {self.ttft_pairs}: "
                             f"{requests:,} requests, more than a plan holds (at most {MAX_PLANNED:,})")  # fmt: skip
+
+    def pairs(self, n_prompts: int) -> int:
+        """The full pairs the plan holds: prompts x repeats, or fewer (``full_pairs``: a partial last round)."""
+        whole = n_prompts * self.repeats
+        return whole if self.full_pairs is None else min(self.full_pairs, whole)
 
 
 async def ab(
@@ -287,6 +295,7 @@ async def _measure(
             for b in backends:
                 if isinstance(b, PoolBackend):
                     b.resize(d.processes)
+                    b.replay_prefill = (d.plan or {}).get("warmup_replay") == "prefill"
         _check_features(backends, d)
         tracks = [
             new_track(b, prompts, folder / f"{r}.json", previous[r]) for r, b in zip(ROLES, backends, strict=True)
@@ -303,11 +312,12 @@ async def _measure(
             t.run.config.ab = ABConfig(role=r, side=recorded_side(sides[r]), other_file=f"{_other(r)}.json",
                                        other_run_id=other.run.run_id, processes=d.processes,
                                        order="duet" if cpus else "ABBA", ttft_pairs=d.ttft_pairs,
-                                       budget_s=d.budget_s, budget_plan=d.plan, setup=setup)  # fmt: skip
+                                       budget_s=d.budget_s, budget_plan=d.plan, setup=setup,
+                                       full_pairs=d.full_pairs)  # fmt: skip
         if reporter is not None:
             reporter.status(describe(d, len(prompts.prompts), folder))
         the_plan = plan(tracks[0], tracks[1], prompts, d.repeats, d.processes, ttft_pairs=d.ttft_pairs, duet=cpus,
-                        base_first=None if d.processes == 1 else firsts)  # fmt: skip
+                        base_first=None if d.processes == 1 else firsts, full_pairs=d.full_pairs)  # fmt: skip
         runs = await execute(tracks, the_plan, prompts, warmup=options.warmup, stop=stop, reporter=reporter)
     finally:
         for b in backends:
@@ -320,7 +330,7 @@ def describe(d: Design, n_prompts: int, folder: Path) -> str:
     spread = f", {d.processes} processes a side one after another" if d.processes > 1 else ""
     short = f" + {d.ttft_pairs} TTFT-only pairs" if d.ttft_pairs else ""
     how = "duet (both sides at once, one CPU each, swapped pair by pair)" if d.duet else "ABBA"
-    return f"{n_prompts * d.repeats} pairs{short}, {how}{spread} -> {folder}"
+    return f"{d.pairs(n_prompts)} pairs{short}, {how}{spread} -> {folder}"
 
 
 def _check_features(backends: list[Backend], d: Design) -> None:

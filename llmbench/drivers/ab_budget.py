@@ -1,5 +1,6 @@
-"""``ab --budget``: the design (processes a side, rounds of the prompts, TTFT-only pairs) that fills a wall-time
-budget with the smallest minimum detectable change (MDC).
+"""``ab --budget``: the design (processes a side, full pairs, TTFT-only pairs) that fills a wall-time budget with
+the smallest minimum detectable change (MDC). Full pairs go round the prompts, the last round partly when the
+time ends within it.
 
 Where the noise is decides what to buy (:mod:`llmbench.analysis.variance`): a pair's log change varies between
 processes (``s_b``: memory layout, where the weights landed) and between pairs within a process (``s_w``). With N
@@ -10,10 +11,14 @@ processes of m pairs each, the interval over the processes' own changes has half
 so pairs beyond s_w^2 / s_b^2 per process buy little, and processes cost a start-up and a warm-up each. TPOT's
 MDC follows the full pairs; TTFT's follows full and TTFT-only pairs together (one number per request: more
 requests, not longer ones). The costs are measured here, on this run's own workers: process 0's start, and
-pilot pairs on it, untimed for the runs (a first pair, a warm full pair, a TTFT-only pair). A start that read the
-weights and libraries from storage (a fresh runner's cold file cache) is no later process's cost: process 0 then
-starts again and the plan prices that start (issue 47: the cold start, 23 s where later ones took 5, had planned
-a fresh runner's run at 9 processes of ~2 pairs and a printed MDC of 2.1%). The variance components are this
+pilot pairs on it, untimed for the runs (a first pair, a warm full pair, a TTFT-only pair). A later process
+replays the warm-ups cut to their prefill (one output token) where both sides' workers can: a new exec'd worker's
+first request carried +1.0% over a warm one and +0.0% after such a warm-up, which took 0.23 s where a full one
+took 4.4 s (benchmarks/README.md, ``fork_probe.py``); it is priced as a TTFT-only pair plus what the pilot's first
+pair took over a warm one. A start that read the weights and libraries from storage (a fresh runner's cold file
+cache) is no later process's cost: process 0 then starts again and the plan prices that start (issue 47: the cold
+start, 23 s where later ones took 5, had planned a fresh runner's run at 9 processes of ~2 pairs and a printed MDC
+of 2.1%). The variance components are this
 machine's from the gate study (benchmarks/README.md, "The gate's precision"), the defaults below. The design
 minimizes the larger of MDC_TPOT / 1.5% and MDC_TTFT / 3% (the gate's targets) within the budget, among designs
 that give every process at least 2 full pairs (one pair's median is an outlier's), 5% held back for the end and
@@ -80,12 +85,13 @@ class Costs:
 
 @dataclass(frozen=True)
 class Choice:
-    """A design :func:`best_design` chose: ``processes`` a side, ``rounds`` of the prompts, ``ttft_pairs``, the
-    projected MDCs (%), the fewest full pairs a process gets; ``instead``: the design the variance components alone
-    scored best, when it gave a process fewer than :data:`MIN_PAIRS_PER_PROCESS` full pairs (so it was not
-    taken)."""
+    """A design :func:`best_design` chose: ``processes`` a side, ``pairs`` full pairs in all (``rounds`` of the
+    prompts, the last one partly when ``pairs`` is not a whole number of rounds), ``ttft_pairs``, the projected
+    MDCs (%), the fewest full pairs a process gets; ``instead``: the design the variance components alone scored
+    best, when it gave a process fewer than :data:`MIN_PAIRS_PER_PROCESS` full pairs (so it was not taken)."""
 
     processes: int
+    pairs: int
     rounds: int
     ttft_pairs: int
     mdc_tpot_pct: float
@@ -119,20 +125,22 @@ def best_design(
     best: dict[bool, tuple[float, Choice]] = {}  # enough pairs a process? -> (score, choice)
     for n in range(2, max_processes + 1):
         room = left - (n - 1) * (costs.start_s + SWITCH_S + warmup * costs.warmup_s) - warmup * costs.pair_s
-        # at most 1,000 rounds: a pair measured at (nearly) no cost must not make the plan endless
-        rounds = max(1, min(1_000, int(room // (n_prompts * max(costs.pair_s, 1e-6)))))
-        for r in sorted({rounds, *range(1, rounds + 1, max(1, rounds // 50))}):  # about 50 candidates at most
-            rest = room - r * n_prompts * costs.pair_s
+        # full pairs fill the room, the last round partly (whole rounds left up to a round's time unspent: a third
+        # of the pairs the Xeon's first runs could have had); at least one round, at most 1,000 (a pair measured at
+        # (nearly) no cost must not make the plan endless)
+        most = max(n_prompts, min(1_000 * n_prompts, int(room // max(costs.pair_s, 1e-6))))
+        for full in sorted({most, *range(n_prompts, most + 1, max(1, (most - n_prompts) // 50))}):  # ~50 at most
+            rest = room - full * costs.pair_s
             if rest < 0:
                 break
             shorts = min(MAX_TTFT_PAIRS, int(rest // costs.ttft_pair_s)) if costs.ttft_pair_s > 0 else 0
-            full = r * n_prompts
             mt = projected_mdc_pct(prior_tpot[0] ** 2, prior_tpot[1] ** 2, n, full / n)
             mf = projected_mdc_pct(prior_ttft[0] ** 2, prior_ttft[1] ** 2, n, (full + shorts) / n)
             score = max(mt / TARGETS_PCT[0], mf / TARGETS_PCT[1])
             enough = full // n >= MIN_PAIRS_PER_PROCESS
             if enough not in best or score < best[enough][0]:
-                best[enough] = (score, Choice(n, r, shorts, mt, mf, full // n))
+                rounds = -(-full // n_prompts)
+                best[enough] = (score, Choice(n, full, rounds, shorts, mt, mf, full // n))
     if not best:
         need = spent_s + costs.start_s + SWITCH_S + 2 * warmup * costs.warmup_s + n_prompts * costs.pair_s
         raise UserError(f"--budget {budget_s:g}s is too short here: 2 processes and one round of the "
@@ -199,33 +207,50 @@ async def choose(
     seen = await warm_start(backends)
     first_s, pair_s, ttft_s = await pilot(backends, prompts, duet)
     start_s = max((getattr(b, "start_s", None) or spent_s) for b in backends)
-    # a new process's warm-ups: ABBA's two sides take turns (a pair is one request of each), a duet's at once
-    costs = Costs(start_s=start_s, warmup_s=first_s, pair_s=pair_s, ttft_pair_s=ttft_s)
+    # a later process replays the warm-ups cut to their prefill where both sides' workers can (a TTFT-only
+    # request), priced as a TTFT-only pair and what a new process's first pair took over a warm one; ABBA's two
+    # sides take turns (a pair is one request of each), a duet's at once
+    prefill = all("max_new_tokens" in getattr(getattr(b, "live", b), "features", ()) for b in backends)
+    warmup_s = ttft_s + max(0.0, first_s - pair_s) if prefill else first_s
+    costs = Costs(start_s=start_s, warmup_s=warmup_s, pair_s=pair_s, ttft_pair_s=ttft_s)
     used = spent_s + time.perf_counter() - t  # the restart and the pilot are spent too
     prior = PRIORS["duet" if duet else "ABBA"]
     c = best_design(design.budget_s, used, costs, len(prompts.prompts), options.warmup, max(2, max_processes),
                     prior["tpot"], prior["ttft"])  # fmt: skip
     if reporter is not None:
-        cold = ""
+        cold, replay = "", ""
+        if options.warmup:
+            replay = f"; a later process's warm-up {warmup_s:.2f} s{' (replayed as its prefill)' if prefill else ''}"
         if seen["cold_start"]:
             cold = (f"; the first start read {seen['first_start_read_mb']:.0f} MB from storage (a cold file cache) "
                     f"and took {seen['first_start_s']:.1f} s, so process 0 started again")  # fmt: skip
         reporter.status(
-            f"--budget {design.budget_s:g}s: {c.processes} processes a side, {c.rounds} round(s) of "
-            f"{len(prompts.prompts)} prompts + {c.ttft_pairs} TTFT-only pairs (measured here: a process start "
-            f"{start_s:.1f} s{cold}, a new process's first pair {first_s:.2f} s, a pair {pair_s:.2f} s, a TTFT-only "
-            f"pair {ttft_s:.2f} s; projected MDC TPOT {c.mdc_tpot_pct:.1f}%, TTFT {c.mdc_ttft_pct:.1f}%)"
+            f"--budget {design.budget_s:g}s: {c.processes} processes a side, "
+            f"{rounds_text(c.pairs, len(prompts.prompts))} + {c.ttft_pairs} TTFT-only pairs (measured here: a "
+            f"process start {start_s:.1f} s{cold}, a new process's first pair {first_s:.2f} s, a pair {pair_s:.2f} "
+            f"s, a TTFT-only pair {ttft_s:.2f} s{replay}; projected MDC TPOT {c.mdc_tpot_pct:.1f}%, TTFT "
+            f"{c.mdc_ttft_pct:.1f}%)"
         )
         if c.why():
             reporter.status(f"--budget: {c.why()}")
     plan = {**seen, "start_s": round(start_s, 3), "first_pair_s": round(first_s, 3), "pair_s": round(pair_s, 3),
-            "ttft_pair_s": round(ttft_s, 3), "spent_s": round(used, 3), **_choice_dict(c),
+            "ttft_pair_s": round(ttft_s, 3), "warmup_replay": "prefill" if prefill else "full",
+            "warmup_s": round(warmup_s, 3), "spent_s": round(used, 3), **_choice_dict(c),
             "instead": _choice_dict(c.instead) if c.instead else None, "why": c.why()}  # fmt: skip
-    return replace(design, processes=c.processes, repeats=c.rounds, ttft_pairs=c.ttft_pairs, plan=plan)
+    return replace(
+        design, processes=c.processes, repeats=c.rounds, full_pairs=c.pairs, ttft_pairs=c.ttft_pairs, plan=plan
+    )
+
+
+def rounds_text(pairs: int, n_prompts: int) -> str:
+    """``40 pairs (2 rounds of 20 prompts)``, ``27 pairs (1 round of 20 prompts and 7 of the next)``."""
+    whole, part = divmod(pairs, n_prompts)
+    rounds = f"{whole} round{'s' if whole != 1 else ''} of {n_prompts} prompts"
+    return f"{pairs} pairs ({rounds}{f' and {part} of the next' if part else ''})"
 
 
 def _choice_dict(c: Choice) -> dict[str, Any]:
-    return {"processes": c.processes, "rounds": c.rounds, "ttft_pairs": c.ttft_pairs,
+    return {"processes": c.processes, "pairs": c.pairs, "rounds": c.rounds, "ttft_pairs": c.ttft_pairs,
             "pairs_per_process": c.pairs_per_process, "projected_mdc_tpot_pct": round(c.mdc_tpot_pct, 3),
             "projected_mdc_ttft_pct": round(c.mdc_ttft_pct, 3)}  # fmt: skip
 

@@ -51,7 +51,8 @@ Schema history (bump ``SCHEMA_VERSION`` on any change a reader of the old versio
     server_boot (0.3.0, run --endpoint --server-command: a server llmbench started, from its exec to listening,
     to ready and to the first token of its first request, and that request's TTFT against the warm median);
     config.ab.budget_plan, config.engine_settings.processes[].start_read_mb/first_start (0.3.0, ab --budget on a
-    fresh runner: what the plan was priced with, a cold first start measured apart).
+    fresh runner: what the plan was priced with, a cold first start measured apart); config.ab.full_pairs (0.3.0,
+    ab --budget: the last round of the prompts partly measured, the pairs filling the budget).
 
 No torch here: compare, show and the endpoint client read and write runs without it. Why one module of
 600-odd lines: the schema is one versioned contract (the version, its history and every model it covers change
@@ -244,6 +245,9 @@ class ABConfig(_Model):
     # TTFT-only pair), whether process 0's first start found a cold file cache (MB read from storage; it then
     # started again), the design chosen with its projected MDCs, and the one it was chosen instead of, with why
     budget_plan: dict | None = None
+    # --budget: the full pairs in all when the last round was partly measured (fewer than prompts x config.repeats:
+    # the first full_pairs (prompt, repeat) keys, round by round); None: every round whole
+    full_pairs: int | None = None
     # how each process was set up: {"hash_seed": [...], "env_pad": [...], "first": [...]} per process (randomized)
     setup: dict | None = None
 

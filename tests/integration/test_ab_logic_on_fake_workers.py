@@ -196,11 +196,23 @@ def test_a_duet_measures_both_sides_at_once_on_two_cpus_and_needs_one_thread_a_s
     )
 
 
-def test_a_budget_chooses_the_design_says_so_and_records_it(cli, fake_worker, prompt_file, tmp_path):
+def test_a_budget_chooses_the_design_says_so_and_records_it(cli, fake_worker, prompt_file, tmp_path, monkeypatch):
+    log = tmp_path / "fake.log"
+    monkeypatch.setenv("LLMBENCH_FAKE_LOG", str(log))
     worker = fake_worker("--ttft-ms", "10", "--tpot-ms", "5", "--load-s", "0.3")
     r = cli("ab", prompt_file, "--base", worker, "--head", worker, "--budget", "6s", "--max-new-tokens", "4",
             "--warmup", "1", "-o", tmp_path / "b")  # fmt: skip
     check_a_budgeted_design(r, tmp_path / "b", "6s", 6)
+    plan = load_run(tmp_path / "b" / "base.json").config.ab.budget_plan
+    assert plan["warmup_replay"] == "prefill" and "(replayed as its prefill)" in r.stderr
+    # process 0 warms up in full (the pilot's pairs, then the loop's warm-up); every later process replays the
+    # warm-up cut to its prefill: one token
+    warmups: dict[int, list[int]] = {}
+    for m in (json.loads(line) for line in log.read_text().splitlines()):
+        if m["repeat"] < 0:
+            warmups.setdefault(m["pid"], []).append(m["tokens"])
+    zeros, later = list(warmups.values())[:2], list(warmups.values())[2:]  # in order: both sides' process 0 first
+    assert all(4 in tokens for tokens in zeros) and len(later) >= 2 and all(tokens == [1] for tokens in later)
 
 
 def test_reads_from_storage_are_counted_and_reads_from_the_page_cache_are_not(tmp_path):
