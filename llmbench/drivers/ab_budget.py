@@ -14,11 +14,10 @@ requests, not longer ones). The costs are measured here, on this run's own worke
 pilot pairs on it, untimed for the runs (a first pair, a warm full pair, a TTFT-only pair). A later process
 replays the warm-ups cut to their prefill (one output token) where both sides' workers can: a new exec'd worker's
 first request carried +1.0% over a warm one and +0.0% after such a warm-up, which took 0.23 s where a full one
-took 4.4 s (benchmarks/README.md, ``fork_probe.py``); it is priced as a TTFT-only pair plus what the pilot's first
-pair took over a warm one. A start that read the weights and libraries from storage (a fresh runner's cold file
-cache) is no later process's cost: process 0 then starts again and the plan prices that start (issue 47: the cold
-start, 23 s where later ones took 5, had planned a fresh runner's run at 9 processes of ~2 pairs and a printed MDC
-of 2.1%). The variance components are this
+took 4.4 s (benchmarks/README.md, ``fork_probe.py``); it is priced as a TTFT-only pair. A start that read the
+weights and libraries from storage (a fresh runner's cold file cache) is no later process's cost: process 0 then
+starts again and the plan prices that start (issue 47: the cold start, 23 s where later ones took 5, had planned a
+fresh runner's run at 9 processes of ~2 pairs and a printed MDC of 2.1%). The variance components are this
 machine's from the gate study (benchmarks/README.md, "The gate's precision"), the defaults below. The design
 minimizes the larger of MDC_TPOT / 1.5% and MDC_TTFT / 3% (the gate's targets) within the budget, among designs
 that give every process at least 2 full pairs (one pair's median is an outlier's), 5% held back for the end and
@@ -208,10 +207,12 @@ async def choose(
     first_s, pair_s, ttft_s = await pilot(backends, prompts, duet)
     start_s = max((getattr(b, "start_s", None) or spent_s) for b in backends)
     # a later process replays the warm-ups cut to their prefill where both sides' workers can (a TTFT-only
-    # request), priced as a TTFT-only pair and what a new process's first pair took over a warm one; ABBA's two
-    # sides take turns (a pair is one request of each), a duet's at once
+    # request), priced as a TTFT-only pair; else in full, priced as the pilot's first pair. Not the first pair's
+    # extra over a warm one: that is process 0's alone (the Xeon's fresh-runner study: 0.6-3.0 s in the pilot, where
+    # a later process took 5.3-5.8 s from the last pair of the one before it, start 4.1-4.9 s included, and its
+    # first request's TPOT was +0.2% over its others'); ABBA's two sides take turns, a duet's at once
     prefill = all("max_new_tokens" in getattr(getattr(b, "live", b), "features", ()) for b in backends)
-    warmup_s = ttft_s + max(0.0, first_s - pair_s) if prefill else first_s
+    warmup_s = ttft_s if prefill else first_s
     costs = Costs(start_s=start_s, warmup_s=warmup_s, pair_s=pair_s, ttft_pair_s=ttft_s)
     used = spent_s + time.perf_counter() - t  # the restart and the pilot are spent too
     prior = PRIORS["duet" if duet else "ABBA"]

@@ -190,8 +190,9 @@ class _Side:
     """One side of a budgeted ab, as choose() sees it: process 0's start (seconds, MB read from storage) and a
     live process whose first request takes 50 ms and later ones 1 ms (known delays: ground truth)."""
 
-    def __init__(self, start_s: float, read_mb: float | None) -> None:
+    def __init__(self, start_s: float, read_mb: float | None, features: tuple[str, ...] = ()) -> None:
         self.start_s, self.start_read_mb, self.restarts, self.calls = start_s, read_mb, 0, []
+        self.features = features
 
     @property
     def live(self) -> _Side:
@@ -245,6 +246,29 @@ def test_a_cold_first_start_is_measured_apart_and_process_0_starts_again(reads, 
     assert plan["warmup_replay"] == "full" and plan["warmup_s"] == plan["first_pair_s"]
     assert ("cold file cache" in status.lines[0] and "process 0 started again" in status.lines[0]) is bool(cold)
     assert status.lines[0].startswith(f"--budget 300s: {d.processes} processes a side")
+
+
+@pytest.mark.parametrize("features", [("max_new_tokens",), ()])
+def test_a_later_process_warm_up_is_priced_as_what_it_replays(features):
+    """Workers that take TTFT-only requests replay a later process's warm-ups cut to their prefill, priced as a
+    TTFT-only pair, not with the pilot's first-pair extra (process 0's alone: the Xeon's fresh-runner study priced
+    a later process 2-5 s over what it took); else in full, priced as the first pair."""
+    import asyncio
+
+    from llmbench.drivers.ab import Design
+    from llmbench.drivers.ab_budget import choose
+    from llmbench.options import RunOptions
+    from llmbench.workloads.prompts import PromptSet
+
+    sides = [_Side(1.0, 0.0, features), _Side(1.0, 0.0, features)]
+    prompts = PromptSet.from_list([f"p{i}" for i in range(20)])
+    d = asyncio.run(choose(Design(duet=True, budget_s=300.0), sides, prompts, RunOptions(warmup=1), 2.0, (0, 1),
+                           _Status()))  # fmt: skip
+    plan, prefill = d.plan, bool(features)
+    assert plan["warmup_replay"] == ("prefill" if prefill else "full")
+    assert plan["warmup_s"] == (plan["ttft_pair_s"] if prefill else plan["first_pair_s"])
+    if prefill:  # the first request took 50 ms, a TTFT-only one 1 ms: the extra is not priced
+        assert plan["first_pair_s"] >= 0.05 > plan["warmup_s"]
 
 
 def test_ab_refuses_a_budget_with_the_knobs_it_chooses_and_a_duet_with_a_server(cli, prompt_file, tmp_path):
