@@ -20,8 +20,8 @@ starts again and the plan prices that start (issue 47: the cold start, 23 s wher
 fresh runner's run at 9 processes of ~2 pairs and a printed MDC of 2.1%). The variance components are this
 machine's from the gate study (benchmarks/README.md, "The gate's precision"), the defaults below. The design
 minimizes the larger of MDC_TPOT / 1.5% and MDC_TTFT / 3% (the gate's targets) within the budget, among designs
-that give every process at least 3 full pairs (a median of fewer is thrown by one outlier pair), 5% held back for the end and
-2.5 s for each switch of processes (measured here: a 5-minute duet planned without it took 5.5).
+that give every process at least 3 full pairs (a median of fewer is thrown by one outlier pair), 5% held back for
+the end and 2.5 s for each switch of processes (measured here: a 5-minute duet planned without it took 5.5).
 """
 
 from __future__ import annotations
