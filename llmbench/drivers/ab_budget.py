@@ -56,9 +56,9 @@ SWITCH_S = 2.5  # per later process beyond its start and warm-ups: the previous 
 COLD_READ_MB = 32.0
 # a process's change is the median of its pairs, and a median resists an outlier pair only from 3 on (of 1 it is
 # that pair, of 2 their mean): the first fresh-runner A/A had 15 processes of 1.33 pairs, "the interval is 9.7x the
-# pairs' spread"; the Xeon's 24 fresh-runner runs, their own pairs regrouped, printed TTFT's MDC at 0.55% (at most
-# 1.09%) with at least 3 a process where at least 2 gave 0.95% (2.46%), TPOT's at 0.73% either way
-# (benchmarks/README.md); the planner keeps at least this many
+# pairs' spread"; the Xeon's 30 fresh-runner runs, their own pairs dealt to each floor's designs, printed TTFT's
+# MDC at 0.67% (at most 1.71%) with at least 3 a process where at least 2 gave 1.20% (2.93%), TPOT's at 0.82-0.83%
+# either way (benchmarks/regroup.py); the planner keeps at least this many
 MIN_PAIRS_PER_PROCESS = 3
 
 
