@@ -51,11 +51,11 @@ def extract(folders: list[Path]) -> dict[str, Any]:
             if not (run / "base.json").is_file() or not (run / "head.json").is_file():
                 continue
             base, head = (json.loads((run / f"{s}.json").read_text(encoding="utf-8")) for s in ("base", "head"))
-            plan = (base["config"].get("ab") or {}).get("budget_plan")
-            if not plan:
-                continue
+            plan = ((base.get("config") or {}).get("ab") or {}).get("budget_plan")
             tpot, ttft = _changes(base, head, "requests", "tpot_ms"), _changes(base, head, "requests", "ttft_ms")
             short = _changes(base, head, "ttft_requests", "ttft_ms")
+            if not plan or len(tpot) != len(ttft) or len(tpot) < 2:  # not a budgeted run, or no pairs to deal
+                continue
             mt, mf = statistics.median(tpot), statistics.median(ttft + short)
             runs.append({"run": f"{folder.name}/{run.name}", "cpu": (base.get("environment") or {}).get("cpu_model"),
                          "costs": {k: plan[k] for k in ("start_s", "pair_s", "ttft_pair_s", "spent_s")},
@@ -74,8 +74,9 @@ def _mdc(groups: list[list[float]]) -> float:
 
 
 def regrouped(run: dict[str, Any], floor: int, rng: random.Random, draws: int = 300) -> dict[str, Any]:
-    """The planner's design for ``run``'s costs with at least ``floor`` full pairs a process, and its mean MDC
-    (TPOT, TTFT) over ``draws`` draws of the run's own pairs."""
+    """The planner's design for ``run``'s costs with at least ``floor`` full pairs a process, under the job's
+    settings (a duet, 300 s, 20 prompts, one warm-up), and its mean MDC (TPOT, TTFT) over ``draws`` draws of the
+    run's own pairs."""
     import llmbench.drivers.ab_budget as budget
 
     c = run["costs"]
@@ -83,11 +84,7 @@ def regrouped(run: dict[str, Any], floor: int, rng: random.Random, draws: int = 
     costs = budget.Costs(start_s=c["start_s"], warmup_s=c["ttft_pair_s"], pair_s=c["pair_s"],
                          ttft_pair_s=c["ttft_pair_s"])  # fmt: skip
     prior = budget.PRIORS["duet"]
-    kept, budget.MIN_PAIRS_PER_PROCESS = budget.MIN_PAIRS_PER_PROCESS, floor
-    try:
-        d = budget.best_design(300, c["spent_s"], costs, 20, 1, 32, prior["tpot"], prior["ttft"])
-    finally:
-        budget.MIN_PAIRS_PER_PROCESS = kept
+    d = budget.best_design(300, c["spent_s"], costs, 20, 1, 32, prior["tpot"], prior["ttft"], min_pairs=floor)
     full = list(zip(run["tpot"], run["ttft"], strict=True))
     short = run["ttft_only"] or run["ttft"]
     tpot, ttft = [], []
@@ -132,7 +129,10 @@ def main() -> None:
     if a.extract:
         if a.output is None or a.output.exists() or not a.output.parent.is_dir():
             sys.exit("regroup: --extract needs -o FILE, a new file in an existing folder")
-        data = extract(a.paths)
+        try:
+            data = extract(a.paths)
+        except (OSError, ValueError, KeyError, TypeError) as e:  # ValueError: a file that is not JSON
+            sys.exit(f"regroup: a run's base.json or head.json can't be read: {type(e).__name__}: {e}")
         if not data["runs"]:
             sys.exit("regroup: no run folder with base.json, head.json and a budget plan")
         a.output.write_text(json.dumps(data) + "\n", encoding="utf-8")
@@ -145,7 +145,12 @@ def main() -> None:
         sys.exit(f"regroup: {e}")
     if not floors or any(not 1 <= f <= 20 for f in floors) or len(a.paths) != 1:
         sys.exit("regroup: one pairs.json and --floors of 1-20")
-    print(report(data, floors))
+    try:
+        if not isinstance(data, dict) or not data.get("runs"):
+            raise ValueError("no runs")
+        print(report(data, floors))
+    except (KeyError, TypeError, ValueError) as e:
+        sys.exit(f"regroup: {a.paths[0]} is not what --extract writes ({type(e).__name__}: {e})")
 
 
 if __name__ == "__main__":

@@ -115,9 +115,11 @@ class Choice:
 def best_design(
     budget_s: float, spent_s: float, costs: Costs, n_prompts: int, warmup: int, max_processes: int = MAX_PROCESSES,
     prior_tpot: tuple[float, float] = PRIOR_TPOT, prior_ttft: tuple[float, float] = PRIOR_TTFT,
+    min_pairs: int = MIN_PAIRS_PER_PROCESS,
 ) -> Choice:  # fmt: skip
     """The design that fits ``budget_s`` after ``spent_s`` with the smallest max(MDC / target) among those that
-    give every process at least :data:`MIN_PAIRS_PER_PROCESS` full pairs (the best of all when none does); at
+    give every process at least ``min_pairs`` full pairs (the best of all when none does; benchmarks/regroup.py
+    tries other floors); at
     least 2 processes and 1 round. Process 0 is started and warm already (the pilot warmed it); each later one
     costs a start, a switch and ``warmup`` warm-up pairs. UserError when even 2 processes of one round don't
     fit."""
@@ -139,7 +141,7 @@ def best_design(
             mt = projected_mdc_pct(prior_tpot[0] ** 2, prior_tpot[1] ** 2, n, full / n)
             mf = projected_mdc_pct(prior_ttft[0] ** 2, prior_ttft[1] ** 2, n, (full + shorts) / n)
             score = max(mt / TARGETS_PCT[0], mf / TARGETS_PCT[1])
-            enough = full // n >= MIN_PAIRS_PER_PROCESS
+            enough = full // n >= min_pairs
             if enough not in best or score < best[enough][0]:
                 rounds = -(-full // n_prompts)
                 best[enough] = (score, Choice(n, full, rounds, shorts, mt, mf, full // n))

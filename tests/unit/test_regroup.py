@@ -47,15 +47,12 @@ def test_extract_pairs_requests_by_process_prompt_and_repeat_and_centres_each_ru
     assert len(r["ttft"]) == 3 and r["ttft_only"] == [pytest.approx(100 * math.log(1.1), abs=1e-3)]
 
 
-def test_the_floor_reaches_the_planner_and_is_put_back(regroup):
-    import llmbench.drivers.ab_budget as budget
-
+def test_the_floor_reaches_the_planner(regroup):
     rng = random.Random(0)
     pairs = [rng.gauss(0, 2) for _ in range(60)]
     run = {"costs": {"start_s": 0.5, "pair_s": 4.0, "ttft_pair_s": 0.2, "spent_s": 20.0}, "tpot": pairs,
            "ttft": pairs, "ttft_only": []}  # fmt: skip
-    kept = budget.MIN_PAIRS_PER_PROCESS
-    for floor in (2, 5):
-        d = regroup.regrouped(run, floor, random.Random(1), draws=5)
+    designs = [regroup.regrouped(run, floor, random.Random(1), draws=5) for floor in (2, 5)]
+    for d, floor in zip(designs, (2, 5), strict=True):
         assert d["pairs"] // d["processes"] >= floor and d["tpot_mdc_pct"] > 0
-        assert kept == budget.MIN_PAIRS_PER_PROCESS
+    assert designs[1]["processes"] < designs[0]["processes"]  # a higher floor: fewer processes of more pairs
