@@ -13,6 +13,12 @@ makes both sides ready for a pair at once and untimed (``ready``), so the two si
 together and nothing is measured while a process starts. Each process gets its own setup (:class:`Setup`): a
 hash seed and an environment of its own size, drawn at random, so what such things do to a process is sampled
 over the N processes rather than fixed for the run; process k has the same setup on both sides.
+
+``spawn="fork"`` (``ab --spawn fork``): process 0 stays alive, idle, once its pairs are done, and each later
+process is forked from it (:class:`ForkedWorker`): no imports and no load, ~0.1 s where an exec'd start took 4-7
+s. Such processes share process 0's hash seed and weights (where they lie in memory); only a heap padding of
+``env_pad`` x 256 bytes (up to 1 MiB) differs. Their ``load_s``/``startup_s`` are process 0's, so they are no
+samples of a cold start (recorded as None; ``fork_s`` is theirs).
 """
 
 from __future__ import annotations
@@ -28,7 +34,8 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from llmbench.backends import Request
-from llmbench.backends.worker import WorkerBackend
+from llmbench.backends.worker import ForkedWorker, WorkerBackend
+from llmbench.backends.worker_main import FORK
 from llmbench.core.errors import UserError
 from llmbench.core.process import Stop
 from llmbench.options import RunOptions
@@ -36,6 +43,7 @@ from llmbench.results.schema import Probe, RequestResult, Run
 from llmbench.workloads.prompts import PromptSet
 
 ENV_PAD_MAX = 4096  # bytes of environment padding: moves the initial stack by up to a page
+HEAP_PAD_PER_ENV_PAD = 256  # a forked process holds env_pad x this many bytes: up to 1 MiB of its heap
 # Two sides warming their new processes at the same moment, each on several threads, oversubscribe the CPUs:
 # OpenMP's spinning threads then wait for ones that are descheduled (measured: a 4 s warm-up took 15-40 s). They
 # take turns, unless the pair is a duet's (one thread a side, one CPU each). One lock per event loop: an asyncio
@@ -124,6 +132,7 @@ class PoolBackend:
         self.replay_prefill = False
         self.timings: dict[int, dict[str, Any]] = {}  # process -> start-up and warm-up seconds
         self.first_start: dict[str, Any] | None = None  # process 0's first start, when restart() replaced it
+        self.spawn = "exec"  # or "fork": later processes forked from process 0 (set before the first pair)
         self._stop = Stop()
 
     def early_config(self, prompts: PromptSet) -> dict[str, Any]:
@@ -134,15 +143,34 @@ class PoolBackend:
         self.n_prompts, self.prompts = len(prompts.prompts), prompts
         await self._enter(0, warm=False)
 
+    @property
+    def can_fork(self) -> bool:
+        """Process 0 is alive and announced that it forks (its worker: transformers, the CPU, one thread)."""
+        w = self.workers[0]
+        return w is not None and FORK in w.features and w._alive()
+
+    def _new_worker(self, k: int) -> WorkerBackend:
+        name = f"{self.label}process {k}"
+        server = self.workers[0]
+        if self.spawn == "fork" and k > 0 and server is not None:
+            pad = self.setups[k].env_pad * HEAP_PAD_PER_ENV_PAD
+            return ForkedWorker(server, self.options, heap_pad=pad, label=self.label, name=name)
+        worker = WorkerBackend(self.command, self.options, label=self.label, name=name)
+        worker.env = self.setups[k].env()
+        return worker
+
     async def _enter(self, k: int, warm: bool = True, together: bool = False) -> None:
-        """Process k becomes the live one: the previous one exits first, then k starts and is warmed up."""
+        """Process k becomes the live one: the previous one exits first (process 0 stays, idle, when later ones
+        are forked from it), then k starts and is warmed up."""
         if self.current == k:
             return
-        if self.current is not None:
+        if self.current is not None and not (self.spawn == "fork" and self.current == 0):
             await self._live().close()
         assert self.prompts is not None, "start() first"
-        worker = WorkerBackend(self.command, self.options, label=self.label, name=f"{self.label}process {k}")
-        worker.env = self.setups[k].env()
+        if k == 0 and self.workers[0] is not None and self.workers[0]._alive():  # the fork server, warm already
+            self.current = 0
+            return
+        worker = self._new_worker(k)
         self.workers[k], self.current = worker, k
         await worker.start(self.prompts)
         read_mb = storage_read_mb(worker.pid)
@@ -158,6 +186,22 @@ class PoolBackend:
         self.timings[k] = {"pid": worker.pid, "spawn_s": worker.spawn_s, "startup_s": worker.startup_s,
                            "load_s": worker.load_s, "warmup_s": warmup_s, "start_read_mb": read_mb,
                            **asdict(self.setups[k])}  # fmt: skip
+        if isinstance(worker, ForkedWorker):  # what this process shares with process 0, and what is its own
+            self.timings[k].update(spawn="fork", startup_s=None, fork_s=worker.startup_s, heap_pad=worker.heap_pad,
+                                   **asdict(self.setups[0]))  # fmt: skip
+
+    async def time_fork(self) -> float:
+        """Seconds a forked process takes from the fork to prepared and back out (``ab --budget`` prices a later
+        process by it): one is forked from process 0 and closed. Before the first pair."""
+        assert self.prompts is not None and self.current == 0, "start() first"
+        t = time.perf_counter()
+        trial = ForkedWorker(self._live(), self.options, heap_pad=0, label=self.label,
+                             name=f"{self.label}a trial fork")  # fmt: skip
+        try:
+            await trial.start(self.prompts)
+        finally:
+            await trial.close()
+        return time.perf_counter() - t
 
     async def restart(self) -> None:
         """Process 0 exits and starts again, unwarmed (before the first pair): ``ab --budget`` times a start
@@ -242,3 +286,5 @@ class PoolBackend:
     async def close(self) -> None:
         if self.current is not None:
             await self._live().close()
+        if self.workers and self.workers[0] is not None and self.current != 0:  # the fork server
+            await self.workers[0].close()

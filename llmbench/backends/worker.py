@@ -68,6 +68,8 @@ class WorkerBackend:
         self.label = label
         self.proc: asyncio.subprocess.Process | None = None
         self.pid: int | None = None
+        self._reader: asyncio.StreamReader | None = None  # the protocol: the process's stdout, or a socket
+        self._writer: asyncio.StreamWriter | None = None
         self.stderr_tail: collections.deque[str] = collections.deque(maxlen=20)
         self._stderr_task: asyncio.Task | None = None
         self._record: Run | None = None
@@ -95,14 +97,19 @@ class WorkerBackend:
             if self.on_stderr is not None and text.strip() and self._record is None:  # while it loads
                 self.on_stderr(text.strip()[:200])
 
+    async def _gone(self) -> str:
+        """Once the protocol ended: how the process ended (waited for)."""
+        assert self.proc is not None
+        code = await self.proc.wait()
+        if self._stderr_task is not None:
+            await self._stderr_task  # the last lines, for the message
+        return exit_reason(code)
+
     async def _receive(self) -> dict[str, Any]:
-        assert self.proc is not None and self.proc.stdout is not None
-        line = await self.proc.stdout.readline()
+        assert self._reader is not None
+        line = await self._reader.readline()
         if not line:
-            code = await self.proc.wait()
-            if self._stderr_task is not None:
-                await self._stderr_task  # the last lines, for the message
-            raise BackendUnavailable(f"{exit_reason(code)} {self._where()}")
+            raise BackendUnavailable(f"{await self._gone()} {self._where()}")
         try:
             msg = json.loads(line)
         except json.JSONDecodeError:
@@ -116,10 +123,10 @@ class WorkerBackend:
         return msg
 
     async def _ask(self, **msg: Any) -> dict[str, Any]:
-        assert self.proc is not None and self.proc.stdin is not None
+        assert self._writer is not None
         try:
-            self.proc.stdin.write((json.dumps({"v": PROTOCOL, **msg}) + "\n").encode())
-            await self.proc.stdin.drain()
+            self._writer.write((json.dumps({"v": PROTOCOL, **msg}) + "\n").encode())
+            await self._writer.drain()
         except (BrokenPipeError, ConnectionResetError):
             pass  # the worker is gone: _receive says how
         return await self._receive()
@@ -131,11 +138,10 @@ class WorkerBackend:
         return {"max_new_tokens": o.max_new_tokens, "ignore_eos": o.ignore_eos, "repeats": o.repeats,
                 "prompt_sha256": prompts.sha256, "system_prompt": o.system_prompt}  # fmt: skip
 
-    async def start(self, prompts: PromptSet) -> None:
-        """Start the worker, wait until its model is loaded, hand it the prompts and the run options."""
+    async def _spawn(self) -> None:
+        """Start the worker process; its stdout and stdin carry the protocol."""
         try:
             # a session of its own: a terminal's Ctrl-C reaches the parent only, which forwards it (see stop)
-            spawned = time.perf_counter()
             self.proc = await asyncio.create_subprocess_exec(
                 *self.command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE, start_new_session=True, env=self.env,
@@ -144,9 +150,14 @@ class WorkerBackend:
             raise UserError(
                 f"{self.label}cannot start the worker {redact_command(self.command)}: {e.strerror or e}"
             ) from None
-        self.pid = self.proc.pid
+        self.pid, self._reader, self._writer = self.proc.pid, self.proc.stdout, self.proc.stdin
         self._stderr_task = asyncio.ensure_future(self._read_stderr())
+
+    async def start(self, prompts: PromptSet) -> None:
+        """Start the worker, wait until its model is loaded, hand it the prompts and the run options."""
+        spawned = time.perf_counter()
         try:
+            await self._spawn()
             ready = await self._receive()
             self.spawn_s = round(time.perf_counter() - spawned, 3)
             self.startup_s = ready.get("startup_s")
@@ -184,9 +195,9 @@ class WorkerBackend:
         if self._remove_stop is None:
 
             def forward() -> None:
-                if self.proc is not None and self.proc.returncode is None:
+                if self.pid is not None and self._alive():
                     with contextlib.suppress(ProcessLookupError):
-                        os.kill(self.proc.pid, signal.SIGINT)
+                        os.kill(self.pid, signal.SIGINT)
 
             self._remove_stop = stop.on_request(forward)
 
@@ -216,24 +227,100 @@ class WorkerBackend:
     def finish(self, run: Run) -> list[str]:
         return list(self._warnings)  # as of the worker's last result
 
+    def _alive(self) -> bool:
+        return self.proc is not None and self.proc.returncode is None
+
     async def close(self) -> None:
         """Tell the worker to exit; kill it if it does not within 10 s."""
         if self._remove_stop is not None:
             self._remove_stop()
-        proc = self.proc
-        if proc is None or proc.returncode is not None:
+        if not self._alive():
             return
-        if proc.stdin is not None:
+        if self._writer is not None:
             try:
-                proc.stdin.write((json.dumps({"v": PROTOCOL, "op": "exit"}) + "\n").encode())
-                await proc.stdin.drain()
-                proc.stdin.close()
+                self._writer.write((json.dumps({"v": PROTOCOL, "op": "exit"}) + "\n").encode())
+                await self._writer.drain()
+                self._writer.close()
             except (BrokenPipeError, ConnectionResetError):
                 pass  # gone already
         try:
-            await asyncio.wait_for(proc.wait(), 10)
+            await asyncio.wait_for(self._exited(), 10)
         except asyncio.TimeoutError:
-            proc.kill()
-            await proc.wait()
+            if self.pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(self.pid, signal.SIGKILL)
+            await self._exited()
         if self._stderr_task is not None:
             await self._stderr_task
+
+    async def _exited(self) -> None:
+        assert self.proc is not None
+        await self.proc.wait()
+
+
+class ForkedWorker(WorkerBackend):
+    """A worker forked by another one, ``server`` (``ab --spawn fork``): its model is the server's, loaded once,
+    and it speaks the protocol over a Unix socket in a private folder. It starts in ~0.1 s where a new process
+    imports and loads for seconds; what differs between such processes is a heap padding (``heap_pad`` bytes),
+    not the hash seed or where the weights lie (the server's). Its stderr is the server's."""
+
+    CONNECT_S = 60.0  # a fork's child connects in milliseconds; a server that never forks is not waited on forever
+
+    def __init__(
+        self, server: WorkerBackend, options: RunOptions, *, heap_pad: int, label: str = "", name: str | None = None
+    ) -> None:  # fmt: skip
+        super().__init__(server.command, options, label=label, name=name)
+        self.server, self.heap_pad = server, heap_pad
+        self.stderr_tail = server.stderr_tail  # the child writes where its server does
+
+    async def _spawn(self) -> None:
+        import shutil
+        import tempfile
+
+        folder = tempfile.mkdtemp(prefix="llmbench-fork-")  # 0700: no other user can connect
+        connected: asyncio.Future[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = asyncio.Future()
+
+        def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            if connected.done():
+                writer.close()  # only the one child this fork made
+            else:
+                connected.set_result((reader, writer))
+
+        path = os.path.join(folder, "worker.sock")
+        listener = await asyncio.start_unix_server(accept, path)
+        try:
+            msg = await self.server._ask(op="fork", socket=path, heap_pad=self.heap_pad)
+            if msg.get("event") != "forked":
+                raise BackendUnavailable(f"the server answered {msg.get('event')!r} to fork {self._where()}")
+            self.pid = int(msg["pid"])
+            self._reader, self._writer = await asyncio.wait_for(connected, self.CONNECT_S)
+        except asyncio.TimeoutError:
+            raise BackendUnavailable(f"the forked worker did not connect within {self.CONNECT_S:g} s "
+                                     f"{self._where()}") from None  # fmt: skip
+        finally:
+            listener.close()
+            shutil.rmtree(folder, ignore_errors=True)
+
+    async def start(self, prompts: PromptSet) -> None:
+        await super().start(prompts)
+        self.load_s = None  # the server's load, not this process's: no sample of a cold start
+
+    def _alive(self) -> bool:
+        if self.pid is None:
+            return False
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:  # the pid was reused by another user's process: ours is gone
+            return False
+        return True
+
+    async def _exited(self) -> None:
+        while self._alive():  # the server ignores SIGCHLD: the kernel reaps the child at once
+            await asyncio.sleep(0.01)
+
+    async def _gone(self) -> str:
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._exited(), 5)
+        return f"the forked worker (pid {self.pid}) closed its connection"

@@ -42,7 +42,7 @@ def ab(ctx: typer.Context, quiet: QuietOpt = False, **s: Any) -> None:
             raise UserError("--move-anchor needs --anchor OLD and --head-ref NEW (the new anchor's ref)")
         options = run_options(s)
         options.validate()
-        design = _design(ctx, s["processes"], repeats, s["ttft_pairs"], s["duet"], s["budget"])
+        design = _design(ctx, s["processes"], repeats, s["ttft_pairs"], s["duet"], s["budget"], s["spawn"])
         _check_cold_gate(gates, design)
         prompt_set = workload.prompt_list(workload.Workload.of(args), options, s["tokenizer"])
         # a budget plans its pairs later (and says when they fall short): then only the tokens are checked here
@@ -67,19 +67,21 @@ def ab(ctx: typer.Context, quiet: QuietOpt = False, **s: Any) -> None:
     render_verdict([comp], verdict, s["fmt"])
 
 
-def _design(ctx: typer.Context, processes: int, repeats: int, ttft_pairs: int, duet: bool, budget: str | None) -> Any:
+def _design(
+    ctx: typer.Context, processes: int, repeats: int, ttft_pairs: int, duet: bool, budget: str | None, spawn: Any
+) -> Any:  # fmt: skip
     """The ab design the options give; --budget leaves processes, rounds and TTFT-only pairs to the planner."""
     from llmbench.drivers.ab import Design
     from llmbench.drivers.ab_budget import parse_budget
 
     if budget is None:
-        design = Design(processes=processes, repeats=repeats, ttft_pairs=ttft_pairs, duet=duet)
+        design = Design(processes=processes, repeats=repeats, ttft_pairs=ttft_pairs, duet=duet, spawn=spawn)
         design.validate()
         return design
     given = [f"--{k.replace('_', '-')}" for k in ("processes", "repeats", "ttft_pairs") if was_given(ctx, k)]
     if given:
         raise UserError(f"--budget chooses {', '.join(given)} itself: give one or the other")
-    return Design(duet=duet, budget_s=parse_budget(budget))
+    return Design(duet=duet, budget_s=parse_budget(budget), spawn=spawn)
 
 
 def _check_cold_gate(gates: dict[str, float], design: Any) -> None:
@@ -88,6 +90,9 @@ def _check_cold_gate(gates: dict[str, float], design: Any) -> None:
     from llmbench.analysis.startup import MIN_PROCESSES, PROCESS_METRICS
 
     cold = [m for m in PROCESS_METRICS if m in gates]
+    if cold and design.spawn != "exec":
+        raise UserError(f"--fail-on {cold[0]}: a forked process does not load (--spawn {design.spawn}), so it is no "
+                        "sample of the cold start; measure it with --spawn exec")  # fmt: skip
     if cold and design.budget_s is None and design.processes < MIN_PROCESSES:
         raise UserError(f"--fail-on {cold[0]}: each worker process is one sample of its cold start; give "
                         f"--processes {MIN_PROCESSES} or more")  # fmt: skip

@@ -14,7 +14,7 @@ import random
 import re
 import shlex
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -205,6 +205,9 @@ class Design:
     seed: int | None = None
     budget_s: float | None = None  # --budget: the design was chosen to fill it (llmbench.drivers.ab_budget)
     plan: dict[str, Any] | None = None  # --budget: the costs measured, what was seen and chosen, and why
+    # how a process after the first starts: "exec" (a new worker: its own imports, load, hash seed), "fork" (from
+    # process 0: loaded once), "auto" (fork where both sides' workers can, else exec)
+    spawn: Literal["exec", "fork", "auto"] = "exec"
 
     def validate(self) -> None:
         """UserError for a count no run can hold, before anything is planned or started (a plan holds every
@@ -287,6 +290,10 @@ async def _measure(
     t0 = time.perf_counter()
     await _start_all(backends, prompts)
     try:
+        d = replace(d, spawn=_spawn(backends, d))
+        for b in backends:
+            if isinstance(b, PoolBackend):
+                b.spawn = d.spawn
         if budgeted:
             from llmbench.drivers.ab_budget import choose
 
@@ -303,9 +310,7 @@ async def _measure(
         if cpus is not None:
             _check_duet(tracks)
         firsts = balanced_firsts(d.processes, rng)
-        setup = {"hash_seed": [s.hash_seed for s in setups[: d.processes]],
-                 "env_pad": [s.env_pad for s in setups[: d.processes]], "base_first": firsts} if d.processes > 1 \
-            else None  # fmt: skip
+        setup = _setup_record(setups[: d.processes], firsts, d.spawn) if d.processes > 1 else None
         for t, r in zip(tracks, ROLES, strict=True):
             t.run.config.repeats = d.repeats  # the design's rounds (a budget chose them after the workers started)
             other = tracks[1] if r == "base" else tracks[0]
@@ -331,6 +336,34 @@ def describe(d: Design, n_prompts: int, folder: Path) -> str:
     short = f" + {d.ttft_pairs} TTFT-only pairs" if d.ttft_pairs else ""
     how = "duet (both sides at once, one CPU each, swapped pair by pair)" if d.duet else "ABBA"
     return f"{d.pairs(n_prompts)} pairs{short}, {how}{spread} -> {folder}"
+
+
+def _setup_record(setups: list[Setup], firsts: list[bool], spawn: str) -> dict[str, Any]:
+    """config.ab.setup: each process's hash seed and environment padding, who went first; forked processes share
+    process 0's seed and environment and hold a heap padding of their own."""
+    from llmbench.backends.pool import HEAP_PAD_PER_ENV_PAD
+
+    if spawn != "fork":
+        return {"hash_seed": [s.hash_seed for s in setups], "env_pad": [s.env_pad for s in setups],
+                "base_first": firsts}  # fmt: skip
+    return {"hash_seed": [setups[0].hash_seed] * len(setups), "env_pad": [setups[0].env_pad] * len(setups),
+            "heap_pad": [0] + [s.env_pad * HEAP_PAD_PER_ENV_PAD for s in setups[1:]], "base_first": firsts,
+            "spawn": "fork"}  # fmt: skip
+
+
+def _spawn(backends: list[Backend], d: Design) -> Literal["exec", "fork"]:
+    """How later processes start (``d.spawn`` resolved once process 0 is up): "fork" needs both sides' process 0
+    to announce it (a transformers model on the CPU, one thread, llmbench 0.3.0 or later); UserError when asked
+    for and one can't, "exec" then for "auto"."""
+    if d.spawn == "exec" or (d.budget_s is None and d.processes == 1):
+        return "exec"
+    for r, b in zip(ROLES, backends, strict=True):
+        if not (isinstance(b, PoolBackend) and b.can_fork):
+            if d.spawn == "auto":
+                return "exec"
+            raise UserError(f"--spawn fork: the {r} worker can't fork (it needs llmbench 0.3.0 or later, a "
+                            "transformers model on the CPU and --threads 1)")  # fmt: skip
+    return "fork"
 
 
 def _check_features(backends: list[Backend], d: Design) -> None:

@@ -22,6 +22,8 @@ machine's from the gate study (benchmarks/README.md, "The gate's precision"), th
 minimizes the larger of MDC_TPOT / 1.5% and MDC_TTFT / 3% (the gate's targets) within the budget, among designs
 that give every process at least 3 full pairs (a median of fewer is thrown by one outlier pair), 5% held back for
 the end and 2.5 s for each switch of processes (measured here: a 5-minute duet planned without it took 5.5).
+With ``--spawn fork`` a later process is forked from process 0 (:mod:`llmbench.backends.pool`), and a trial fork
+on each side, forked, prepared and closed, prices its start.
 """
 
 from __future__ import annotations
@@ -51,6 +53,9 @@ MAX_PROCESSES = 32
 MAX_TTFT_PAIRS = 10_000  # a plan holds every pair: bounded, whatever a pilot measured
 RESERVE = 0.05  # of the budget, held back: the end's probe, the saving, the closing
 SWITCH_S = 2.5  # per later process beyond its start and warm-ups: the previous one's exit, the first pair's set-up
+# the same for a forked process (--spawn fork): from the last pair of one to the first of the next took 0.46-0.68 s
+# here, its prefill warm-up (0.22-0.24 s) and its fork to prepared (0.01 s) included (the Xeon, 2026-12-06)
+SWITCH_FORK_S = 0.5
 # a process start that read more than this from storage (not the page cache) found the file cache cold: the weights
 # and libraries (~1 GB for the job's worker) came from disk, as on a fresh runner; a warm start reads ~0
 COLD_READ_MB = 32.0
@@ -77,12 +82,13 @@ def parse_budget(text: str) -> float:
 @dataclass(frozen=True)
 class Costs:
     """Measured seconds: a process pair's start, a new process's warm-up (its first pair), a full pair (warm), a
-    TTFT-only pair."""
+    TTFT-only pair; and the margin a switch of processes takes beyond them."""
 
     start_s: float
     warmup_s: float
     pair_s: float
     ttft_pair_s: float
+    switch_s: float = SWITCH_S  # beyond the start and the warm-ups (SWITCH_FORK_S for a forked process)
 
 
 @dataclass(frozen=True)
@@ -128,7 +134,7 @@ def best_design(
     left = budget_s * (1 - RESERVE) - spent_s
     best: dict[bool, tuple[float, Choice]] = {}  # enough pairs a process? -> (score, choice)
     for n in range(2, max_processes + 1):
-        room = left - (n - 1) * (costs.start_s + SWITCH_S + warmup * costs.warmup_s) - warmup * costs.pair_s
+        room = left - (n - 1) * (costs.start_s + costs.switch_s + warmup * costs.warmup_s) - warmup * costs.pair_s
         # full pairs fill the room, the last round partly (whole rounds left up to a round's time unspent: a third
         # of the pairs the Xeon's first runs could have had); at least one round, at most 1,000 (a pair measured at
         # (nearly) no cost must not make the plan endless)
@@ -146,7 +152,7 @@ def best_design(
                 rounds = -(-full // n_prompts)
                 best[enough] = (score, Choice(n, full, rounds, shorts, mt, mf, full // n))
     if not best:
-        need = spent_s + costs.start_s + SWITCH_S + 2 * warmup * costs.warmup_s + n_prompts * costs.pair_s
+        need = spent_s + costs.start_s + costs.switch_s + 2 * warmup * costs.warmup_s + n_prompts * costs.pair_s
         raise UserError(f"--budget {budget_s:g}s is too short here: 2 processes and one round of the "
                         f"{n_prompts} prompts need about {need / (1 - RESERVE):.0f} s")  # fmt: skip
     if True not in best:
@@ -210,7 +216,9 @@ async def choose(
     t = time.perf_counter()
     seen = await warm_start(backends)
     first_s, pair_s, ttft_s = await pilot(backends, prompts, duet)
-    start_s = max((getattr(b, "start_s", None) or spent_s) for b in backends)
+    start_s = exec_start_s = max((getattr(b, "start_s", None) or spent_s) for b in backends)
+    if design.spawn == "fork":  # a later process is forked from process 0: priced by a trial fork on each side
+        start_s = max(await asyncio.gather(*(b.time_fork() for b in backends)))
     # a later process replays the warm-ups cut to their prefill where both sides' workers can (a TTFT-only
     # request), priced as a TTFT-only pair; else in full, priced as the pilot's first pair. Not the first pair's
     # extra over a warm one: that is process 0's alone (the Xeon's fresh-runner study: 0.6-3.0 s in the pilot, where
@@ -218,13 +226,15 @@ async def choose(
     # first request's TPOT was +0.2% over its others'); ABBA's two sides take turns, a duet's at once
     prefill = all("max_new_tokens" in getattr(getattr(b, "live", b), "features", ()) for b in backends)
     warmup_s = ttft_s if prefill else first_s
-    costs = Costs(start_s=start_s, warmup_s=warmup_s, pair_s=pair_s, ttft_pair_s=ttft_s)
+    switch_s = SWITCH_FORK_S if design.spawn == "fork" else SWITCH_S
+    costs = Costs(start_s=start_s, warmup_s=warmup_s, pair_s=pair_s, ttft_pair_s=ttft_s, switch_s=switch_s)
     used = spent_s + time.perf_counter() - t  # the restart and the pilot are spent too
     prior = PRIORS["duet" if duet else "ABBA"]
     c = best_design(design.budget_s, used, costs, len(prompts.prompts), options.warmup, max(2, max_processes),
                     prior["tpot"], prior["ttft"])  # fmt: skip
     if reporter is not None:
         cold, replay = "", ""
+        forked = f" (forked from process 0; {exec_start_s:.1f} s exec'd)" if design.spawn == "fork" else ""
         if options.warmup:
             replay = f"; a later process's warm-up {warmup_s:.2f} s{' (replayed as its prefill)' if prefill else ''}"
         if seen["cold_start"]:
@@ -233,15 +243,16 @@ async def choose(
         reporter.status(
             f"--budget {design.budget_s:g}s: {c.processes} processes a side, "
             f"{rounds_text(c.pairs, len(prompts.prompts))} + {c.ttft_pairs} TTFT-only pairs (measured here: a "
-            f"process start {start_s:.1f} s{cold}, a new process's first pair {first_s:.2f} s, a pair {pair_s:.2f} "
-            f"s, a TTFT-only pair {ttft_s:.2f} s{replay}; projected MDC TPOT {c.mdc_tpot_pct:.1f}%, TTFT "
+            f"process start {start_s:.1f} s{forked}{cold}, a new process's first pair {first_s:.2f} s, a pair "
+            f"{pair_s:.2f} s, a TTFT-only pair {ttft_s:.2f} s{replay}; projected MDC TPOT {c.mdc_tpot_pct:.1f}%, TTFT "
             f"{c.mdc_ttft_pct:.1f}%)"
         )
         if c.why():
             reporter.status(f"--budget: {c.why()}")
-    plan = {**seen, "start_s": round(start_s, 3), "first_pair_s": round(first_s, 3), "pair_s": round(pair_s, 3),
+    plan = {**seen, "spawn": design.spawn, "start_s": round(start_s, 3), "exec_start_s": round(exec_start_s, 3),
+            "first_pair_s": round(first_s, 3), "pair_s": round(pair_s, 3),
             "ttft_pair_s": round(ttft_s, 3), "warmup_replay": "prefill" if prefill else "full",
-            "warmup_s": round(warmup_s, 3), "spent_s": round(used, 3), **_choice_dict(c),
+            "warmup_s": round(warmup_s, 3), "switch_s": switch_s, "spent_s": round(used, 3), **_choice_dict(c),
             "instead": _choice_dict(c.instead) if c.instead else None, "why": c.why()}  # fmt: skip
     return replace(
         design, processes=c.processes, repeats=c.rounds, full_pairs=c.pairs, ttft_pairs=c.ttft_pairs, plan=plan

@@ -199,6 +199,13 @@ class AbDesign(Section):
         "detectable change, from this run's measured costs; the choice is printed. Replaces --processes, --repeats "
         "and --ttft-pairs.",
     )
+    spawn: Literal["exec", "fork", "auto"] = setting(
+        "exec",
+        "How a worker process after the first starts: exec (a new process: its own imports, load, hash seed and "
+        "weights' place), fork (forked from process 0, loaded once: ~0.1 s a start; they share its hash seed and "
+        "weights, only a heap padding differs; the workers need --threads 1 on the CPU), auto (fork where both "
+        "sides can).",
+    )
 
 
 class GateSection(Section):

@@ -194,3 +194,10 @@ def generation_thread() -> GenerationThread:
         if _thread is None:
             _thread = GenerationThread()
         return _thread
+
+
+def forget_after_fork() -> None:
+    """In a forked child: the parent's generation thread did not survive the fork (only the forking thread
+    does), so the next :func:`generation_thread` makes a new one."""
+    global _thread, _thread_lock
+    _thread, _thread_lock = None, threading.Lock()  # the lock too: another thread may have held it at the fork
