@@ -271,6 +271,7 @@ class ForkedWorker(WorkerBackend):
     ) -> None:  # fmt: skip
         super().__init__(server.command, options, label=label, name=name)
         self.server, self.heap_pad = server, heap_pad
+        self._created: float | None = None  # the child's start time, as the kernel has it
         self.stderr_tail = server.stderr_tail  # the child writes where its server does
 
     async def _spawn(self) -> None:
@@ -278,7 +279,8 @@ class ForkedWorker(WorkerBackend):
         import tempfile
 
         folder = tempfile.mkdtemp(prefix="llmbench-fork-")  # 0700: no other user can connect
-        connected: asyncio.Future[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = asyncio.Future()
+        connected: asyncio.Future[tuple[asyncio.StreamReader, asyncio.StreamWriter]]
+        connected = asyncio.get_running_loop().create_future()
 
         def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             if connected.done():
@@ -293,6 +295,10 @@ class ForkedWorker(WorkerBackend):
             if msg.get("event") != "forked":
                 raise BackendUnavailable(f"the server answered {msg.get('event')!r} to fork {self._where()}")
             self.pid = int(msg["pid"])
+            import psutil
+
+            with contextlib.suppress(psutil.Error):  # who this pid is: a later process given the same pid is not
+                self._created = psutil.Process(self.pid).create_time()
             self._reader, self._writer = await asyncio.wait_for(connected, self.CONNECT_S)
         except asyncio.TimeoutError:
             raise BackendUnavailable(f"the forked worker did not connect within {self.CONNECT_S:g} s "
@@ -306,15 +312,17 @@ class ForkedWorker(WorkerBackend):
         self.load_s = None  # the server's load, not this process's: no sample of a cold start
 
     def _alive(self) -> bool:
-        if self.pid is None:
+        """The child runs: its pid exists, started when the child did (not a later process given the pid: never
+        signalled), and is no zombie (the server reaps it; one that died too is reaped by init)."""
+        import psutil
+
+        if self.pid is None or self._created is None:
             return False
         try:
-            os.kill(self.pid, 0)
-        except ProcessLookupError:
+            proc = psutil.Process(self.pid)
+            return proc.create_time() == self._created and proc.status() != psutil.STATUS_ZOMBIE
+        except psutil.Error:
             return False
-        except PermissionError:  # the pid was reused by another user's process: ours is gone
-            return False
-        return True
 
     async def _exited(self) -> None:
         while self._alive():  # the server ignores SIGCHLD: the kernel reaps the child at once

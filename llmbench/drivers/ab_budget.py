@@ -22,8 +22,9 @@ machine's from the gate study (benchmarks/README.md, "The gate's precision"), th
 minimizes the larger of MDC_TPOT / 1.5% and MDC_TTFT / 3% (the gate's targets) within the budget, among designs
 that give every process at least 3 full pairs (a median of fewer is thrown by one outlier pair), 5% held back for
 the end and 2.5 s for each switch of processes (measured here: a 5-minute duet planned without it took 5.5).
-With ``--spawn fork`` a later process is forked from process 0 (:mod:`llmbench.backends.pool`), and a trial fork
-on each side, forked, prepared and closed, prices its start.
+Pairs are priced at :data:`PAIR_MARGIN` times the pilot's (one pair is a noisy price). With ``--spawn fork`` a
+later process is forked from process 0 (:mod:`llmbench.backends.pool`), and a trial fork on each side, forked,
+prepared and closed, prices its start.
 """
 
 from __future__ import annotations
@@ -56,6 +57,10 @@ SWITCH_S = 2.5  # per later process beyond its start and warm-ups: the previous 
 # the same for a forked process (--spawn fork): from the last pair of one to the first of the next took 0.46-0.68 s
 # here, its prefill warm-up (0.22-0.24 s) and its fork to prepared (0.01 s) included (the Xeon, 2026-12-06)
 SWITCH_FORK_S = 0.5
+# the pilot times one pair of each kind, and the run's pairs took 0.93-1.14x that (the mean over a run; 38 Xeon runs,
+# 2026-12-05/06): priced at 1.1x, so a run ends within its budget where the 5% reserve meets the rest. Unpriced, an
+# exec'd run's switches (SWITCH_S, ~1.5 s above a measured switch) had absorbed it; a forked one overran by 13 s
+PAIR_MARGIN = 1.1
 # a process start that read more than this from storage (not the page cache) found the file cache cold: the weights
 # and libraries (~1 GB for the job's worker) came from disk, as on a fresh runner; a warm start reads ~0
 COLD_READ_MB = 32.0
@@ -227,7 +232,8 @@ async def choose(
     prefill = all("max_new_tokens" in getattr(getattr(b, "live", b), "features", ()) for b in backends)
     warmup_s = ttft_s if prefill else first_s
     switch_s = SWITCH_FORK_S if design.spawn == "fork" else SWITCH_S
-    costs = Costs(start_s=start_s, warmup_s=warmup_s, pair_s=pair_s, ttft_pair_s=ttft_s, switch_s=switch_s)
+    costs = Costs(start_s=start_s, warmup_s=warmup_s, pair_s=pair_s * PAIR_MARGIN, ttft_pair_s=ttft_s * PAIR_MARGIN,
+                  switch_s=switch_s)  # fmt: skip
     used = spent_s + time.perf_counter() - t  # the restart and the pilot are spent too
     prior = PRIORS["duet" if duet else "ABBA"]
     c = best_design(design.budget_s, used, costs, len(prompts.prompts), options.warmup, max(2, max_processes),
@@ -252,7 +258,8 @@ async def choose(
     plan = {**seen, "spawn": design.spawn, "start_s": round(start_s, 3), "exec_start_s": round(exec_start_s, 3),
             "first_pair_s": round(first_s, 3), "pair_s": round(pair_s, 3),
             "ttft_pair_s": round(ttft_s, 3), "warmup_replay": "prefill" if prefill else "full",
-            "warmup_s": round(warmup_s, 3), "switch_s": switch_s, "spent_s": round(used, 3), **_choice_dict(c),
+            "warmup_s": round(warmup_s, 3), "switch_s": switch_s, "pair_margin": PAIR_MARGIN,
+            "spent_s": round(used, 3), **_choice_dict(c),
             "instead": _choice_dict(c.instead) if c.instead else None, "why": c.why()}  # fmt: skip
     return replace(
         design, processes=c.processes, repeats=c.rounds, full_pairs=c.pairs, ttft_pairs=c.ttft_pairs, plan=plan

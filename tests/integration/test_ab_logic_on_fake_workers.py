@@ -272,6 +272,31 @@ def test_an_older_worker_is_refused_before_it_measures_a_design_it_would_ignore(
     assert r.returncode == 2 and "the base worker (llmbench 0.3.0) predates TTFT-only pairs" in r.stderr, r.stderr
 
 
+def test_spawn_fork_is_refused_for_a_worker_that_cannot_fork_and_auto_execs_it(cli, fake_worker, prompt_file,
+                                                                              tmp_path):  # fmt: skip
+    """The fake worker announces no "fork" (as a real one on more threads, on a GPU or another engine does): --spawn
+    fork is refused in one line before a pair is measured, leaving no folder and no process; auto measures exec'd.
+    (tests/e2e/test_ab_duet_real_workers.py forks real workers.)"""
+    args = ("--processes", "2", "--max-new-tokens", "2", "-q")
+    log = tmp_path / "pids.log"
+    r = cli("ab", prompt_file, "--base", _logging_worker(fake_worker, log), "--head", fake_worker(*FAST), *args,
+            "--spawn", "fork", "-o", tmp_path / "f")  # fmt: skip
+    assert r.returncode == 2 and r.stderr.strip().splitlines()[-1] == (
+        "llmbench: error: --spawn fork: the base worker can't fork (it needs llmbench 0.3.0 or later, a transformers "
+        "model on the CPU and --threads 1)"
+    )
+    assert not (tmp_path / "f").exists()
+    for line in log.read_text().splitlines():  # every worker it started is gone
+        with pytest.raises(ProcessLookupError):
+            os.kill(int(line.split()[0]), 0)
+    r = cli("ab", prompt_file, "--base", fake_worker(*FAST), "--head", fake_worker(*FAST), *args, "--spawn", "auto",
+            "-o", tmp_path / "a")  # fmt: skip
+    assert r.returncode in (0, 1), r.stderr
+    base = load_run(tmp_path / "a" / "base.json")
+    assert "spawn" not in base.config.ab.setup and len(set(base.config.ab.setup["hash_seed"])) == 2
+    assert [p.get("spawn") for p in base.config.engine_settings["processes"]] == [None, None]
+
+
 def test_ab_gates_the_load_over_processes(cli, fake_worker, prompt_file, tmp_path):
     """Each process's load is one sample; a head whose every load takes 0.4 s more than the base's 0.1 s fails a
     25% load gate, an equal one passes, and one process a side is refused before anything starts."""

@@ -162,6 +162,52 @@ def test_the_planner_fills_the_budget_and_more_time_never_buys_a_worse_design():
         best_design(20, 5.0, costs, 20, 2)
 
 
+def test_a_cheaper_switch_buys_more_processes_or_pairs_and_is_paid_in_the_budget():
+    """--spawn fork: a later process costs a trial fork and SWITCH_FORK_S, not an exec'd start and SWITCH_S; the
+    plan spends what it saves on processes or pairs, never past the budget."""
+    from llmbench.drivers.ab_budget import PRIORS, RESERVE, SWITCH_FORK_S, SWITCH_S, Costs, best_design
+
+    prior = PRIORS["duet"]
+    exec_costs = Costs(start_s=4.4, warmup_s=0.2, pair_s=4.2, ttft_pair_s=0.2)
+    fork_costs = Costs(start_s=0.06, warmup_s=0.2, pair_s=4.2, ttft_pair_s=0.2, switch_s=SWITCH_FORK_S)
+    assert exec_costs.switch_s == SWITCH_S > SWITCH_FORK_S
+    e, f = (best_design(300, 35.0, c, 20, 1, 32, prior["tpot"], prior["ttft"]) for c in (exec_costs, fork_costs))
+    assert f.pairs + f.ttft_pairs * 0.2 / 4.2 > e.pairs + e.ttft_pairs * 0.2 / 4.2 or f.processes > e.processes
+    assert max(f.mdc_tpot_pct / 1.5, f.mdc_ttft_pct / 3) <= max(e.mdc_tpot_pct / 1.5, e.mdc_ttft_pct / 3)
+    c = fork_costs
+    spent = 35.0 + (f.processes - 1) * (c.start_s + c.switch_s + c.warmup_s) + c.pair_s
+    assert spent + f.pairs * c.pair_s + f.ttft_pairs * c.ttft_pair_s <= 300 * (1 - RESERVE) + 1e-9
+
+
+def test_the_setup_record_says_what_forked_processes_share_and_what_is_their_own():
+    from llmbench.backends.pool import HEAP_PAD_PER_ENV_PAD, random_setups
+    from llmbench.drivers.ab import _setup_record
+
+    setups = random_setups(4, seed=7)
+    firsts = [True, False, False, True]
+    exec_ = _setup_record(setups, firsts, "exec")
+    assert exec_ == {"hash_seed": [s.hash_seed for s in setups], "env_pad": [s.env_pad for s in setups],
+                     "base_first": firsts}  # fmt: skip
+    fork = _setup_record(setups, firsts, "fork")
+    assert fork["spawn"] == "fork" and fork["hash_seed"] == [setups[0].hash_seed] * 4
+    assert fork["env_pad"] == [setups[0].env_pad] * 4 and fork["base_first"] == firsts
+    assert fork["heap_pad"] == [0] + [s.env_pad * HEAP_PAD_PER_ENV_PAD for s in setups[1:]]
+
+
+def test_a_cold_start_gate_is_refused_with_forked_processes(cli, prompt_file, tmp_path):
+    w = f"{sys.executable} -m llmbench worker"
+    for spawn in ("fork", "auto"):
+        r = cli("ab", prompt_file, "--base", w, "--head", w, "--processes", "3", "--spawn", spawn, "--fail-on",
+                "load_s=10", "-o", tmp_path / spawn)  # fmt: skip
+        assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+            f"llmbench: error: --fail-on load_s: a forked process does not load (--spawn {spawn}), so it is no "
+            "sample of the cold start; measure it with --spawn exec"
+        ]
+        assert not (tmp_path / spawn).exists()
+    r = cli("ab", prompt_file, "--base", w, "--head", w, "--spawn", "vfork", "-o", tmp_path / "v")
+    assert r.returncode == 2 and "vfork" in r.stderr and "Traceback" not in r.stderr
+
+
 def test_a_plan_that_would_give_a_process_one_pair_takes_fewer_processes_of_three_and_says_why():
     # issue 47's slowed head: 20 prompts, a pair ~6 s, the duet's components (s_b small against s_w): spreading one
     # round over 15 processes scored best, and 10 of them got one pair (a process's median was one pair's)
