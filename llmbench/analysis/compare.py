@@ -144,6 +144,14 @@ class MachineNote:
     stat: str = "p50"  # the row whose change it explains
 
 
+# what a forked run's interval does not hold (benchmarks/README.md, "--spawn fork on a fresh runner")
+FORK_CAVEAT = (
+    "caution: the worker processes were forked from each side's process 0 (ab --spawn fork), so the interval "
+    "leaves out what differs between base's and head's process 0 (where its weights lie, its hash seed): in the "
+    "Xeon's A/A study 2 of 5 TPOT intervals excluded 0, the changes spreading 1.4x what the interval said"
+)
+
+
 @dataclass
 class Comparison:
     base: str
@@ -174,6 +182,9 @@ class Comparison:
     cold: dict[str, dict[str, Any]] = field(default_factory=dict)
     # the shape of the wait: NEW - BASE in each metric's unit (llmbench.analysis.shape), information unless gated
     shape: list[shape.ShapeRow] = field(default_factory=list)
+    # ab --spawn fork: the processes were forked from each side's process 0 (config.ab.setup.spawn), so the
+    # interval over them leaves out what differs between base's and head's process 0 (FORK_CAVEAT)
+    forked: bool = False
     _notes: list[MachineNote] = field(default_factory=list, repr=False)  # every row's; ``machine``: the spoken
 
     def row(self, metric: str, stat: str) -> Row | None:
@@ -652,6 +663,7 @@ def compare_runs(
         rows=rows, outputs_compared=compared, outputs_changed=changed, outputs_note=note,
     )  # fmt: skip
     comp.quality, comp.quality_note = _quality(base, new)
+    comp.forked = any(_forked(r) for r in (base, new))
     comp.shape = shape.shape_rows(base, new, paired)
     comp.workload = _workload(base, new)
     comp.levers = {who: d for who, run in (("base", base), ("new", new)) if (d := lever_summary(run)) is not None}
@@ -673,6 +685,11 @@ def compare_runs(
         if pair is not None and (v := variance.noise(*pair, comp.detectable_pct(metric, stat))) is not None:
             comp.variance[metric] = {"stat": stat, **v}
     return comp
+
+
+def _forked(run: Any) -> bool:
+    ab = getattr(run.config, "ab", None)
+    return ab is not None and (ab.setup or {}).get("spawn") == "fork"
 
 
 def _keys(requests: list[Any]) -> set[tuple[int, int]]:

@@ -103,7 +103,9 @@ def render_verdict(comps: list[Any], verdict: Any, fmt: CompareFormat | str) -> 
             display.print_comparison(c, k)
         elif fmt is CompareFormat.markdown:
             typer.echo(display.comparison_markdown(c, k))
-    for line in verdict.blind:
+    from llmbench.analysis.compare import FORK_CAVEAT
+
+    for line in [*verdict.blind, *([FORK_CAVEAT] if any(c.forked for c in comps) else [])]:
         display.err.print(line, markup=False, soft_wrap=True)
         if fmt is CompareFormat.markdown:
             typer.echo(f"> **{line}**")

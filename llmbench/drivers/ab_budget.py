@@ -57,9 +57,10 @@ SWITCH_S = 2.5  # per later process beyond its start and warm-ups: the previous 
 # the same for a forked process (--spawn fork): from the last pair of one to the first of the next took 0.46-0.68 s
 # here, its prefill warm-up (0.22-0.24 s) and its fork to prepared (0.01 s) included (the Xeon, 2026-12-06)
 SWITCH_FORK_S = 0.5
-# the pilot times one pair of each kind, and the run's pairs took 0.93-1.14x that (the mean over a run; 38 Xeon runs,
-# 2026-12-05/06): priced at 1.1x, so a run ends within its budget where the 5% reserve meets the rest. Unpriced, an
-# exec'd run's switches (SWITCH_S, ~1.5 s above a measured switch) had absorbed it; a forked one overran by 13 s
+# the pilot times one pair of each kind, and a run's pairs took 0.90-1.14x that on average (median 1.02; 48 fresh-
+# runner runs on the Xeon, 2026-12-05/06): priced at 1.1x, a run ends within its budget, the 5% reserve meeting the
+# rest. Unpriced, 2 of 9 exec'd runs took 5.02 minutes of 5 and 3 of 9 forked ones 5.22-5.3 (an exec'd run's
+# switches, SWITCH_S ~1.5 s above a measured one, had absorbed most of it before)
 PAIR_MARGIN = 1.1
 # a process start that read more than this from storage (not the page cache) found the file cache cold: the weights
 # and libraries (~1 GB for the job's worker) came from disk, as on a fresh runner; a warm start reads ~0

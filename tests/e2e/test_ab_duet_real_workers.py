@@ -46,6 +46,7 @@ def test_spawn_fork_forks_later_processes_from_process_0(cli, tiny_model_dir, pr
     r = cli("ab", prompt_file, "--base", real_worker(tiny_model_dir), "--head", real_worker(tiny_model_dir),
             "--processes", "3", "--spawn", "fork", "--max-new-tokens", "4", "-o", tmp_path / "f", "-q")  # fmt: skip
     assert r.returncode in (0, 1), r.stderr
+    assert "caution: the worker processes were forked from each side's process 0" in r.stderr  # the interval's gap
     for role in ("base", "head"):
         run = load_run(tmp_path / "f" / f"{role}.json")
         procs = run.config.engine_settings["processes"]
@@ -68,6 +69,7 @@ def test_spawn_fork_forks_later_processes_from_process_0(cli, tiny_model_dir, pr
     r = cli("ab", prompt_file, "--base", wide, "--head", wide, "--processes", "2", "--spawn", "auto",
             "--max-new-tokens", "2", "-o", tmp_path / "h", "-q")  # fmt: skip
     assert r.returncode in (0, 1), r.stderr
+    assert "caution" not in r.stderr
     run = load_run(tmp_path / "h" / "base.json")
     assert "spawn" not in run.config.ab.setup
     assert all("fork_s" not in p for p in run.config.engine_settings["processes"])
