@@ -147,7 +147,7 @@ class PoolBackend:
     def can_fork(self) -> bool:
         """Process 0 is alive and announced that it forks (its worker: transformers, the CPU, one thread)."""
         w = self.workers[0]
-        return w is not None and FORK in w.features and w._alive()
+        return w is not None and FORK in w.features and w.alive()
 
     def _new_worker(self, k: int) -> WorkerBackend:
         name = f"{self.label}process {k}"
@@ -167,7 +167,7 @@ class PoolBackend:
         if self.current is not None and not (self.spawn == "fork" and self.current == 0):
             await self._live().close()
         assert self.prompts is not None, "start() first"
-        if k == 0 and self.workers[0] is not None and self.workers[0]._alive():  # the fork server, warm already
+        if k == 0 and self.workers[0] is not None and self.workers[0].alive():  # the fork server, warm already
             self.current = 0
             return
         worker = self._new_worker(k)

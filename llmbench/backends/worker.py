@@ -195,7 +195,7 @@ class WorkerBackend:
         if self._remove_stop is None:
 
             def forward() -> None:
-                if self.pid is not None and self._alive():
+                if self.pid is not None and self.alive():
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(self.pid, signal.SIGINT)
 
@@ -227,14 +227,15 @@ class WorkerBackend:
     def finish(self, run: Run) -> list[str]:
         return list(self._warnings)  # as of the worker's last result
 
-    def _alive(self) -> bool:
+    def alive(self) -> bool:
+        """The worker's process runs (a pool asks before it forks from it or closes it)."""
         return self.proc is not None and self.proc.returncode is None
 
     async def close(self) -> None:
         """Tell the worker to exit; kill it if it does not within 10 s."""
         if self._remove_stop is not None:
             self._remove_stop()
-        if not self._alive():
+        if not self.alive():
             return
         if self._writer is not None:
             try:
@@ -311,7 +312,7 @@ class ForkedWorker(WorkerBackend):
         await super().start(prompts)
         self.load_s = None  # the server's load, not this process's: no sample of a cold start
 
-    def _alive(self) -> bool:
+    def alive(self) -> bool:
         """The child runs: its pid exists, started when the child did (not a later process given the pid: never
         signalled), and is no zombie (the server reaps it; one that died too is reaped by init)."""
         import psutil
@@ -325,7 +326,7 @@ class ForkedWorker(WorkerBackend):
             return False
 
     async def _exited(self) -> None:
-        while self._alive():  # the server ignores SIGCHLD: the kernel reaps the child at once
+        while self.alive():  # the server ignores SIGCHLD: the kernel reaps the child at once
             await asyncio.sleep(0.01)
 
     async def _gone(self) -> str:
