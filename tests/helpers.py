@@ -241,7 +241,8 @@ def check_an_abba_run(cli, r: Result, out: Path, prompt_file: Path, tmp_path: Pa
 
 
 def check_a_duet(base: Run, head: Run) -> None:
-    """A duet's two runs: every pair measured on both sides, both sides of a pair sent at the same moment."""
+    """A duet's two runs: every pair measured on both sides, both sides of a pair sent at the same moment, on two
+    CPUs that swap."""
     assert base.config.ab.order == head.config.ab.order == "duet"
     assert not base.failed_requests and not head.failed_requests and len(base.requests) == len(head.requests) == 6
     by_key = {(q.prompt_index, q.repeat): q for q in head.requests}
@@ -249,6 +250,9 @@ def check_a_duet(base: Run, head: Run) -> None:
         other = by_key[(q.prompt_index, q.repeat)]
         # sent at the same moment: both stamped before either finished (ABBA's second starts after the first's E2E)
         assert abs(q.started_s - other.started_s) * 1000 < min(q.e2e_ms, other.e2e_ms)
+        # on two CPUs, recorded (compare balances TPOT over them)
+        assert q.pinned_cpu is not None and other.pinned_cpu is not None and q.pinned_cpu != other.pinned_cpu
+    assert len({q.pinned_cpu for q in base.requests}) == 2  # swapped pair by pair
 
 
 def check_a_budgeted_design(r: Result, out: Path, budget: str, seconds: float, prompts: int = 3) -> None:

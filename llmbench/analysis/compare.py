@@ -14,7 +14,8 @@ With b_i, n_i pair i's figures and N processes (``ab --processes``; else the boo
     paired p50:  d_i = ln(n_i / b_i),  change = expm1(median_i d_i);  the exact order-statistic interval of the
         pairs' median (from 6 pairs); processes: each one's median m_p, t in logs: expm1(mean m_p +- t_{0.975,N-1}
         sd(m_p) / sqrt(N)), and the change expm1(mean m_p). base, new: medians
-    TPOT gaps (stamps):  the same, d_i of the pair's mean gaps over the positions both reached (:func:`_gaps_row`)
+    TPOT gaps (stamps):  the same, d_i of the pair's mean gaps over the positions both reached (:func:`_gaps_row`);
+        a duet's (``pinned_cpu``): m_p = the mean over base's two CPUs of the median of the pairs on each
 
 Below the smallest n at which its kind of interval covers 93% (:data:`variance.MIN_N`, found by simulation:
 :mod:`.coverage`), a row has no interval and no verdict ("too few pairs: n = 3; at least 6 needed") and never
@@ -762,6 +763,15 @@ def _pair_gaps(b: Any, n: Any) -> tuple[float, float] | None:
     return None if gb is None or gn is None or gb <= 0 or gn <= 0 else (float(gb), float(gn))
 
 
+def _placements(by_key: list[dict[tuple[int, int], Any]], keys: list[tuple[int, int]]) -> np.ndarray | None:
+    """Base's CPU of each pair in ``keys`` where both runs are a duet's (each pair's two requests pinned to two
+    CPUs, both placements present), else None: then either run's order of roles reads alike."""
+    cpus = [tuple(getattr(side[k], "pinned_cpu", None) for side in by_key) for k in keys]
+    if any(None in c or c[0] == c[1] for c in cpus) or len({c[0] for c in cpus}) < 2:
+        return None
+    return np.array([c[0] for c in cpus])
+
+
 def _gaps_row(
     base: Run | RunScalars, new: Run | RunScalars, processes: dict
 ) -> tuple[Row, tuple[np.ndarray, np.ndarray | None]] | None:
@@ -779,8 +789,10 @@ def _gaps_row(
     Endpoint runs whose events carry several tokens each (fewer stamps than tokens) use each request's TPOT instead.
     A pair a side of which measured no decode time is skipped, on either side alike.
 
-    The 95% interval is the paired p50 rows' (:func:`variance.median_change`): a percentile bootstrap over pairs, or
-    (``ab --processes``) Student t in logs over the processes' own medians. ``base``: base's median mean gap;
+    The 95% interval is the paired p50 rows' (:func:`variance.median_change`): the pairs' median's exact interval,
+    or (``ab --processes``) Student t in logs over the processes' own medians; a duet's (each request's
+    ``pinned_cpu`` recorded) over each process's median per CPU, averaged (:func:`variance.balanced_median`: a CPU
+    slowed for a while weighs alike on both sides). ``base``: base's median mean gap;
     ``new``: base times (1 + change), so the table's change = new / base - 1 holds. With the row, its pairs' logs
     and processes (for :mod:`~llmbench.analysis.variance`); None without stamps, or with fewer than 2 usable pairs."""
     by_key = [{(r.prompt_index, r.repeat): r for r in run.requests} for run in (base, new)]
@@ -794,7 +806,8 @@ def _gaps_row(
         return None
     logs = np.log(np.asarray(gn) / np.asarray(gb))
     clusters = np.array([processes[k] for k in kept]) if processes and all(k in processes for k in kept) else None
-    point, low, high = variance.median_change(logs, clusters, _resamples(logs.size), CONFIDENCE)
+    places = _placements(by_key, kept) if clusters is not None else None
+    point, low, high = variance.median_change(logs, clusters, _resamples(logs.size), CONFIDENCE, places)
     b50, m = float(np.median(gb)), len(kept)
     return _row("tpot_ms", GAPS, b50, b50 * (1 + point / 100), point, low, high, m, m, variance.units(clusters)), (
         logs, clusters)  # fmt: skip

@@ -235,20 +235,33 @@ def stats_with_intervals(values: list[float], metric: str) -> list[dict[str, Any
 
 
 def median_change(
-    logs: np.ndarray, clusters: np.ndarray | None, resamples: int, confidence: float = CONFIDENCE
+    logs: np.ndarray,
+    clusters: np.ndarray | None,
+    resamples: int,
+    confidence: float = CONFIDENCE,
+    placements: np.ndarray | None = None,
 ) -> tuple[float, float, float]:
     """(change %, low %, high %) of the paired median, compare's p50 and gaps rows: 100 expm1(median of ``logs``,
     each pair's ln(new / base)), with the exact order-statistic interval of the pairs' median (:func:`order_interval`;
     nan below 6 pairs, where none reaches 95%), or (2 or more ``clusters``: ``ab --processes``) Student t in logs
     over the processes' own medians m_p, expm1(mean m_p +- t_{0.975,N-1} sd(m_p) / sqrt(N)) (compare shows it from
     :data:`MIN_N` ["processes"]). Logs throughout, so base and head swap exactly. ``resamples`` is kept for callers
-    of the bootstrap this replaced; the interval draws none."""
+    of the bootstrap this replaced; the interval draws none.
+
+    ``placements`` (with clusters: a duet's CPU of each pair's base request): a process's own change is then the
+    mean of its placements' medians (:func:`balanced_median`), so that a CPU slowed for a process's while weighs
+    as much on either side, whichever placement held more of its pairs."""
     del resamples
     point = float(np.median(logs))
     if clusters is not None and np.unique(clusters).size > 1:
         _, index, sizes = np.unique(clusters, return_inverse=True, return_counts=True)
-        grouped = np.split(logs[np.argsort(index, kind="stable")], np.cumsum(sizes)[:-1])
-        per = np.array([np.median(g) for g in grouped])
+        order = np.argsort(index, kind="stable")
+        grouped = np.split(logs[order], np.cumsum(sizes)[:-1])
+        if placements is None:
+            per = np.array([np.median(g) for g in grouped])
+        else:
+            where = np.split(np.asarray(placements)[order], np.cumsum(sizes)[:-1])
+            per = np.array([balanced_median(g, w) for g, w in zip(grouped, where, strict=True)])
         # the processes are the units: the change is their medians' mean, which t's interval is exact for. Centred
         # on the pooled median instead, it covered 86-91% with normal noise (a median of all pairs varies more
         # than the mean of the processes' medians, by up to pi/2: benchmarks/README.md, "Interval coverage")
@@ -257,6 +270,22 @@ def median_change(
     else:
         low, high = order_interval(logs, 0.5, confidence)
     return 100.0 * math.expm1(point), 100.0 * math.expm1(low), 100.0 * math.expm1(high)
+
+
+def balanced_median(logs: np.ndarray, placements: np.ndarray) -> float:
+    """One process's change, balanced over where its pairs ran: the mean over the distinct ``placements`` of the
+    median of their ``logs`` (the plain median when all ran on one placement).
+
+    Why: a duet pins base to one CPU and head to the other, swapping pair by pair, and a host slows one CPU for
+    seconds at a time (a neighbour on its core), which adds +delta to the pairs of one placement and -delta to the
+    other's. A process of 3 pairs holds 2 of one placement and 1 of the other, so its median is +-delta whenever
+    delta outweighs a pair's own noise, and the interval over processes takes delta for their spread. Measured on
+    the Xeon's 44 kept fresh-runner runs (benchmarks/README.md, "Placement-balanced TPOT"): TPOT's A/A changes
+    spread by sd 0.32% balanced against 0.41%, and the printed MDC fell from 0.81% to 0.66% (at most 1.96% to
+    1.43%), calibrated alike. TTFT's pairs carry outliers that a lone pair of one placement passes on: balancing
+    widened its interval there, so TTFT keeps its plain median."""
+    groups = [logs[placements == p] for p in np.unique(placements)]
+    return float(np.mean([np.median(g) for g in groups]))
 
 
 def too_few(n: int, kind: str, unit: str = "pairs") -> str | None:

@@ -215,6 +215,7 @@ class WorkerBackend:
         self._warnings = list(msg.get("warnings") or [])
         result = RequestResult.model_validate(msg["result"])
         result.started_s = round(started_s, 6)  # the parent's clock orders both sides' requests
+        result.pinned_cpu = request.cpu
         return result
 
     def probe_key(self) -> Hashable:

@@ -11,12 +11,12 @@ processes of m pairs each, the interval over the processes' own changes has half
 so pairs beyond s_w^2 / s_b^2 per process buy little, and processes cost a start-up and a warm-up each. TPOT's
 MDC follows the full pairs; TTFT's follows full and TTFT-only pairs together (one number per request: more
 requests, not longer ones). The costs are measured here, on this run's own workers: process 0's start, and
-pilot pairs on it, untimed for the runs (a first pair, a warm full pair, a TTFT-only pair). A later process
-replays the warm-ups cut to their prefill (one output token) where both sides' workers can: a new exec'd worker's
-first request carried +1.0% over a warm one and +0.0% after such a warm-up, which took 0.23 s where a full one
-took 4.4 s (benchmarks/README.md, ``fork_probe.py``); it is priced as a TTFT-only pair. A start that read the
-weights and libraries from storage (a fresh runner's cold file cache) is no later process's cost: process 0 then
-starts again and the plan prices that start (issue 47: the cold start, 23 s where later ones took 5, had planned a
+pilot pairs on it, untimed for the runs (a first pair, two warm full pairs, the lower priced, a TTFT-only pair).
+A later process replays the warm-ups cut to their prefill (one output token) where both sides' workers can: a new
+exec'd worker's first request carried +1.0% over a warm one and +0.0% after such a warm-up, which took 0.23 s where
+a full one took 4.4 s (benchmarks/README.md, ``fork_probe.py``); it is priced as a TTFT-only pair. A start that
+read the weights and libraries from storage (a fresh runner's cold file cache) is no later process's cost: process 0
+then starts again and the plan prices that start (issue 47: the cold start, 23 s where later ones took 5, had planned a
 fresh runner's run at 9 processes of ~2 pairs and a printed MDC of 2.1%). The variance components are this
 machine's from the gate study (benchmarks/README.md, "The gate's precision"), the defaults below. The design
 minimizes the larger of MDC_TPOT / 1.5% and MDC_TTFT / 3% (the gate's targets) within the budget, among designs
@@ -62,6 +62,9 @@ SWITCH_FORK_S = 0.5
 # rest. Unpriced, 2 of 9 exec'd runs took 5.02 minutes of 5 and 3 of 9 forked ones 5.22-5.3 (an exec'd run's
 # switches, SWITCH_S ~1.5 s above a measured one, had absorbed most of it before)
 PAIR_MARGIN = 1.1
+# the pilot's warm pairs; the plan prices the lower (:func:`pilot`: a transient slows a pair, never speeds one). The
+# margin above was measured when the pilot timed one warm pair (benchmarks/README.md: the two pairs' spread)
+WARM_PAIRS = 2
 # a process start that read more than this from storage (not the page cache) found the file cache cold: the weights
 # and libraries (~1 GB for the job's worker) came from disk, as on a fresh runner; a warm start reads ~0
 COLD_READ_MB = 32.0
@@ -176,24 +179,26 @@ async def _timed(coros: list[Any]) -> float:
 
 async def pilot(
     backends: list[Any], prompts: PromptSet, duet: tuple[int, int] | None
-) -> tuple[float, float, float]:  # fmt: skip
-    """(first pair s, warm full pair s, TTFT-only pair s) on the live processes, measured as the design will
+) -> tuple[float, list[float], float]:  # fmt: skip
+    """(first pair s, the warm full pairs' s, TTFT-only pair s) on the live processes, measured as the design will
     (ABBA: one side then the other; duet: both at once). A process's first request pays for what it sets up once
-    (measured here: 9 s, where later pairs took 7), so it is what a new process's warm-up costs, and the pair after
-    it is what a measured pair costs. Untimed for the runs (kept nowhere)."""
+    (measured here: 9 s, where later pairs took 7), so it is what a new process's warm-up costs, and the
+    :data:`WARM_PAIRS` pairs after it are what a measured pair costs: the plan prices the lower (a transient
+    slows a pair, never speeds one; one pair taken 1.5x slow by a command run beside it once planned a run of
+    3.35 minutes of 5 and a TTFT MDC of 2.2%). Untimed for the runs (kept nowhere)."""
     from llmbench.core.process import Stop
 
     stop = Stop()
     live = [getattr(b, "live", b) for b in backends]
     req = prompts.request(len(prompts.prompts) - 1, -1)
     out = []
-    for short in (False, False, True):
+    for short in (False, *[False] * WARM_PAIRS, True):
         reqs = [replace(req, ttft_only=short, cpu=None if duet is None else duet[k]) for k in range(len(live))]
         if duet is not None:
             out.append(await _timed([w.measure(r, stop, 0.0) for w, r in zip(live, reqs, strict=True)]))
         else:
             out.append(sum([await _timed([w.measure(r, stop, 0.0)]) for w, r in zip(live, reqs, strict=True)]))
-    return out[0], out[1], out[2]
+    return out[0], out[1:-1], out[-1]
 
 
 async def warm_start(backends: list[Any]) -> dict[str, Any]:
@@ -221,7 +226,8 @@ async def choose(
     seen and the choice go to ``design.plan`` (the run JSON's config.ab.budget_plan)."""
     t = time.perf_counter()
     seen = await warm_start(backends)
-    first_s, pair_s, ttft_s = await pilot(backends, prompts, duet)
+    first_s, warm_s, ttft_s = await pilot(backends, prompts, duet)
+    pair_s = min(warm_s)
     start_s = exec_start_s = max((getattr(b, "start_s", None) or spent_s) for b in backends)
     if design.spawn == "fork":  # a later process is forked from process 0: priced by a trial fork on each side
         start_s = max(await asyncio.gather(*(b.time_fork() for b in backends)))
@@ -258,7 +264,8 @@ async def choose(
             reporter.status(f"--budget: {c.why()}")
     plan = {**seen, "spawn": design.spawn, "start_s": round(start_s, 3), "exec_start_s": round(exec_start_s, 3),
             "first_pair_s": round(first_s, 3), "pair_s": round(pair_s, 3),
-            "ttft_pair_s": round(ttft_s, 3), "warmup_replay": "prefill" if prefill else "full",
+            "warm_pairs_s": [round(x, 3) for x in warm_s], "ttft_pair_s": round(ttft_s, 3),
+            "warmup_replay": "prefill" if prefill else "full",
             "warmup_s": round(warmup_s, 3), "switch_s": switch_s, "pair_margin": PAIR_MARGIN,
             "spent_s": round(used, 3), **_choice_dict(c),
             "instead": _choice_dict(c.instead) if c.instead else None, "why": c.why()}  # fmt: skip

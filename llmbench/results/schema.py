@@ -52,7 +52,8 @@ Schema history (bump ``SCHEMA_VERSION`` on any change a reader of the old versio
     to ready and to the first token of its first request, and that request's TTFT against the warm median);
     config.ab.budget_plan, config.engine_settings.processes[].start_read_mb/first_start (0.3.0, ab --budget on a
     fresh runner: what the plan was priced with, a cold first start measured apart); config.ab.full_pairs (0.3.0,
-    ab --budget: the last round of the prompts partly measured, the pairs filling the budget).
+    ab --budget: the last round of the prompts partly measured, the pairs filling the budget);
+    requests[].pinned_cpu (0.3.0, ab --duet: the CPU each request ran on, which compare balances TPOT's gaps over).
 
 No torch here: compare, show and the endpoint client read and write runs without it. Why one module of
 600-odd lines: the schema is one versioned contract (the version, its history and every model it covers change
@@ -430,6 +431,7 @@ class RequestResult(_Model):
     output_tokens_server: int | None = None
     output_tokens_client: int | None = None
     process: int | None = None  # ab --processes: which of the side's worker processes measured it (0-based)
+    pinned_cpu: int | None = None  # ab --duet: the CPU the worker ran it on (compare balances TPOT's gaps over them)
     ttft_only: bool = False  # one output token, for TTFT alone: kept in Run.ttft_requests, never in requests
     cpu_ms: float | None = None  # in-process runs: this process's CPU time (user + system) during the request
     # in-process runs: the input ids' hash (equal across engines when they were fed the same ids)
@@ -681,6 +683,7 @@ class RequestScalars(_Lean):
     output_token_ids_sha256: str
     prompt_token_ids_sha256: str | None = None
     process: int | None = None
+    pinned_cpu: int | None = None
     tokenize_ms: float = 0.0
     ttft_only: bool = False
     cached_tokens: int | None = None  # compare's lever lines: the prefix's length, the first lossless mismatch

@@ -236,9 +236,10 @@ class _Side:
     """One side of a budgeted ab, as choose() sees it: process 0's start (seconds, MB read from storage) and a
     live process whose first request takes 50 ms and later ones 1 ms (known delays: ground truth)."""
 
-    def __init__(self, start_s: float, read_mb: float | None, features: tuple[str, ...] = ()) -> None:
+    def __init__(self, start_s: float, read_mb: float | None, features: tuple[str, ...] = (),
+                 delays: tuple[float, ...] = (0.05,)) -> None:  # fmt: skip
         self.start_s, self.start_read_mb, self.restarts, self.calls = start_s, read_mb, 0, []
-        self.features = features
+        self.features, self.delays = features, delays  # the first requests' delays (s); 1 ms after them
 
     @property
     def live(self) -> _Side:
@@ -252,7 +253,7 @@ class _Side:
         import asyncio
 
         self.calls.append(request.ttft_only)
-        await asyncio.sleep(0.05 if len(self.calls) == 1 else 0.001)
+        await asyncio.sleep(self.delays[len(self.calls) - 1] if len(self.calls) <= len(self.delays) else 0.001)
 
 
 class _Status:
@@ -283,8 +284,9 @@ def test_a_cold_first_start_is_measured_apart_and_process_0_starts_again(reads, 
     assert plan["first_start_s"] == 23.0 and plan["first_start_read_mb"] == (None if cold is None else max(reads))
     # the plan prices a start as a later process pays it: the restart's when the first was cold
     assert plan["start_s"] == (1.0 if cold else 23.0)
-    # the pilot: a first pair (a new process's warm-up), a warm pair, a TTFT-only pair; the first took 50 ms
-    assert all(s.calls == [False, False, True] for s in sides) and plan["first_pair_s"] >= 0.05
+    # the pilot: a first pair (a new process's warm-up), two warm pairs, a TTFT-only pair; the first took 50 ms
+    assert all(s.calls == [False, False, False, True] for s in sides) and plan["first_pair_s"] >= 0.05
+    assert len(plan["warm_pairs_s"]) == 2 and plan["pair_s"] == min(plan["warm_pairs_s"])
     assert (d.processes, d.repeats, d.full_pairs, d.ttft_pairs) == (plan["processes"], plan["rounds"], plan["pairs"],
                                                                     plan["ttft_pairs"])  # fmt: skip
     assert plan["pairs_per_process"] == d.full_pairs // d.processes >= 3 and d.pairs(20) == d.full_pairs
@@ -315,6 +317,30 @@ def test_a_later_process_warm_up_is_priced_as_what_it_replays(features):
     assert plan["warmup_s"] == (plan["ttft_pair_s"] if prefill else plan["first_pair_s"])
     if prefill:  # the first request took 50 ms, a TTFT-only one 1 ms: the extra is not priced
         assert plan["first_pair_s"] >= 0.05 > plan["warmup_s"]
+
+
+def test_a_transient_in_one_warm_pilot_pair_does_not_price_the_run():
+    """The pilot's first warm pair is slowed (0.5 s where pairs take 1 ms: a command run beside it): the plan
+    prices the second, and buys the pairs an undisturbed pilot buys."""
+    import asyncio
+
+    from llmbench.drivers.ab import Design
+    from llmbench.drivers.ab_budget import choose
+    from llmbench.options import RunOptions
+    from llmbench.workloads.prompts import PromptSet
+
+    prompts = PromptSet.from_list([f"p{i}" for i in range(20)])
+    plans = []
+    for delays in ((0.05, 0.5), (0.05,)):
+        sides = [_Side(1.0, 0.0, ("max_new_tokens",), delays) for _ in range(2)]
+        d = asyncio.run(choose(Design(duet=True, budget_s=20.0), sides, prompts, RunOptions(warmup=1), 1.0, (0, 1),
+                               _Status()))  # fmt: skip
+        plans.append(d.plan)
+    slowed, quiet = plans
+    assert slowed["warm_pairs_s"][0] >= 0.5 > slowed["pair_s"] == slowed["warm_pairs_s"][1]
+    assert slowed["pair_s"] < 0.05 and quiet["pair_s"] < 0.05
+    # (the budget left after the slowed pilot is 0.5 s less: pairs a whole room apart, not a factor of 500)
+    assert slowed["pairs"] >= quiet["pairs"] * 0.9
 
 
 def test_ab_refuses_a_budget_with_the_knobs_it_chooses_and_a_duet_with_a_server(cli, prompt_file, tmp_path):
