@@ -15,7 +15,9 @@ With b_i, n_i pair i's figures and N processes (``ab --processes``; else the boo
         pairs' median (from 6 pairs); processes: each one's median m_p, t in logs: expm1(mean m_p +- t_{0.975,N-1}
         sd(m_p) / sqrt(N)), and the change expm1(mean m_p). base, new: medians
     TPOT gaps (stamps):  the same, d_i of the pair's mean gaps over the positions both reached (:func:`_gaps_row`);
-        a duet's (``pinned_cpu``): m_p = the mean over base's two CPUs of the median of the pairs on each
+    a duet's paired medians (p50 and gaps; ``pinned_cpu`` recorded in both runs): d_i clipped to median +- 3
+        robust sd, then m_p = the mean over base's two CPUs of the median of the process's pairs on each
+        (:func:`variance.balanced_median`)
 
 Below the smallest n at which its kind of interval covers 93% (:data:`variance.MIN_N`, found by simulation:
 :mod:`.coverage`), a row has no interval and no verdict ("too few pairs: n = 3; at least 6 needed") and never
@@ -641,7 +643,8 @@ def compare_runs(
         intervals = change_intervals(b, n, ("mean", "p90") if paired else STATS, paired, clusters=clusters)
         if paired:  # the median of the pairs' log ratios (see the module's docstring)
             logs[(metric, "p50")] = (np.log(n / b), clusters)
-            intervals["p50"] = variance.median_change(*logs[(metric, "p50")], _resamples(len(b)), CONFIDENCE)
+            places = None if clusters is None else _placements([_by_key(run, metric) for run in (base, new)], keys)
+            intervals["p50"] = variance.median_change(*logs[(metric, "p50")], _resamples(len(b)), CONFIDENCE, places)
         rows += [_row(metric, stat, float(_stat(stat)(b)), float(_stat(stat)(n)), *intervals[stat], len(b), len(n),
                       units, paired=paired) for stat in STATS]  # fmt: skip
 
@@ -761,6 +764,10 @@ def _pair_gaps(b: Any, n: Any) -> tuple[float, float] | None:
     else:  # an endpoint's events carry several tokens each: which came when is unknown, so the whole requests
         gb, gn = b.tpot_ms, n.tpot_ms
     return None if gb is None or gn is None or gb <= 0 or gn <= 0 else (float(gb), float(gn))
+
+
+def _by_key(run: Run | RunScalars, metric: str) -> dict[tuple[int, int], Any]:
+    return {(r.prompt_index, r.repeat): r for r in _requests(run, metric)}
 
 
 def _placements(by_key: list[dict[tuple[int, int], Any]], keys: list[tuple[int, int]]) -> np.ndarray | None:

@@ -249,8 +249,9 @@ def median_change(
     of the bootstrap this replaced; the interval draws none.
 
     ``placements`` (with clusters: a duet's CPU of each pair's base request): a process's own change is then the
-    mean of its placements' medians (:func:`balanced_median`), so that a CPU slowed for a process's while weighs
-    as much on either side, whichever placement held more of its pairs."""
+    mean of its placements' medians (:func:`balanced_median`) of the run's :func:`winsorized` log ratios, so that
+    a CPU slowed for a process's while weighs as much on either side, whichever placement held more of its pairs,
+    and a lone outlier pair of one placement no more than 3 robust sd."""
     del resamples
     point = float(np.median(logs))
     if clusters is not None and np.unique(clusters).size > 1:
@@ -260,8 +261,10 @@ def median_change(
         if placements is None:
             per = np.array([np.median(g) for g in grouped])
         else:
+            # clipped first (:func:`winsorized`): a lone pair of one placement weighs half its process's change
+            clipped = np.split(winsorized(logs)[order], np.cumsum(sizes)[:-1])
             where = np.split(np.asarray(placements)[order], np.cumsum(sizes)[:-1])
-            per = np.array([balanced_median(g, w) for g, w in zip(grouped, where, strict=True)])
+            per = np.array([balanced_median(g, w) for g, w in zip(clipped, where, strict=True)])
         # the processes are the units: the change is their medians' mean, which t's interval is exact for. Centred
         # on the pooled median instead, it covered 86-91% with normal noise (a median of all pairs varies more
         # than the mean of the processes' medians, by up to pi/2: benchmarks/README.md, "Interval coverage")
@@ -279,11 +282,12 @@ def balanced_median(logs: np.ndarray, placements: np.ndarray) -> float:
     Why: a duet pins base to one CPU and head to the other, swapping pair by pair, and a host slows one CPU for
     seconds at a time (a neighbour on its core), which adds +delta to the pairs of one placement and -delta to the
     other's. A process of 3 pairs holds 2 of one placement and 1 of the other, so its median is +-delta whenever
-    delta outweighs a pair's own noise, and the interval over processes takes delta for their spread. Measured on
-    the Xeon's 44 kept fresh-runner runs (benchmarks/README.md, "Placement-balanced TPOT"): TPOT's A/A changes
-    spread by sd 0.32% balanced against 0.41%, and the printed MDC fell from 0.81% to 0.66% (at most 1.96% to
-    1.43%), calibrated alike. TTFT's pairs carry outliers that a lone pair of one placement passes on: balancing
-    widened its interval there, so TTFT keeps its plain median."""
+    delta outweighs a pair's own noise, and the interval over processes takes delta for their spread. Balanced, the
+    lone pair of the other placement weighs half the process: :func:`median_change` clips the run's log ratios to
+    3 robust sd first, so that a 1-2 s episode that hit one pair (the Xeon of 2026-12-06: one vCPU, +15-20% for a
+    few tokens) moves its process by a bounded amount, while a slowdown that lasts (half the pairs off) widens the
+    spread it is clipped to. Measured on the same pairs (benchmarks/README.md, "A duet's TPOT, balanced over its
+    CPUs"). TTFT keeps its plain median."""
     groups = [logs[placements == p] for p in np.unique(placements)]
     return float(np.mean([np.median(g) for g in groups]))
 
