@@ -17,6 +17,7 @@ that record it are checked against that rule.
 
     python benchmarks/placement.py --extract STUDY_DIR ... -o benchmarks/data/gate-study-47/placement/placement.json
     python benchmarks/placement.py benchmarks/data/gate-study-47/placement/placement.json    # the tables
+    python benchmarks/placement.py --coverage 2000      # the balanced interval's coverage, simulated
 """
 
 from __future__ import annotations
@@ -137,12 +138,54 @@ def table(runs: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def coverage(reps: int, processes: tuple[int, ...] = (2, 3, 5, 9, 12, 20)) -> list[str]:
+    """How often the balanced interval holds the true change: ``llmbench.analysis.coverage``'s model of a run
+    (its noises, shifts and process offsets), 3 pairs a process as the job's plan gives them, the placements
+    alternating over the plan; ``reps`` data sets a cell. The plain median's interval alongside."""
+    import numpy as np
+
+    from llmbench.analysis import coverage as cov
+    from llmbench.analysis.variance import CONFIDENCE, median_change
+
+    rng = np.random.default_rng(47)
+    lines = ["| noise | change | estimator | " + " | ".join(f"{n} processes" for n in processes) + " |",
+             "|---" * (3 + len(processes)) + "|"]  # fmt: skip
+    for noise, shift in cov.SCENARIOS:
+        truth = 100 * math.expm1(cov.SHIFTS[shift])
+        cells: dict[str, list[str]] = {"median": [], "balanced": []}
+        for n in processes:
+            held = {"median": 0, "balanced": 0}
+            clusters = np.repeat(np.arange(n), 3)
+            places = np.arange(3 * n) % 2
+            for _ in range(reps):
+                up = (
+                    cov.SHIFTS[shift]
+                    + cov._noise(noise, rng, 3 * n)
+                    + cov.PROCESS_SD * rng.standard_normal(n)[clusters]
+                )
+                logs = up - cov._noise(noise, rng, 3 * n)
+                for e, where in (("median", None), ("balanced", places)):
+                    _, low, high = median_change(logs, clusters, 0, CONFIDENCE, where)
+                    held[e] += low <= truth <= high
+            for e in cells:
+                cells[e].append(f"{100 * held[e] / reps:.1f}%")
+        for e, row in cells.items():
+            lines.append(f"| {noise} | {shift} | {e} | " + " | ".join(row) + " |")
+    return lines
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("paths", nargs="+", type=Path, help="study folders (--extract) or a placement.json")
+    ap.add_argument("paths", nargs="*", type=Path, help="study folders (--extract) or a placement.json")
     ap.add_argument("--extract", action="store_true", help="compare each kept run both ways into -o")
     ap.add_argument("-o", "--output", type=Path, help="where --extract writes its JSON")
+    ap.add_argument("--coverage", type=int, metavar="REPS", help="simulate the balanced interval's coverage instead")
     a = ap.parse_args()
+    if a.coverage:
+        print("\n".join(coverage(a.coverage)))
+        return
+    if not a.paths:
+        ap.error("give study folders (--extract) or a placement.json, or --coverage REPS")
     if a.extract:
         if a.output is None:
             ap.error("--extract needs -o")
