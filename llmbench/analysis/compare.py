@@ -36,7 +36,7 @@ interval at 1 - 0.05/3 (Bonferroni, :func:`variance.widen`) to exclude 0: A/A ru
 says "what changed" (:meth:`Comparison.changed`, the machine notes) reads the words. A *regression*: a gated
 row significant (95%) in the bad direction by more than its threshold. Where the noise is: :mod:`.variance`.
 
-Why one module of 800-odd lines (over 600): the rows, their pairing, the gaps statistic, the gate's verdict and
+Why one module of 900-odd lines (over 600): the rows, their pairing, the gaps statistic, the gate's verdict and
 the checks that refuse impossible figures all read the same paired populations; the file is the comparison. No
 torch here: compare starts fast.
 """
@@ -802,7 +802,7 @@ def _gaps_row(
     slowed for a while weighs alike on both sides). ``base``: base's median mean gap;
     ``new``: base times (1 + change), so the table's change = new / base - 1 holds. With the row, its pairs' logs
     and processes (for :mod:`~llmbench.analysis.variance`); None without stamps, or with fewer than 2 usable pairs."""
-    by_key = [{(r.prompt_index, r.repeat): r for r in run.requests} for run in (base, new)]
+    by_key = [_by_key(run, "tpot_ms") for run in (base, new)]
     kept, gb, gn = [], [], []
     for k in sorted(by_key[0].keys() & by_key[1].keys()):
         if (g := _pair_gaps(by_key[0][k], by_key[1][k])) is not None:

@@ -56,7 +56,7 @@ Schema history (bump ``SCHEMA_VERSION`` on any change a reader of the old versio
     requests[].pinned_cpu (0.3.0, ab --duet: the CPU each request ran on, which compare balances TPOT's gaps over).
 
 No torch here: compare, show and the endpoint client read and write runs without it. Why one module of
-600-odd lines: the schema is one versioned contract (the version, its history and every model it covers change
+700-odd lines: the schema is one versioned contract (the version, its history and every model it covers change
 together); split over files, a change could bump one part and not the other.
 """
 
