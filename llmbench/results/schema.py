@@ -56,8 +56,8 @@ Schema history (bump ``SCHEMA_VERSION`` on any change a reader of the old versio
     requests[].pinned_cpu (0.3.0, ab --duet: the CPU each request ran on, which compare balances TPOT's gaps over).
 
 No torch here: compare, show and the endpoint client read and write runs without it. Why one module of
-700-odd lines: the schema is one versioned contract (the version, its history and every model it covers change
-together); split over files, a change could bump one part and not the other.
+700-odd lines (over 600): the schema is one versioned contract (the version, its history and every model it covers
+change together); split over files, a change could bump one part and not the other.
 """
 
 from __future__ import annotations
