@@ -163,11 +163,13 @@ async def ameasure(
 
 def load_spec(path: str | Path) -> RunSpec:
     """A config file (``llmbench run --print-config``'s TOML) as the spec :func:`measure` takes; UserError in one
-    line for an unknown key or a value of the wrong type."""
+    line for an unknown key or a value of the wrong type (none is coerced). A relative path in it is read from the
+    file's folder."""
     from llmbench.spec import read_toml
 
     where = str(path)
-    return RunSpec.validated(RunSpec.checked(read_toml(Path(path)), where=where), where=where)
+    tables = RunSpec.checked(read_toml(Path(path)), where=where, base=Path(path).resolve().parent)
+    return RunSpec.validated(tables, where=where)
 
 
 def _with_settings(fn: Callable[P, R]) -> Callable[P, R]:

@@ -131,7 +131,7 @@ def _set_defaults(ctx: typer.Context, spec: type[Spec], tables: dict[str, dict[s
 
 def read_config(path: Path, spec: type[Spec]) -> dict[str, dict[str, Any]]:
     """A config file's tables, checked against ``spec`` (only the keys the file sets); UserError in one line."""
-    return spec.checked(read_toml(path), where=str(path))
+    return spec.checked(read_toml(path), where=str(path), base=Path(path).resolve().parent)
 
 
 def config_of_run(path: Path, spec: type[Spec]) -> dict[str, dict[str, Any]]:

@@ -27,8 +27,8 @@ from llmbench.options import EndpointOptions, RunOptions
 from llmbench.results.schema import ABConfig, Run
 from llmbench.results.storage import claim, default_dir, load_run, prepare_dir, tidied_on_failure
 from llmbench.runner.loop import Reporter, Track, check_resumable, execute, new_track
-from llmbench.workloads.limits import MAX_PLANNED, MAX_REQUESTS
 from llmbench.workloads.limits import MAX_PROCESSES as MAX_AB_PROCESSES
+from llmbench.workloads.limits import MAX_REQUESTS, check_planned
 from llmbench.workloads.prompts import PromptSet
 
 Role = Literal["base", "head"]
@@ -222,11 +222,10 @@ class Design:
 
     def check_plan(self, n_prompts: int) -> None:
         """UserError when the plan (prompts x --repeats full pairs + --ttft-pairs, two requests each) would hold
-        more requests than :data:`MAX_PLANNED`: checked before the plan is built and before any worker starts."""
-        requests = 2 * (self.pairs(n_prompts) + self.ttft_pairs)
-        if requests > MAX_PLANNED:
-            raise UserError(f"--repeats {self.repeats} x {n_prompts} prompts + --ttft-pairs {self.ttft_pairs}: "
-                            f"{requests:,} requests, more than a plan holds (at most {MAX_PLANNED:,})")  # fmt: skip
+        more requests than ``limits.MAX_PLANNED``: checked before the plan is built and before any worker starts."""
+        full = (("prompts", n_prompts), ("--repeats", self.repeats)) if self.full_pairs is None else \
+            (("full pairs", self.pairs(n_prompts)),)  # fmt: skip
+        check_planned(*full, ("sides", 2), add=("--ttft-pairs x 2 sides", 2 * self.ttft_pairs))
 
     def pairs(self, n_prompts: int) -> int:
         """The full pairs the plan holds: prompts x repeats, or fewer (``full_pairs``: a partial last round)."""

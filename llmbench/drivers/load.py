@@ -56,7 +56,7 @@ from llmbench.spec import check_value
 from llmbench.spec import default as _d
 from llmbench.spec.commands import LoadPlan
 from llmbench.workloads.arrivals import check_schedule
-from llmbench.workloads.limits import MAX_RATE_RPS, check_range
+from llmbench.workloads.limits import MAX_RATE_RPS, check_planned, check_range
 from llmbench.workloads.prompts import PromptSet
 
 SLO_METRICS = ("ttft_ms", "tpot_ms", "e2e_ms", "ttft_from_schedule_ms", "e2e_from_schedule_ms")
@@ -170,6 +170,9 @@ class LoadSpec:
         self.open_loop(1.0).validate()
         for rate in self.rates or [self.auto_start]:  # each rate's schedule, checked now without drawing it
             check_schedule(rate, self.requests, self.duration_s)
+        if self.rates is not None:  # every rate's schedule, all told (auto's rates are each bounded as they come)
+            each = [self.requests or math.ceil(r * (self.duration_s or 0)) for r in self.rates]
+            check_planned((f"requests over {len(self.rates)} rates", sum(each)))
 
     def open_loop(self, rate: float) -> OpenLoop:
         return OpenLoop(rate_rps=rate, arrival=self.arrival, requests=self.requests, duration_s=self.duration_s,

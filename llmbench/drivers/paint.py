@@ -36,6 +36,7 @@ from llmbench.options import EndpointOptions, RunOptions
 from llmbench.results import paint as figures
 from llmbench.results.schema import PAINT_VERSION, llmbench_version, utc_now
 from llmbench.results.storage import write_record
+from llmbench.workloads.limits import check_planned
 from llmbench.workloads.prompts import PromptSet
 
 PAGE_PATH = "/__llmbench_paint__"
@@ -181,6 +182,7 @@ async def paint(
     that does not answer; and when every measured request failed."""
     options.validate()
     endpoint.validate()
+    check_planned(("prompts", len(prompts.prompts)), ("--repeats", options.repeats))  # before Chromium starts
     url = chat_url(endpoint.url)
     headers = api_headers(endpoint.api_key_env)
     executable = check_tools(chromium)

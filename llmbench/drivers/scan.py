@@ -33,7 +33,7 @@ from llmbench.options import ModelOptions, RunOptions
 from llmbench.results.schema import SCAN_VERSION, utc_now
 from llmbench.results.storage import prepare_output, write_record
 from llmbench.runner.loop import NullReporter, Reporter, Track, execute, new_track
-from llmbench.workloads.limits import MAX_TOKENS_MADE
+from llmbench.workloads.limits import MAX_TOKENS_MADE, check_planned
 from llmbench.workloads.prompts import MAX_PROMPT_TOKENS, check_whole
 from llmbench.workloads.synthetic import SyntheticSpec, make, synthetic_record
 
@@ -98,7 +98,7 @@ def check_plan(points: list[Point], rounds: int, prompts_per_point: int, batch_p
         raise UserError(f"--max-new-tokens: length points generate {LENGTH_NEW_TOKENS} tokens (they measure TTFT); "
                         "it is for --depth and --batch points")  # fmt: skip
     per_round = sum(1 if p.kind == "batch" else prompts_per_point for p in points)
-    check_whole("--rounds x points x --prompts-per-point", rounds * per_round, what=" requests")
+    check_planned(("--rounds", rounds), ("requests a round (points x --prompts-per-point)", per_round))
     # every point's prompts are made (text held in memory) before the first is measured: their tokens, all told
     made = sum(p.value * batch_prompt_tokens if p.kind == "batch" else max(p.value, 1) * prompts_per_point
                for p in points)  # fmt: skip

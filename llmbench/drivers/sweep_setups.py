@@ -15,7 +15,8 @@ from llmbench.core.errors import UserError
 from llmbench.engines.hf import models
 from llmbench.engines.hf.quantize import forced_dtype
 from llmbench.options import ModelOptions, RunOptions
-from llmbench.workloads.prompts import MAX_REQUESTS, PromptSet, check_whole
+from llmbench.workloads.limits import check_planned
+from llmbench.workloads.prompts import MAX_REQUESTS, PromptSet
 
 MAX_SETUPS = 1_000  # setups of one sweep: each loads its model, and the rounds go round them all
 
@@ -214,8 +215,7 @@ def check_gates(setups: list[Setup], options: RunOptions, prompts: PromptSet | N
     if max_kld is not None and not max_kld >= 0:  # NaN fails this too; inf: no limit, as asked
         raise UserError(f"--max-kld must be a KL divergence (0 or more), not {max_kld}")
     if prompts is not None:
-        check_whole("--rounds x setups x prompts", options.repeats * len(setups) * len(prompts.prompts),
-                    what=" requests")  # fmt: skip
+        check_planned(("--rounds", options.repeats), ("setups", len(setups)), ("prompts", len(prompts.prompts)))
 
 
 def engine_precisions(items: list[str], engines: list[str]) -> dict[str, list[str]]:

@@ -223,6 +223,27 @@ class Pending:
         return self.source if isinstance(self.source, PromptSet) else None
 
     @property
+    def most(self) -> int:
+        """The most prompts the run can send a round, known before anything loads (a dataset's rows, cut to
+        ``--num-prompts``; what ``--synthetic``, ``--prefix-groups`` or a trace will make)."""
+        src = self.source
+        if isinstance(src, PromptSet):
+            return len(src.prompts)
+        if isinstance(src, DatasetSpec):
+            rows = len(self.rows.prompts) if self.rows is not None else src.num_prompts or 0
+            return min(rows, src.num_prompts) if src.num_prompts is not None else rows
+        if isinstance(src, Trace):
+            return len(src.rows)
+        return src.count  # SyntheticSpec, PrefixSpec
+
+    def check_plan(self, options: RunOptions) -> int:
+        """The requests the run plans (prompts x ``--repeats`` x ``--turns``, warm-ups apart), before anything
+        loads; UserError in one line past :data:`~llmbench.workloads.limits.MAX_PLANNED`."""
+        from llmbench.workloads.limits import check_planned
+
+        return check_planned(("prompts", self.most), ("--repeats", options.repeats), ("--turns", options.turns))
+
+    @property
     def counted_here(self) -> bool:
         """Whether the prompts are made or chosen by the run's tokenizer in this process (an engine then runs in
         this process too)."""
@@ -249,7 +270,13 @@ class Pending:
 def begin(src: Source, options: RunOptions) -> Pending:
     """What is known of the prompts before anything loads: a dataset is read now (a bad file fails before anything
     loads), and chosen now where no token count is needed (its output lengths change ``options``, as
-    :func:`llmbench.workloads.dataset.apply_lengths` says)."""
+    :func:`llmbench.workloads.dataset.apply_lengths` says); the plan's size is checked now too."""
+    pending = _pending(src, options)
+    pending.check_plan(options)
+    return pending
+
+
+def _pending(src: Source, options: RunOptions) -> Pending:
     if not isinstance(src, DatasetSpec):
         return Pending(src)
     from llmbench.workloads import dataset

@@ -335,21 +335,25 @@ class Spec(BaseModel):
                             f"{_close(unknown[0], owners)}")  # fmt: skip
         tables: dict[str, dict[str, Any]] = {t: {} for t in cls.sections()}
         for k, v in flat.items():
-            tables[owners[k][0]][k] = v
+            tables[owners[k][0]][k] = _located(k, owners[k][1], v, None)
         return cls.validated(tables, where=where)
 
     @classmethod
     def validated(cls, tables: dict[str, Any], *, where: str = "") -> Self:
-        """The spec from its tables (a config file's), every error one line naming its key or option."""
+        """The spec from its tables (a config file's), strictly (nothing coerced: ``True`` is no ``max_new_tokens``),
+        every error one line naming its key or option."""
         try:
-            return cls.model_validate(tables)
+            return cls.model_validate(tables, strict=True)
         except ValidationError as e:
             raise UserError(describe(e, cls, where)) from None
 
     @classmethod
-    def checked(cls, tables: dict[str, Any], *, where: str) -> dict[str, dict[str, Any]]:
+    def checked(cls, tables: dict[str, Any], *, where: str, base: Path | None = None) -> dict[str, dict[str, Any]]:
         """A config file's tables checked key by key (only the keys it sets: a required setting may come from the
-        command line), each value coerced to its field's type; every error one line naming the file and key."""
+        command line), strictly: a value must be of its field's type already (``true`` is no integer, ``"5"`` no
+        number, ``"yes"`` no boolean; an integer is taken where a number is asked). Every error is one line naming
+        the file, the key and the type expected. ``base``: the folder a relative path in the file is read from (the
+        config file's own; None: the working folder)."""
         sections, out = cls.sections(), {}  # type: dict[str, type[Section]], dict[str, dict[str, Any]]
         for table, values in tables.items():
             if not isinstance(values, dict):
@@ -361,7 +365,8 @@ class Spec(BaseModel):
                 if key not in fields:
                     raise UserError(f"{where}: [{table}] {key}: no such key{_close(key, fields)}")
                 try:
-                    kept: Any = _adapter(fields[key]).validate_python(value)
+                    kept: Any = _adapter(fields[key]).validate_python(_located(key, fields[key], value, base),
+                                                                      strict=True)  # fmt: skip
                 except ValidationError as e:
                     raise UserError(describe(e, cls, where, loc=(table, key))) from None
                 out.setdefault(table, {})[key] = kept
@@ -388,9 +393,29 @@ def _adapter(fi: Any) -> TypeAdapter[Any]:
     return TypeAdapter(Annotated[fi.annotation, fi])
 
 
+# string settings that may name a local file or folder (else a hub id): read from a config file's folder when there
+PATH_LIKE = ("model", "tokenizer")
+
+
+def _is_path(annotation: Any) -> bool:
+    return annotation is Path or Path in getattr(annotation, "__args__", ())
+
+
+def _located(name: str, fi: Any, value: Any, base: Path | None) -> Any:
+    """A config file's value as its field takes it: a path (a TOML string) as a Path, relative to ``base``."""
+    if _is_path(fi.annotation) and isinstance(value, str):
+        path = Path(value).expanduser()
+        return base / path if base is not None and not path.is_absolute() else path
+    if name in PATH_LIKE and base is not None and isinstance(value, str) and "://" not in value:
+        path = Path(value).expanduser()
+        if not path.is_absolute() and (base / path).exists():  # a folder beside the file; else a hub id as given
+            return str(base / path)
+    return value
+
+
 def _plain(name: str, v: Any) -> Any:
     """A value as a run JSON or a printed config may show it: a URL without credentials or query, a command line
-    without the values of its secret options (``--token X``, ``HF_TOKEN=...``)."""
+    without the values of its secret options (``--token X``, ``HF_TOKEN=...``), a local path made absolute."""
     from llmbench.core.redact import redact_command, redact_url, scrub
 
     if name in _URLS and isinstance(v, str):
@@ -402,7 +427,19 @@ def _plain(name: str, v: Any) -> Any:
             return redact_command(shlex.split(v))
         except ValueError:  # unbalanced quotes: its URLs go at least
             return scrub(v)
-    return str(v) if isinstance(v, Path) else v
+    if isinstance(v, Path) or (name in PATH_LIKE and isinstance(v, str) and "://" not in v):
+        return _absolute(str(v))
+    return v
+
+
+def _absolute(given: str) -> str:
+    """A local file or folder as an absolute path, so that a printed config or a run's record reads the same from
+    any folder; anything else (a shipped prompt set's name, a hub id) as given."""
+    path = Path(given).expanduser()
+    try:
+        return str(path.resolve()) if not path.is_absolute() and path.exists() else given
+    except OSError:  # a name too long for a path, a loop of links: not a local file
+        return given
 
 
 def _close(name: str, names: Any) -> str:
@@ -439,10 +476,21 @@ def describe(e: ValidationError, spec: type[Spec], where: str = "", loc: tuple[s
     got = err.get("input")
     shown = "" if isinstance(got, dict) else f", not {got!r}"
     bounds = _bounds(fields[key][1]) if key in fields and not where else ""
-    text = bounds if bounds and err["type"] in _BOUND_ERRORS else _bound_text(err) or err["msg"].lower()
+    text = bounds if bounds and err["type"] in _BOUND_ERRORS else _bound_text(err) or _EXPECTED.get(err["type"]) \
+        or err["msg"].lower()  # fmt: skip
     return f"{name}{'' if bounds or (_bound_text(err) and not where) else ':'} {text}{shown}"
 
 
+# a value of the wrong type (strict: nothing is coerced), said as the type expected
+_EXPECTED = {
+    "int_type": "expected an integer",
+    "int_from_float": "expected an integer",
+    "float_type": "expected a number",
+    "bool_type": "expected true or false",
+    "string_type": "expected a string",
+    "list_type": "expected a list",
+    "is_instance_of": "expected a path (a string)",
+}
 _BOUND_ERRORS = ("greater_than_equal", "greater_than", "less_than_equal", "less_than", "finite_number")
 
 

@@ -9,6 +9,7 @@ from typing import ClassVar, Literal, Optional
 from llmbench.spec import (
     DATASET,
     DEFAULT_DURATION_S,
+    MAX_COUNT,
     ArrivalsSection,
     Dtype,
     LeversSection,
@@ -24,6 +25,7 @@ from llmbench.spec import (
     spec,
     view,
 )
+from llmbench.workloads import limits
 
 _PROMPT_FILE = ('Prompt file: one prompt a line (.txt) or {"prompt": ...} a line (.jsonl). Blank lines and # '
                 "comments are skipped.")  # fmt: skip
@@ -68,7 +70,7 @@ class SweepPlan(Section):
     """How a sweep measures and ranks."""
 
     table: ClassVar[str] = "sweep"
-    rounds: int = setting(3, "Rounds; each runs every setup once over all prompts.")
+    rounds: int = setting(3, "Rounds; each runs every setup once over all prompts.", ge=1, le=MAX_COUNT)
     rank_by: Literal["mean", "p50"] = setting("mean", "Statistic that picks the best (p50: robust).")
     quality: bool = setting(False, "Also measure KL divergence and agreement against float32.")
     max_kld: Optional[float] = setting(None, "Setups above this mean KL divergence can't be best (implies --quality).")
@@ -99,8 +101,9 @@ class ScanGrid(Section):
                                  "'' for none).")  # fmt: skip
     depth: str = setting("0,512,2048", "Context depths for the TPOT curve (comma list).")
     batch: str = setting("1,2,4,8", "Batch sizes for the throughput curve (comma list).")
-    rounds: int = setting(3, "Rounds; each visits every point, the order rotating.")
-    prompts_per_point: int = setting(3, "Different prompts per length or depth point.")
+    rounds: int = setting(3, "Rounds; each visits every point, the order rotating.", ge=1, le=MAX_COUNT)
+    prompts_per_point: int = setting(3, "Different prompts per length or depth point.", ge=1,
+                                     le=limits.MAX_REQUESTS)  # fmt: skip
     batch_prompt_tokens: int = setting(128, "Length of each prompt of a batch.")
 
 

@@ -6,7 +6,9 @@ import math
 
 MAX_PROMPT_TOKENS = 10_000_000  # no model reads (or writes) more: the longest contexts are 10M tokens
 MAX_REQUESTS = 1_000_000  # prompts made, turns expanded, arrivals drawn, requests planned
-MAX_PLANNED = 10_000_000  # requests of one plan, all counts multiplied (a plan is held in memory whole)
+# requests of one plan, every count that multiplies it multiplied (a plan is held in memory whole): prompts, repeats,
+# turns, rates, grid points, setups, processes. Checked by :func:`check_planned` before anything loads or starts.
+MAX_PLANNED = 10_000_000
 MAX_TOKENS_MADE = 1_000_000_000  # prompt tokens made before measuring (text held in memory: a few GB at most)
 MAX_PROCESSES = 1_000  # worker processes a side, each loading its model: far more is days of loading alone
 MAX_CONCURRENCY = 100_000  # requests in flight (tasks and connections held at once)
@@ -30,3 +32,22 @@ def check_range(option: str, value: float, low: float, high: float, *, unit: str
         raise UserError(f"{option} {value}: expected a number {'' if above else 'from '}{span}"
                         f"{' up to' if above else ' to'} {high:,g}{unit}")  # fmt: skip
     return value
+
+
+def check_planned(*factors: tuple[str, int], what: str = "requests", add: tuple[str, int] | None = None) -> int:
+    """The requests a plan holds, the product of ``factors`` (each ``(its name as the user gave it, its count)``,
+    e.g. ``("prompts", 200), ("--repeats", 10**6)``) plus ``add``'s count; UserError in one line naming every
+    factor when it is more than :data:`MAX_PLANNED`. Called before anything loads, starts or is built: a product of
+    typo'd counts once held 2e8 requests in memory after the model had loaded."""
+    from llmbench.core.errors import UserError
+
+    total = math.prod(max(int(n), 0) for _name, n in factors) + (max(int(add[1]), 0) if add else 0)
+    if total > MAX_PLANNED:
+        terms = " x ".join(map(_term, factors)) + (f" + {_term(add)}" if add else "")
+        raise UserError(f"{terms}: {total:,} {what}, more than a plan holds (at most {MAX_PLANNED:,}); give fewer")
+    return total
+
+
+def _term(factor: tuple[str, int]) -> str:
+    name, n = factor
+    return f"{name} {n:,}" if name.startswith("--") else f"{n:,} {name}"

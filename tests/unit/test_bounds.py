@@ -111,7 +111,7 @@ def test_ab_plan_product_is_bounded_before_any_worker(cli, files, tmp_path):
     line = _refused(cli, ["ab", str(many), "--base", WORKER, "--head", WORKER, "--repeats", "1000000",
                           "-o", str(tmp_path / "ab")], files)  # fmt: skip
     assert time.perf_counter() - t0 < 1.0
-    assert "--repeats 1000000 x 20 prompts" in line and "at most 10,000,000" in line, line
+    assert "20 prompts x --repeats 1,000,000" in line and "at most 10,000,000" in line, line
     assert not (tmp_path / "ab").exists()  # refused before the folder was made
 
 

@@ -114,7 +114,8 @@ def test_kv_bytes_per_token_follow_the_config(tiny):
         (("--batch-prompt-tokens", "64"), "--batch-prompt-tokens is the length of a batch point's prompts"),
         (("--max-new-tokens", "9"), "--max-new-tokens: length points generate 2 tokens"),
         # was: a plan of a million requests built, then measured for days
-        (("--rounds", "1000001", "--prompts-per-point", "1"), "at most 1,000,000 requests"),
+        (("--rounds", "1000000", "--prompts-per-point", "11"), "33,000,000 requests, more than a plan holds"),
+        (("--rounds", "1000001"), "--rounds must be 1 to 1,000,000"),
     ],
 )
 def test_bad_scans_are_one_line(cli, tiny_model_dir, tmp_path, args, message):

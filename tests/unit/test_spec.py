@@ -50,9 +50,14 @@ def test_each_measuring_command_prints_a_config_it_reads_back(tmp_path, command)
                 "load": ["p.txt", "--endpoint", "http://127.0.0.1:9/v1"], "sweep": ["p.txt"],
                 "paint": ["p.txt", "--endpoint", "http://127.0.0.1:9/v1"],
                 "bisect": ["v1"], "bisect-step": ["v1"]}  # fmt: skip
-    r = cli(command, *required.get(command, []), "--max-new-tokens", "7", "--print-config")
+    (tmp_path / "p.txt").write_text("a prompt\n", encoding="utf-8")
+    # run from the prompt file's folder, read back from another: the printed path is absolute
+    r = cli(command, *required.get(command, []), "--max-new-tokens", "7", "--print-config", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
-    path = tmp_path / f"{command}.toml"
+    if "p.txt" in required.get(command, []):
+        assert tomllib.loads(r.stdout)["prompts"]["prompts"] == str(tmp_path.resolve() / "p.txt")
+    path = tmp_path / "conf" / f"{command}.toml"
+    path.parent.mkdir()
     path.write_text(r.stdout, encoding="utf-8")
     printed = tomllib.loads(r.stdout)
     assert printed["requests"]["max_new_tokens"] == 7
@@ -108,7 +113,15 @@ def test_print_config_then_config_gives_the_same_settings_and_a_flag_overrides_t
     [
         ("[requests]\nmax_new_tokns = 3\n", "[requests] max_new_tokns: no such key (did you mean 'max_new_tokens'?)"),
         ("[request]\nmax_new_tokens = 3\n", "[request]: no such table (did you mean 'requests'?)"),
-        ("[requests]\nmax_new_tokens = 'many'\n", "[requests] max_new_tokens: input should be a valid integer"),
+        ("[requests]\nmax_new_tokens = 'many'\n", "[requests] max_new_tokens: expected an integer, not 'many'"),
+        # were coerced: a typo in a committed file silently changed what was measured (true -> 1, false -> 0)
+        ("[requests]\nmax_new_tokens = true\n", "[requests] max_new_tokens: expected an integer, not True"),
+        ("[requests]\nwarmup = false\n", "[requests] warmup: expected an integer, not False"),
+        ("[requests]\nsample = 'yes'\n", "[requests] sample: expected true or false, not 'yes'"),
+        ("[requests]\nmax_new_tokens = '5'\n", "[requests] max_new_tokens: expected an integer, not '5'"),
+        ("[requests]\nmax_new_tokens = 5.0\n", "[requests] max_new_tokens: expected an integer, not 5.0"),
+        ("[requests]\ntemperature = '0.5'\n", "[requests] temperature: expected a number, not '0.5'"),
+        ("[prompts]\nprompts = 5\n", "[prompts] prompts: expected a path (a string), not 5"),
         ("[requests]\nmax_new_tokens = 0\n", "[requests] max_new_tokens: must be at least 1"),
         ("[model]\ndtype = 'float8'\n", "[model] dtype: input should be 'auto', 'float32', 'bfloat16' or 'float16'"),
         ("max_new_tokens = 3\n", "'max_new_tokens' is outside a table"),
