@@ -30,12 +30,20 @@ def run(ctx: typer.Context, quiet: QuietOpt = False, **settings: Any) -> None:
     spec: RunSpec = ctx.meta["spec"]
     args = spec.flat()
     out = spec.outputs
+    # --config-from RUN.json whose prompts no flag replaces: the run's own, refused when they can't be measured again
+    on_line = getattr(ctx.get_parameter_source("prompts"), "name", None) == "COMMANDLINE"
+    replay = None if on_line else ctx.meta.get("replay")
     with user_errors():
-        args["trace_rows"] = workload.read_trace(workload.Workload.of(args))
+        w = workload.Workload.of(args)
+        if replay is not None:
+            replay.check_given(w)
+        args["trace_rows"] = workload.read_trace(w)
         target = _run_target(ctx, args)  # first: a flag of the other mode is refused as such
         options = run_options_of(args)
         options.validate()  # before anything loads (--think-time without --turns, ...)
-        prompt_set = workload.source(workload.Workload.of(args), args["trace_rows"])
+        prompt_set = workload.source(w, args["trace_rows"])
+        if replay is not None:
+            replay.check_same(prompt_set)
         check_history(out.history)
         with measuring(quiet) as (stop, reporter):
             coro = run_driver(prompt_set, target, options, output=out.output, overwrite=out.overwrite,

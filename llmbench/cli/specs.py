@@ -16,12 +16,15 @@ import functools
 import inspect
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Optional, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Optional, TypeVar
 
 import typer
 
 from llmbench.core.errors import UserError
 from llmbench.spec import Section, Spec, option_of, read_toml
+
+if TYPE_CHECKING:
+    from llmbench.drivers.workload import Replay
 
 F = TypeVar("F", bound=Callable[..., Any])
 KW = inspect.Parameter.KEYWORD_ONLY
@@ -75,10 +78,19 @@ def _config_options(spec: type[Spec], config_from: bool) -> list[inspect.Paramet
             help="Print the effective settings as TOML (to commit, then --config) and exit; nothing is measured.")]),
     ]  # fmt: skip
     if config_from:
+
+        def replay(ctx: typer.Context, _param: Any, value: Path | None) -> Path | None:
+            """--config-from's callback: the run's settings become the defaults; what it recorded of its prompts
+            is kept (``ctx.meta["replay"]``) to refuse prompts it can't measure again."""
+            if value is not None:
+                tables, ctx.meta["replay"] = _one_line(config_of_run, value, spec)
+                _set_defaults(ctx, spec, tables)
+            return value
+
         option = typer.Option(
             "--config-from",
             is_eager=True,
-            callback=loader(config_of_run),
+            callback=replay,
             rich_help_panel="Config",
             help="Measure the setup a run JSON recorded (its config.spec); flags override it.",
         )
@@ -134,18 +146,20 @@ def read_config(path: Path, spec: type[Spec]) -> dict[str, dict[str, Any]]:
     return spec.checked(read_toml(path), where=str(path), base=Path(path).resolve().parent)
 
 
-def config_of_run(path: Path, spec: type[Spec]) -> dict[str, dict[str, Any]]:
-    """The spec a run JSON recorded (``config.spec``), checked against ``spec``; UserError in one line."""
+def config_of_run(path: Path, spec: type[Spec]) -> tuple[dict[str, dict[str, Any]], Replay]:
+    """The spec a run JSON recorded (``config.spec``), checked against ``spec``, and what the run recorded of its
+    prompts; UserError in one line."""
+    from llmbench.drivers.workload import Replay
     from llmbench.results.storage import load_run
 
-    recorded = load_run(path).config.spec
-    if not recorded:
+    config = load_run(path, scalars_only=True).config
+    if not config.spec:
         raise UserError(f"--config-from {path}: the run recorded no settings (written before llmbench recorded "
                         "config.spec); repeat its setup with flags")  # fmt: skip
-    return spec.checked(recorded, where=str(path))
+    return spec.checked(config.spec, where=str(path)), Replay.of(path, config)
 
 
-def _one_line(read: Callable[[Path, type[Spec]], dict[str, dict[str, Any]]], path: Path, spec: type[Spec]) -> Any:
+def _one_line(read: Callable[[Path, type[Spec]], Any], path: Path, spec: type[Spec]) -> Any:
     """``read(path, spec)``, its UserError the one-line exit 2 (in an eager option's callback click would print a
     usage block around it)."""
     try:

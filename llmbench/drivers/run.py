@@ -78,13 +78,15 @@ async def run(
 ) -> tuple[Run, Path | None]:
     """Measure ``prompts`` on ``target``; the run and the file it was written to. Files: ``output`` (or, when
     None, a new name in ``default_dir``; neither: no file), or ``resume``, an incomplete run to continue.
-    ``spec``: the settings asked for (:meth:`llmbench.spec.Spec.setup`), recorded as ``config.spec``.
+    ``spec``: the settings asked for (:meth:`llmbench.spec.Spec.setup`), recorded as ``config.spec`` with its
+    ``[prompts]`` naming ``prompts`` (:func:`llmbench.drivers.workload.recorded`).
 
     Every bad input is a UserError before anything slow (the prompt file, options, the output place, a
     resume's setup as far as it is known before loading); the rest is checked before the first request.
     """
     options.validate()
     options = dataclasses.replace(options)  # a dataset's output lengths set its own copy's max_new_tokens
+    spec = workload.recorded(spec, prompts)  # the prompts measured, over a config file's
     if options.turns > 1 and resume is not None:
         raise UserError("--turns: a conversation's turns send the replies it got, which --resume can't recover")
     if options.turns > 1 and isinstance(target, EndpointOptions) and target.open_loop is not None:

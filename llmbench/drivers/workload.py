@@ -374,3 +374,84 @@ def _select(spec: DatasetSpec, rows: Rows, counting: Counting | None, refusal: s
         return dataset.select(spec, rows)
     count, tokenizer = counting
     return dataset.select(spec, rows, count, text_counter(tokenizer))
+
+
+# ------------------------------------------------------------------------------------------------ the record
+
+
+# the spec's settings that say where the prompts come from (PromptsSection's), replaced by what was measured
+_SOURCE_KEYS = ("prompts", "synthetic", *DATASET, "prefix_groups", "prefix_tokens", "suffix_tokens", "trace",
+                "trace_format", "time_scale", "start", "end")  # fmt: skip
+
+
+def recorded(spec: dict[str, Any] | None, src: Source) -> dict[str, Any] | None:
+    """The spec a run records (``config.spec``), its ``[prompts]`` naming the prompts measured: a prompt file or
+    dataset given on the command line or to ``measure()`` over a config file's, as an absolute path (a shipped set
+    by its name), so that ``--config-from`` finds it from any folder. Prompts passed in memory leave no file to
+    name: the table then names none (``config.prompt_file`` is ``<list>``, which ``--config-from`` refuses)."""
+    from llmbench.workloads.prompts import IN_MEMORY
+
+    if spec is None or not isinstance(src, (PromptSet, DatasetSpec, SyntheticSpec)):
+        return spec  # prefix groups, a trace: made from the spec's own settings
+    table = {k: v for k, v in spec.get("prompts", {}).items() if k not in _SOURCE_KEYS}
+    if isinstance(src, SyntheticSpec):
+        table["synthetic"] = f"{src.tokens}x{src.count}"
+    elif isinstance(src, DatasetSpec):
+        table["prompts"] = _absolute(src.path)
+        given = {"prompt_format": src.format, **{k: getattr(src, k) for k in DATASET if hasattr(src, k)}}
+        table |= {k: v for k, v in given.items() if v is not None}
+    elif src.path.startswith(promptsets.LABEL_PREFIX):
+        table["prompts"] = src.path.removeprefix(promptsets.LABEL_PREFIX)
+    elif src.path != IN_MEMORY and Path(src.path).is_file():
+        table["prompts"] = _absolute(src.path)
+    return {**spec, "prompts": table}
+
+
+def _absolute(path: str) -> str:
+    return str(Path(path).expanduser().resolve())
+
+
+@dataclass(frozen=True)
+class Replay:
+    """``run --config-from RUN.json``: what the run recorded of its prompts, to measure the same ones again."""
+
+    run_file: str
+    prompt_file: str
+    prompt_sha256: str
+    file_sha256: str | None = None  # a dataset's file (config.prompt_source.file_sha256)
+    turns: int = 1  # --turns: prompt_sha256 is of the conversations (workloads.sessions.digest)
+
+    @classmethod
+    def of(cls, run_file: str | Path, config: Any) -> Replay:
+        """From a run's config (:class:`~llmbench.results.schema.RunConfig`)."""
+        source = config.prompt_source if isinstance(config.prompt_source, dict) else {}
+        file_sha = source.get("file_sha256")
+        turns = (config.sessions or {}).get("turns", 1) if isinstance(config.sessions, dict) else 1
+        return cls(str(run_file), config.prompt_file, config.prompt_sha256,
+                   file_sha if isinstance(file_sha, str) else None, turns if isinstance(turns, int) else 1)  # fmt: skip
+
+    def check_given(self, w: Workload) -> None:
+        """UserError when the run's prompts were passed in memory and the replay names none."""
+        from llmbench.workloads.prompts import IN_MEMORY
+
+        if self.prompt_file == IN_MEMORY and w.prompts is None and w.synthetic is None and w.prefix_groups is None \
+                and w.trace is None:  # fmt: skip
+            raise UserError(f"--config-from {self.run_file}: the run measured prompts passed in memory (llmbench."
+                            "measure([...])), which no file holds: give PROMPTS")  # fmt: skip
+
+    def check_same(self, src: Source) -> None:
+        """UserError when the prompt file (or dataset) the run recorded, read again for its replay, has changed
+        since: its sha256 differs (a file given on the command line instead is measured as asked: not checked)."""
+        if isinstance(src, PromptSet):
+            now, then = sessions.digest(src, self.turns) if self.turns > 1 else src.sha256, self.prompt_sha256
+        elif isinstance(src, DatasetSpec) and self.file_sha256 is not None:
+            from llmbench.workloads import dataset
+
+            now, then = dataset.read(src).sha256, self.file_sha256
+        else:
+            return
+        if now == then:
+            return
+        raise UserError(f"--config-from {self.run_file}: {src.path} has changed since the run measured it (sha256 "
+                        f"{now[:12]}..., the run's {then[:12]}...): these are not the prompts it measured; give "
+                        "PROMPTS to measure this file anyway")  # fmt: skip

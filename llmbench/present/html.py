@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from llmbench.present.terminal import SUMMARY_ROWS
+from llmbench.present.terminal import SUMMARY_COLUMNS, setup_title, summary_rows
 from llmbench.results.schema import Run, Stats
 
 MAX_TIMELINES = 20  # requests drawn in the timeline; more would be a blur
@@ -394,17 +394,16 @@ def distributions_svg(runs: list[tuple[str, Run]]) -> str:
 
 def _stats_cells(s: Stats | None, digits: int) -> str:
     if s is None:
-        return "<td>-</td>" * 4
-    return "".join(f"<td>{getattr(s, k):.{digits}f}</td>" for k in ("mean", "p50", "p90", "max"))
+        return "<td>-</td>" * len(SUMMARY_COLUMNS)
+    return "".join(f"<td>{getattr(s, k):.{digits}f}</td>" for k in SUMMARY_COLUMNS)
 
 
 def summary_html(name: str, run: Run) -> str:
     """The summary table of one run, with its setup and warnings."""
     c, s = run.config, run.summary
-    rows = ""
-    if s is not None:
-        for label, key, digits in SUMMARY_ROWS:
-            rows += f"<tr><th>{label}</th>{_stats_cells(getattr(s, key), digits)}</tr>"
+    rows = "".join(
+        f"<tr><th>{label}</th>{_stats_cells(stats, digits)}</tr>" for label, stats, digits in summary_rows(run)
+    )
     roof = ""
     if s is not None and s.tpot_bound_ms is not None and s.tpot_efficiency is not None:
         roof = (
@@ -413,13 +412,12 @@ def summary_html(name: str, run: Run) -> str:
         )
     warnings = "".join(f"<p class=warn>{html.escape(w)}</p>" for w in run.warnings)
     setup = (
-        f"{c.model} · {c.weights} weights · {c.device} · {c.dtype} · {c.threads} threads · "
-        f"max_new_tokens {c.max_new_tokens} · {len(run.requests)} requests · "
+        f"{setup_title(run)} · max_new_tokens {c.max_new_tokens} · {len(run.requests)} requests · "
         f"{'complete' if run.complete else 'INCOMPLETE'} · {run.created_at}"
     )
     return (
         f"<h2>{html.escape(name)}</h2>{warnings}<p>{html.escape(setup)}</p>"
-        f"<table><tr><th></th><th>mean</th><th>p50</th><th>p90</th><th>max</th></tr>{rows}</table>{roof}"
+        f"<table><tr><th></th>{''.join(f'<th>{k}</th>' for k in SUMMARY_COLUMNS)}</tr>{rows}</table>{roof}"
     )
 
 

@@ -112,6 +112,7 @@ SUMMARY_ROWS = (
     ("decode tokens/s", "decode_tokens_per_s", 2),
     ("prefill tokens/s", "prefill_tokens_per_s", 1),
 )
+SUMMARY_COLUMNS = ("mean", "p50", "p90", "min", "max")  # the statistics of each row, terminal and HTML
 # the shape of the wait (llmbench.results.reader; docs/metrics.md), shown when the run has it
 SHAPE_ROWS = (
     ("decode chars/s", "decode_chars_per_s", 1),
@@ -128,26 +129,48 @@ def _fmt(s: Stats | None, key: str, digits: int = 1) -> str:
     return f"{getattr(s, key):.{digits}f}"
 
 
+def setup_title(run: Run) -> str:
+    """What was measured, in one line, saying only what applies to the run's kind: a server's URL and concurrency
+    (its weights and threads are the server's, unknown here), or a model here with its engine, weights, device,
+    dtype and threads."""
+    c = run.config
+    if c.mode == "endpoint" and c.endpoint is not None:
+        # recorded redacted; a file from elsewhere may not be
+        return f"{c.model} via {redact_url(c.endpoint.url)} · concurrency {c.endpoint.concurrency}"
+    engine = [c.engine] if c.engine not in (None, "transformers") else []
+    parts = [
+        c.model,
+        *engine,
+        *([f"{c.weights} weights"] if c.weights != "unknown" else []),
+        *([] if engine else [c.device]),
+        c.dtype,
+        *([f"{c.threads} threads"] if c.threads is not None else []),
+    ]
+    return " · ".join(parts)
+
+
+def summary_rows(run: Run) -> list[tuple[str, Stats | None, int]]:
+    """(label, stats, decimals) of every row a summary table shows, the terminal's and the report's alike: the
+    timings, then the shape of the wait where the run has it."""
+    s = run.summary
+    if s is None:
+        return []
+    rows = [(label, getattr(s, key), digits) for label, key, digits in SUMMARY_ROWS]
+    return rows + [(label, stats, digits) for label, key, digits in SHAPE_ROWS if (stats := getattr(s, key))]
+
+
 def summary_table(run: Run) -> Table:
     """Mean/p50/p90/min/max of each metric; its first column is the seed's table (means)."""
     s = run.summary
     c = run.config
-    title = escape(f"{c.model} · {c.weights} weights · {c.device} · {c.dtype} · {c.threads} threads")
-    if c.engine not in (None, "transformers"):
-        title = escape(f"{c.model} · {c.engine} · {c.weights} weights · {c.dtype} · {c.threads} threads")
-    if c.mode == "endpoint" and c.endpoint is not None:
-        # recorded redacted; a file from elsewhere may not be
-        title = escape(f"{c.model} via {redact_url(c.endpoint.url)} · concurrency {c.endpoint.concurrency}")
-    table = Table(title=title, title_justify="left")
+    table = Table(title=escape(setup_title(run)), title_justify="left")
     table.add_column("metric")
-    for col in ("mean", "p50", "p90", "min", "max"):
+    for col in SUMMARY_COLUMNS:
         table.add_column(col, justify="right")
     if s is None:
         return table
-    rows = [(label, getattr(s, key), digits) for label, key, digits in SUMMARY_ROWS]
-    rows += [(label, stats, digits) for label, key, digits in SHAPE_ROWS if (stats := getattr(s, key)) is not None]
-    for label, stats, digits in rows:
-        table.add_row(label, *(_fmt(stats, k, digits) for k in ("mean", "p50", "p90", "min", "max")))
+    for label, stats, digits in summary_rows(run):
+        table.add_row(label, *(_fmt(stats, k, digits) for k in SUMMARY_COLUMNS))
     caption = f"{s.requests} requests" + ("" if run.complete else " (incomplete run)")
     if s.tpot_bound_ms is not None and s.tpot_efficiency is not None:
         caption += (

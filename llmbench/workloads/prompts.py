@@ -33,6 +33,10 @@ def check_whole(option: str, value: int, low: int = 1, high: int = MAX_REQUESTS,
     return value
 
 
+# config.prompt_file of prompts given in code (llmbench.measure(["..."])): no file holds them to measure again
+IN_MEMORY = "<list>"
+
+
 @dataclass(frozen=True)
 class PromptSet:
     """The prompts of one file, in order, with the file's identity."""
@@ -66,7 +70,7 @@ class PromptSet:
                        turn=turn, **kw)  # fmt: skip
 
     @classmethod
-    def from_list(cls, prompts: Sequence[str], name: str = "<list>") -> PromptSet:
+    def from_list(cls, prompts: Sequence[str], name: str = IN_MEMORY) -> PromptSet:
         """Prompts given in code; ``sha256`` is that of the file that would hold them one a line."""
         items = tuple(prompts)
         if not items:

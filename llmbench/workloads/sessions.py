@@ -62,14 +62,18 @@ def expand(prompts: PromptSet, turns: int) -> PromptSet:
             if prompts.output_tokens is not None:
                 own.append(prompts.output_tokens[i] if k == 0 else later_tokens)
     output_tokens = tuple(own) if prompts.output_tokens is not None else None
+    return dataclasses.replace(prompts, sha256=digest(prompts, turns), prompts=tuple(texts), line_numbers=tuple(where),
+                               output_tokens=output_tokens, cold=tuple(cold), turns=tuple(places),
+                               followups=None)  # fmt: skip
+
+
+def digest(prompts: PromptSet, turns: int) -> str:
+    """The sha256 of ``prompts`` expanded into ``turns`` turns (config.prompt_sha256 of a --turns run)."""
     # the data's later turns are part of what was sent: two datasets with the same first turns don't pair
     key: list[Any] = [prompts.sha256, turns]
     if prompts.followups is not None and any(prompts.followups):
         key.append([list(f) for f in prompts.followups])
-    digest = hashlib.sha256(json.dumps(key, ensure_ascii=False).encode("utf-8")).hexdigest()
-    return dataclasses.replace(prompts, sha256=digest, prompts=tuple(texts), line_numbers=tuple(where),
-                               output_tokens=output_tokens, cold=tuple(cold), turns=tuple(places),
-                               followups=None)  # fmt: skip
+    return hashlib.sha256(json.dumps(key, ensure_ascii=False).encode("utf-8")).hexdigest()
 
 
 def record(prompts: PromptSet, turns: int, think_time_s: float, followups: bool) -> dict[str, Any]:
