@@ -99,8 +99,17 @@ def reporter(quiet: bool = False) -> Iterator[ProgressReporter]:
         transient=False,
         auto_refresh=False,
     )
-    with progress:
+    progress.start()
+    try:
         yield ProgressReporter(progress, quiet)
+    finally:
+        # refused before any bar showed: its empty last frame would print a blank line above the one-line refusal
+        hidden, quiet_before = not any(t.visible for t in progress.tasks), err.quiet
+        err.quiet = quiet_before or hidden
+        try:
+            progress.stop()
+        finally:
+            err.quiet = quiet_before
 
 
 # (label, Summary field, decimals): the rows of every summary table, terminal and HTML
