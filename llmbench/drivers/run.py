@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING, Any, Union
 
 from llmbench.backends import Backend
 from llmbench.core.errors import UserError
@@ -119,6 +119,8 @@ async def run(
         await backend.start(prompts)
         try:
             track = new_track(backend, prompts, path, previous)
+            if spec is not None and not isinstance(target, (ModelOptions, EndpointOptions)):
+                spec = _loaded_model(spec, track.fresh.config)
             for record in (track.fresh, track.run):
                 prepared.annotate(record.config)
                 record.config.spec = spec if spec is not None else record.config.spec
@@ -140,6 +142,14 @@ async def run(
         if server is not None:
             server.close()  # whatever the end: SIGTERM to its process group, SIGKILL after a grace period
     return runs[0], track.path
+
+
+def _loaded_model(spec: dict, config: Any) -> dict:
+    """The recorded spec of a run of a model loaded before (``measure(model=load_model(...))``): its ``[model]``
+    says what was loaded (the spec's loading settings did not apply), so that a replay loads the same."""
+    loaded = {"model": config.model, "weights": config.weights, "dtype": config.dtype, "device": config.device,
+              "threads": config.threads, "engine": config.engine}  # fmt: skip
+    return {**spec, "model": {**spec.get("model", {}), **{k: v for k, v in loaded.items() if v is not None}}}
 
 
 async def _shared(

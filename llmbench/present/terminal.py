@@ -967,12 +967,12 @@ def cost_lines(run: Any) -> list[str]:
     gpu = run.machine.gpu if getattr(run, "machine", None) is not None else None
     if gpu:
         if gpu.get("j_per_output_token") is not None:
-            energy = (f"{gpu['j_per_output_token']:.4g} J per output token ({gpu['output_tokens_per_j']:.3g} tokens "
-                      f"per J; {gpu['energy_method']})")  # fmt: skip
+            per_j = f"{gpu['output_tokens_per_j']:.3g} tokens per J; " if gpu.get("output_tokens_per_j") else ""
+            energy = f"{gpu['j_per_output_token']:.4g} J per output token ({per_j}{gpu.get('energy_method')})"
         else:
             energy = f"energy unknown: {gpu.get('energy_missing')}"
         power = f", {gpu['power_w_mean']:.0f} W mean" if gpu.get("power_w_mean") is not None else ""
-        clocks = (f", SM clock {gpu['sm_clock_mhz_min']}-{gpu['sm_clock_mhz_max']} MHz"
+        clocks = (f", SM clock {gpu['sm_clock_mhz_min']}-{gpu.get('sm_clock_mhz_max')} MHz"
                   if gpu.get("sm_clock_mhz_min") is not None else "")  # fmt: skip
         events = f", clock events: {', '.join(gpu['clock_events'])}" if gpu.get("clock_events") else ""
         lines.append(f"GPU {gpu.get('name') or ''}: {energy}{power}{clocks}{events}")

@@ -41,6 +41,9 @@ if TYPE_CHECKING:  # numpy is imported where used: the spec reads this module's 
     import numpy as np
 
 WORDS_PER_MINUTE = 238.0  # Brysbaert (2019): adults' silent reading of non-fiction, English
+# a pace's bounds (the spec's --reading-wpm/--reading-cps, and a run's config.reader read back): a reader of 30 to
+# 3,000 words a minute, up to 1,000 characters a second; slower is no reading, faster no person
+MIN_WPM, MAX_WPM, MAX_CPS = 30.0, 3000.0, 1000.0
 STALL_MS = 100.0  # a wait the reader notices (a frame is 16 ms; 100 ms is the classic "instant" limit)
 TOKENS_PER_WORD = 1.3  # Andes' conversion between its reading speeds in words and tokens
 ANDES_TTFT_MS = 1000.0  # Andes' expected TTFT in its evaluation (1 s)
@@ -85,8 +88,11 @@ class Pace:
 
     @classmethod
     def of(cls, record: dict[str, Any] | None) -> Pace:
-        """The pace a run's ``config.reader`` records (None: the default)."""
-        return cls(**record) if record else cls()
+        """The pace a run's ``config.reader`` records (None: the default); keys a newer version may add are left
+        out."""
+        if not record:
+            return cls()
+        return cls(**{k: record[k] for k in ("words_per_minute", "chars_per_s") if k in record})
 
 
 def pace_record(words_per_minute: float = WORDS_PER_MINUTE, chars_per_s: float | None = None) -> dict[str, Any] | None:

@@ -63,11 +63,19 @@ change together); split over files, a change could bump one part and not the oth
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from llmbench.results import records as rec
+
 SCHEMA_VERSION = 1
+
+# The bounds a measured value is read back with: a malformed file (a negative or NaN time, a negative count) is
+# refused in one line when read, never shown as a figure. Times are milliseconds since the request's start.
+Ms = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+Count = Annotated[int, Field(ge=0)]
+Positive = Annotated[int, Field(ge=1)]
 SCAN_VERSION = 1  # scan.json (llmbench scan); history: 1 (llmbench 0.2.0) first version
 LOAD_VERSION = 1  # load.json (llmbench load); history: 1 (llmbench 0.2.0) first version
 PAINT_VERSION = 1  # llmbench paint's JSON (results/paint.py); history: 1 first version
@@ -215,16 +223,16 @@ class Arrival(_Model):
     duration_s: float | None = None  # --duration: the schedule was cut at this many seconds
     # --trace: the trace replayed (workloads.trace.Trace.record: file, format, hash, time unit and scale, window,
     # rows, expected prefix reuse); the offsets are its rows' scaled times
-    trace: dict | None = None
+    trace: rec.TraceInfo | None = None
 
 
 class EndpointConfig(_Model):
     url: str = _match(RESUME, COMPARE, default=...)  # the chat completions URL, without credentials or query
     api_key_env: str | None = None  # the variable the key came from (the key itself is never written)
-    concurrency: int = _match(RESUME, COMPARE, default=1)
+    concurrency: Positive = _match(RESUME, COMPARE, default=1)
     server: dict | None = None  # what GET /health said (llmbench serve), if anything
     # fields sent besides messages/model/stream (max_tokens, temperature, ...)
-    request_extra: dict = _match(RESUME, COMPARE, default_factory=dict)
+    request_extra: rec.RequestExtra = _match(RESUME, COMPARE, default_factory=dict)
     arrival: Arrival | None = _match(RESUME, COMPARE, default=None)  # open loop (--rate); None: closed loop
     workers: int = 1  # client processes that shared the schedule (--workers)
 
@@ -250,7 +258,7 @@ class ABConfig(_Model):
     # the first full_pairs (prompt, repeat) keys, round by round); None: every round whole
     full_pairs: int | None = None
     # how each process was set up: {"hash_seed": [...], "env_pad": [...], "first": [...]} per process (randomized)
-    setup: dict | None = None
+    setup: rec.AbSetup | None = None
 
 
 class RunConfig(_Model):
@@ -260,8 +268,9 @@ class RunConfig(_Model):
     engine: str | None = _match(RESUME, COMPARE, default=None)
     # what the weights and activations are on that engine: {format, weights, activations, kv_cache} (engines
     # other than transformers, whose dtype and quantization say it)
-    precision: dict | None = _match(RESUME, COMPARE, default=None)
-    engine_settings: dict | None = _match(RESUME, default=None)  # thread counts per phase, context, attention
+    precision: rec.Precision | None = _match(RESUME, COMPARE, default=None)
+    # thread counts per phase, context, attention; ab's worker processes
+    engine_settings: rec.EngineSettings | None = _match(RESUME, default=None)
     model: str = _match(RESUME, COMPARE, default=...)
     model_source: str  # "hub" | "folder" | "gguf" | "builtin" | "endpoint"
     # unknown: an endpoint that doesn't say
@@ -269,14 +278,14 @@ class RunConfig(_Model):
     device: str = _match(RESUME, COMPARE, default=...)
     dtype: str = _match(RESUME, COMPARE, default=...)
     dtype_reason: str = ""
-    threads: int | None = _match(RESUME, COMPARE)
-    max_new_tokens: int = _match(RESUME, COMPARE, default=...)
+    threads: Positive | None = _match(RESUME, COMPARE)
+    max_new_tokens: Positive = _match(RESUME, COMPARE, default=...)
     ignore_eos: bool = _match(RESUME, COMPARE, default=...)
-    warmup: int
-    repeats: int = _match(RESUME, COMPARE, default=...)
+    warmup: Count
+    repeats: Positive = _match(RESUME, COMPARE, default=...)
     prompt_file: str
     prompt_sha256: str = _match(RESUME, COMPARE, default=...)
-    prompt_count: int
+    prompt_count: Count
     sampling: Sampling = _match(RESUME, COMPARE, default_factory=lambda: Sampling())
     chat_template: bool = _match(RESUME, COMPARE, default=True)
     system_prompt: str | None = _match(RESUME, COMPARE)
@@ -291,10 +300,10 @@ class RunConfig(_Model):
     )  # "int8" weight-only, "int8-dynamic" (llmbench.engines.hf.quantize)
     # --speculative: {method, draft_tokens, max_ngram | draft_model} (core.speculative; the draft's load record is
     # load.draft); None: plain decoding
-    speculative: dict | None = _match(RESUME, COMPARE, default=None)
+    speculative: rec.Speculative | None = _match(RESUME, COMPARE, default=None)
     # the reader's pace the shape of the wait was measured against: {words_per_minute, chars_per_s}; None: the
     # default, 238 words a minute (llmbench.results.reader.pace_record)
-    reader: dict | None = _match(RESUME, COMPARE, default=None)
+    reader: rec.Reader | None = _match(RESUME, COMPARE, default=None)
     # --prefix-cache: "system" (the shared prefix's keys and values computed once per process and reused);
     # None: every request prefills its whole prompt, nothing reused between requests
     prefix_cache: str | None = _match(RESUME, COMPARE, default=None)
@@ -305,17 +314,17 @@ class RunConfig(_Model):
     ab: ABConfig | None = None  # llmbench ab: the run it was interleaved with
     # --synthetic / scan: {tokens, count, seed, generator, corpus_sha256[, scan_point]}: the prompts are a
     # function of these and the model's tokenizer (prompt_sha256 covers them)
-    synthetic: dict | None = None
+    synthetic: rec.Synthetic | None = None
     # a dataset (llmbench.workloads.dataset): {version, path, format, file_sha256, prompt_column, output_len_column,
     # output_tokens_from, output_tokens, min/max_prompt_tokens, num_prompts, seed, entries, kept, dropped_*,
     # skipped, rows}; prompt_sha256 covers the chosen prompts and their output lengths
-    prompt_source: dict | None = None
+    prompt_source: rec.PromptSource | None = None
     # --turns (workloads.sessions): {turns, conversations, think_time_s, later_turns, follow_ups}; each turn is a
     # prompt of its own (prompt_count counts turns)
-    sessions: dict | None = None
+    sessions: rec.Sessions | None = None
     # the settings the run was asked for, table by table as llmbench.spec declares them (None values left out,
     # URLs without credentials): what `run --config-from` repeats; the fields above are what they resolved to
-    spec: dict | None = None
+    spec: rec.SpecRecord | None = None
 
     @model_validator(mode="after")
     def _engine(self) -> RunConfig:
@@ -343,7 +352,7 @@ class Environment(_Model):
     gpu: GPUInfo | None = _match(RESUME, ENV)
     engine: str | None = _match(RESUME, ENV)  # the engine's package and version (--engine other than transformers)
     cpu_flags: list[str] | None = None  # instruction-set flags (avx*, amx*, fma, ...): the history's fingerprint
-    git: dict | None = None  # the checkout llmbench ran in: {commit, branch, dirty} (the history's "measured code")
+    git: rec.Git | None = None  # the checkout llmbench ran in: {commit, branch, dirty} (the history's measured code)
 
 
 class Offload(_Model):
@@ -365,9 +374,9 @@ class LoadInfo(_Model):
     quantize_s: float | None = None  # --quantize: seconds spent quantizing, after loading
     compile_s: float | None = None  # --compile: wall time of a 2-token generate() that compiles (untimed)
     convert_s: float | None = None  # --engine: converting the model for the engine (0 when cached; untimed)
-    converted: dict | None = None  # --engine: {steps: [{from, to, tool, seconds, cached}], path, cache_key}
+    converted: rec.Converted | None = None  # --engine: {steps: [{step, tool, seconds, cached, cache_key}], path}
     # --weights random: the content-addressed safetensors file the weights came from {path, key, hit, build_s}
-    weights_cache: dict | None = None
+    weights_cache: rec.WeightsCache | None = None
     weights_mmapped: bool | None = None  # the weights' memory is the file's pages (shared), not a private copy
     startup_s: float | None = None  # a worker: from its process's start to ready (imports, load, checks)
     # --speculative draft:MODEL: the draft model's own load, checked as the target's ({model, source, dtype,
@@ -381,19 +390,19 @@ class LoadInfo(_Model):
     # loader does both), build_s (the model or engine made ready: eval, attention, the offload check, the
     # engine's own load), warmup_s (the warm-up requests), first_ttft_ms (the first request after loading,
     # which warm-ups hide from the measured ones)
-    phases: dict[str, float | None] | None = None
+    phases: rec.Phases | None = None
 
 
 class RequestResult(_Model):
     prompt_index: int
     repeat: int
-    prompt_tokens: int | None  # None: unknown (an endpoint that sent no usage, no --tokenizer)
-    output_tokens: int
-    tokenize_ms: float
-    ttft_ms: float
-    tpot_ms: float | None  # None when output_tokens < 2
-    e2e_ms: float
-    token_times_ms: list[float]
+    prompt_tokens: Count | None  # None: unknown (an endpoint that sent no usage, no --tokenizer)
+    output_tokens: Count
+    tokenize_ms: Ms
+    ttft_ms: Ms
+    tpot_ms: Ms | None  # None when output_tokens < 2
+    e2e_ms: Ms
+    token_times_ms: list[Ms]
     output_token_ids_sha256: str
     output_text: str
     started_s: float = 0.0  # seconds since the first measured request started: shows drift over a run
@@ -452,7 +461,7 @@ class RequestResult(_Model):
     prompt_tokens_computed: int | None = None  # --prefix-cache: prompt tokens this request prefilled itself
     # the shape of the wait (METRIC_FORMULAS, llmbench.results.reader): each stamp's text's end in output_text,
     # and what a reader at the default pace went through
-    text_offsets: list[int] | None = None
+    text_offsets: list[Count] | None = None
     first_visible_ms: float | None = None
     reader_stall_ms: float | None = None
     reader_stalls: int | None = None
@@ -473,7 +482,7 @@ class RequestResult(_Model):
 
 
 class Stats(_Model):
-    n: int
+    n: Count
     mean: float
     p50: float
     p90: float
@@ -484,7 +493,7 @@ class Stats(_Model):
 
 
 class Summary(_Model):
-    requests: int
+    requests: Count
     ttft_ms: Stats
     tpot_ms: Stats | None = None
     e2e_ms: Stats
@@ -584,8 +593,8 @@ class MachineState(_Model):
     samples: list[MachineSample] = []
     # runs on a CUDA device: the card's record (machine.telemetry.gpu_summary: energy, J per output token, clocks,
     # clock events, temperature, memory peaks, other processes; what the card can't give, and why) and samples
-    gpu: dict | None = None
-    gpu_samples: list[dict] = []
+    gpu: rec.Gpu | None = None
+    gpu_samples: list[rec.GpuSampleDict] = []
 
 
 class ClientStats(_Model):
@@ -656,12 +665,12 @@ class Run(_Model):
     sessions: list[Session] = []
     client: ClientStats | None = None  # endpoint runs
     failed_requests: list[FailedRequest] = []  # endpoint runs: requests the server failed, the rest went on
-    quality: dict | None = None  # sweep --quality: this setup against the reference (llmbench quality's fields)
+    quality: rec.Quality | None = None  # sweep --quality: the setup against the reference (llmbench quality's)
     # in-process runs: what the tokens cost the CPU (llmbench.machine.telemetry.cpu_record): cpu_s, cores_busy,
     # cpu_ms_per_output_token, cpu_ms_per_request, freq_mhz_mean, energy_j (RAPL) or energy_missing
-    cpu: dict | None = None
+    cpu: rec.Cpu | None = None
     # endpoint runs with --server-metrics: the server's Prometheus page over the window (servermetrics.summarize)
-    server_metrics: dict | None = None
+    server_metrics: rec.ServerMetrics | None = None
     server_boot: ServerBoot | None = None  # endpoint runs with --server-command: the server's cold start
 
 
@@ -675,16 +684,16 @@ class RequestScalars(_Lean):
 
     prompt_index: int
     repeat: int
-    prompt_tokens: int | None
-    output_tokens: int
-    ttft_ms: float
-    tpot_ms: float | None
-    e2e_ms: float
+    prompt_tokens: Count | None
+    output_tokens: Count
+    ttft_ms: Ms
+    tpot_ms: Ms | None
+    e2e_ms: Ms
     output_token_ids_sha256: str
     prompt_token_ids_sha256: str | None = None
     process: int | None = None
     pinned_cpu: int | None = None
-    tokenize_ms: float = 0.0
+    tokenize_ms: Ms = 0.0
     ttft_only: bool = False
     cached_tokens: int | None = None  # compare's lever lines: the prefix's length, the first lossless mismatch
     lossless: bool | None = None
@@ -713,10 +722,10 @@ class RunScalars(_Lean):
     summary: Summary | None = None
     requests: list[RequestScalars] = []
     ttft_requests: list[RequestScalars] = []
-    quality: dict | None = None
+    quality: rec.Quality | None = None
     warnings: list[str] = []
-    cpu: dict | None = None
-    server_metrics: dict | None = None
+    cpu: rec.Cpu | None = None
+    server_metrics: rec.ServerMetrics | None = None
     server_boot: ServerBoot | None = None
 
 

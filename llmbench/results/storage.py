@@ -377,7 +377,8 @@ def _scalar_decoder(extra: tuple[str, ...] = ()) -> Any:
         fields: list[Any] = []
         infos = {**RequestScalars.model_fields, **{k: RequestResult.model_fields[k] for k in extra}}
         for name, info in infos.items():
-            fields.append((name, info.annotation) if info.is_required() else (name, info.annotation, info.default))
+            kind = _msgspec_type(info.annotation, info.metadata)
+            fields.append((name, kind) if info.is_required() else (name, kind, info.default))
         row = msgspec.defstruct("RequestRow", fields, forbid_unknown_fields=False, frozen=True, kw_only=True)
         top: list[Any] = [("schema_version", int), ("requests", list[row], [])]  # type: ignore[valid-type]
         top += [
@@ -385,6 +386,27 @@ def _scalar_decoder(extra: tuple[str, ...] = ()) -> Any:
         ]
         _SCALAR_DECODERS[extra] = msgspec.json.Decoder(msgspec.defstruct("RunTop", top, forbid_unknown_fields=False))
     return _SCALAR_DECODERS[extra]
+
+
+def _msgspec_type(annotation: Any, metadata: Any = ()) -> Any:
+    """A pydantic field's type for msgspec, its lower bounds kept (``ge``: a negative time is refused on both read
+    paths alike); pydantic's own ``Annotated`` metadata, which msgspec would ignore, is translated."""
+    import types
+    import typing
+
+    import annotated_types
+    import msgspec
+
+    if typing.get_origin(annotation) is typing.Annotated:
+        base, *extra = typing.get_args(annotation)
+        return _msgspec_type(base, [m for e in extra for m in getattr(e, "metadata", [e])])
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin in (typing.Union, types.UnionType):
+        annotation = typing.Union[tuple(_msgspec_type(a) for a in args)]
+    elif args and origin is not typing.Literal:
+        annotation = origin[tuple(_msgspec_type(a) for a in args)]
+    ge: Any = next((m.ge for m in metadata if isinstance(m, annotated_types.Ge)), None)
+    return typing.Annotated[annotation, msgspec.Meta(ge=ge)] if ge is not None else annotation
 
 
 def _scalars(data: bytes, extra: tuple[str, ...] = ()) -> RunScalars:

@@ -12,6 +12,9 @@ or with other defaults (``ab`` asks 64 tokens, ``run`` 256), takes a :func:`view
 help, narrowed. The spec is what a user asks for; :func:`llmbench.options.run_options_of` and its siblings resolve
 it into the option types the drivers run (``ignore_eos`` left unset is on with random weights, ``--compile``
 implies the static cache, ...), in one place.
+
+Why one module of 600-odd lines (over 600): the sections, and the one reading of a setting from every place it comes
+from (an option, a config file, a run's record: strict, paths from the file's folder), change together.
 """
 
 from __future__ import annotations
@@ -260,10 +263,10 @@ class ReaderSection(Section):
         reader.WORDS_PER_MINUTE,
         "A reader's pace, words a minute (Brysbaert 2019: adults read non-fiction silently at 238): the stalls, "
         "Andes' QoE and Etalon's fluidity of every answer are measured against it.",
-        panel=_READER, ge=30, le=3000, allow_inf_nan=False,
+        panel=_READER, ge=reader.MIN_WPM, le=reader.MAX_WPM, allow_inf_nan=False,
     )  # fmt: skip
     reading_cps: Optional[float] = setting(None, "The pace in characters a second instead (any script; overrides "
-                                           "--reading-wpm).", panel=_READER, gt=0, le=1000,
+                                           "--reading-wpm).", panel=_READER, gt=0, le=reader.MAX_CPS,
                                            allow_inf_nan=False)  # fmt: skip
 
 

@@ -17,3 +17,13 @@ def test_measure_records_a_list_in_memory_as_such(tiny_model_dir, tmp_path, prom
     llmbench.save_run(run, out)
     r = cli("run", "--config-from", out, "-o", tmp_path / "again.json")
     assert r.returncode == 2 and "prompts passed in memory" in r.stderr, r.stderr
+
+
+def test_a_run_of_a_model_loaded_before_records_what_was_loaded(tiny_model_dir, prompt_file):
+    loaded = llmbench.load_model(str(tiny_model_dir), dtype="float32", threads=1)
+    # the spec's loading settings don't apply to a loaded model: the record says what it was, not the spec's
+    spec = RunSpec.of({"prompts": prompt_file, "max_new_tokens": 2, "warmup": 0, "dtype": "bfloat16"})
+    run = llmbench.measure(None, spec, model=loaded)
+    recorded = run.config.spec["model"]
+    assert recorded["model"] == run.config.model and run.config.model.endswith(tiny_model_dir.name), recorded
+    assert recorded["dtype"] == "float32" == run.config.dtype and recorded["threads"] == 1, recorded

@@ -45,6 +45,8 @@ def _request(times: list[float], *, index: int = 0, started_s: float = 0.0, text
         "started_s": started_s,
         "text_offsets": [len(WORD) * (k + 1) for k in range(len(times))] if offsets else None,
     }
+    if not times:  # no stamp: a NaN TTFT, which a run's file can't hold (the schema refuses it): built unchecked
+        return RequestResult.model_construct(**{**fields, **extra})
     return RequestResult(**{**fields, **extra})
 
 
