@@ -54,6 +54,11 @@ Schema history (bump ``SCHEMA_VERSION`` on any change a reader of the old versio
     fresh runner: what the plan was priced with, a cold first start measured apart); config.ab.full_pairs (0.3.0,
     ab --budget: the last round of the prompts partly measured, the pairs filling the budget);
     requests[].pinned_cpu (0.3.0, ab --duet: the CPU each request ran on, which compare balances TPOT's gaps over).
+  Read back with bounds and types, the version unchanged (every file llmbench wrote holds them): the requests'
+    times finite and 0 or more, counts 0 or more, config's max_new_tokens/repeats/threads 1 or more, and every
+    dict-shaped record (config.reader/speculative/prompt_source/..., cpu, machine.gpu, server_metrics, quality)
+    checked key by key (llmbench.results.records); config.spec names the prompts measured, local paths absolute,
+    none for prompts passed in memory (config.prompt_file "<list>") (0.3.0, issue 66).
 
 No torch here: compare, show and the endpoint client read and write runs without it. Why one module of
 700-odd lines (over 600): the schema is one versioned contract (the version, its history and every model it covers
@@ -76,6 +81,8 @@ SCHEMA_VERSION = 1
 Ms = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 Count = Annotated[int, Field(ge=0)]
 Positive = Annotated[int, Field(ge=1)]
+Finite = Annotated[float, Field(allow_inf_nan=False)]  # a time of any sign (a lateness, a start before the first)
+Index = Annotated[int, Field(ge=-(2**31), lt=2**31)]  # a prompt's or repeat's index (a warm-up's are negative)
 SCAN_VERSION = 1  # scan.json (llmbench scan); history: 1 (llmbench 0.2.0) first version
 LOAD_VERSION = 1  # load.json (llmbench load); history: 1 (llmbench 0.2.0) first version
 PAINT_VERSION = 1  # llmbench paint's JSON (results/paint.py); history: 1 first version
@@ -394,8 +401,8 @@ class LoadInfo(_Model):
 
 
 class RequestResult(_Model):
-    prompt_index: int
-    repeat: int
+    prompt_index: Index
+    repeat: Index
     prompt_tokens: Count | None  # None: unknown (an endpoint that sent no usage, no --tokenizer)
     output_tokens: Count
     tokenize_ms: Ms
@@ -405,15 +412,15 @@ class RequestResult(_Model):
     token_times_ms: list[Ms]
     output_token_ids_sha256: str
     output_text: str
-    started_s: float = 0.0  # seconds since the first measured request started: shows drift over a run
+    started_s: Finite = 0.0  # seconds since the first measured request started: shows drift over a run
     truncated_tokens: int = 0  # prompt tokens cut to fit the context (--truncate)
     session: int = 0  # index into Run.sessions: which invocation measured it (--resume adds sessions)
     # endpoint runs only: stamps are per content event, not per token
     chunks: int | None = None  # content events received (== len(token_times_ms))
     tokens_from: Literal["usage", "tokenizer", "chunks"] | None = None  # where output_tokens came from
-    stream_end_ms: float | None = None  # [DONE] (or the body's end) arrived, ms since request_start
-    server_ttft_ms: float | None = None  # llmbench serve's own stamp of the first token (from arrival)
-    server_queue_ms: float | None = None  # llmbench serve: arrival until the model started on it (templating + wait)
+    stream_end_ms: Finite | None = None  # [DONE] (or the body's end) arrived, ms since request_start
+    server_ttft_ms: Finite | None = None  # llmbench serve's own stamp of the first token (from arrival)
+    server_queue_ms: Finite | None = None  # llmbench serve: arrival until the model started on it (templating + wait)
     # the server's usage.prompt_tokens_details.cached_tokens: prompt tokens its prefix cache served (vLLM, SGLang,
     # OpenAI); None when it does not say
     cached_tokens: int | None = None
@@ -424,15 +431,15 @@ class RequestResult(_Model):
     # --turns: the conversation (the prompt that opened it) and the turn (0: the first) this request was
     conversation: int | None = None
     turn: int | None = None
-    eos_ms: float | None = None  # endpoint runs: arrival of the finishing event of an end-of-sequence token that
+    eos_ms: Finite | None = None  # endpoint runs: arrival of the finishing event of an end-of-sequence token that
     # carried no text but that usage counts (TPOT's span ends there)
     # open-loop runs (--rate): when it was due, and how late the client sent it
-    scheduled_s: float | None = None  # seconds since the run's start
-    send_lateness_ms: float | None = None  # request start - scheduled time (the client's own delay)
-    ttft_from_schedule_ms: float | None = None  # send_lateness_ms + ttft_ms: what a user arriving on time waits
-    e2e_from_schedule_ms: float | None = None
+    scheduled_s: Finite | None = None  # seconds since the run's start
+    send_lateness_ms: Finite | None = None  # request start - scheduled time (the client's own delay)
+    ttft_from_schedule_ms: Finite | None = None  # send_lateness_ms + ttft_ms: what a user arriving on time waits
+    e2e_from_schedule_ms: Finite | None = None
     # reasoning streams: ttft_ms stays the first *content* event
-    ttfrt_ms: float | None = None  # time to the first reasoning event (delta.reasoning_content / .reasoning)
+    ttfrt_ms: Finite | None = None  # time to the first reasoning event (delta.reasoning_content / .reasoning)
     reasoning_events: int | None = None
     reasoning_tokens: int | None = None  # usage.completion_tokens_details.reasoning_tokens
     # both counts, when the server sent usage and --tokenizer counted the text (tokens_from says which one the
@@ -442,7 +449,7 @@ class RequestResult(_Model):
     process: int | None = None  # ab --processes: which of the side's worker processes measured it (0-based)
     pinned_cpu: int | None = None  # ab --duet: the CPU the worker ran it on (compare balances TPOT's gaps over them)
     ttft_only: bool = False  # one output token, for TTFT alone: kept in Run.ttft_requests, never in requests
-    cpu_ms: float | None = None  # in-process runs: this process's CPU time (user + system) during the request
+    cpu_ms: Finite | None = None  # in-process runs: this process's CPU time (user + system) during the request
     # in-process runs: the input ids' hash (equal across engines when they were fed the same ids)
     prompt_token_ids_sha256: str | None = None
     # --engine other than transformers: the engine's own stopwatch and counters (ENGINE_METRIC_FORMULAS)
@@ -626,13 +633,13 @@ class ServerBoot(_Model):
 
 
 class FailedRequest(_Model):
-    prompt_index: int
-    repeat: int
+    prompt_index: Index
+    repeat: Index
     error: str
     status: int | None = None  # HTTP status, when there was one
-    started_s: float = 0.0
+    started_s: Finite = 0.0
     session: int = 0
-    scheduled_s: float | None = None  # open-loop runs: when it was due
+    scheduled_s: Finite | None = None  # open-loop runs: when it was due
 
 
 class Session(_Model):
@@ -682,8 +689,8 @@ class _Lean(BaseModel):
 class RequestScalars(_Lean):
     """A request without its token stamps and text: what compare needs."""
 
-    prompt_index: int
-    repeat: int
+    prompt_index: Index
+    repeat: Index
     prompt_tokens: Count | None
     output_tokens: Count
     ttft_ms: Ms

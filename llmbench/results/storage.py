@@ -389,8 +389,8 @@ def _scalar_decoder(extra: tuple[str, ...] = ()) -> Any:
 
 
 def _msgspec_type(annotation: Any, metadata: Any = ()) -> Any:
-    """A pydantic field's type for msgspec, its lower bounds kept (``ge``: a negative time is refused on both read
-    paths alike); pydantic's own ``Annotated`` metadata, which msgspec would ignore, is translated."""
+    """A pydantic field's type for msgspec, its bounds kept (a negative time is refused on both read paths alike):
+    pydantic's own ``Annotated`` metadata, which msgspec would ignore, is translated."""
     import types
     import typing
 
@@ -405,8 +405,10 @@ def _msgspec_type(annotation: Any, metadata: Any = ()) -> Any:
         annotation = typing.Union[tuple(_msgspec_type(a) for a in args)]
     elif args and origin is not typing.Literal:
         annotation = origin[tuple(_msgspec_type(a) for a in args)]
-    ge: Any = next((m.ge for m in metadata if isinstance(m, annotated_types.Ge)), None)
-    return typing.Annotated[annotation, msgspec.Meta(ge=ge)] if ge is not None else annotation
+    kinds = (annotated_types.Ge, annotated_types.Gt, annotated_types.Le, annotated_types.Lt)
+    bounds = {kind.__name__.lower(): getattr(m, kind.__name__.lower()) for m in metadata for kind in kinds
+              if isinstance(m, kind)}  # fmt: skip
+    return typing.Annotated[annotation, msgspec.Meta(**bounds)] if bounds else annotation
 
 
 def _scalars(data: bytes, extra: tuple[str, ...] = ()) -> RunScalars:

@@ -32,9 +32,20 @@ def reference() -> str:
         "run = llmbench.measure(spec=spec, max_new_tokens=16)  # keywords override the spec, by field name",
         "```",
         "",
-        "An unknown table or key, or a value of the wrong type or out of bounds, is one line naming the file and the",
-        "key (exit 2). `[outputs]` is where a result goes, not how it was measured: it is never recorded or printed.",
-        "URLs are recorded and printed without credentials or query.",
+        "An unknown table or key, or a value of the wrong type or out of bounds, is one line naming the file, the",
+        'key and the type expected (exit 2). Nothing is coerced: `true` is no integer, `"5"` no number, `"yes"` no',
+        "boolean (an integer is taken where a number is asked). `[outputs]` is where a result goes, not how it was",
+        "measured: it is never recorded or printed. URLs are recorded and printed without credentials or query.",
+        "",
+        "A relative path in a config file (`prompts`, `trace`, a `model` or `tokenizer` folder beside it) is read from",
+        "the file's own folder, so a committed config works from any working folder. `--print-config` and a run's",
+        "`config.spec` write local paths absolute (a shipped prompt set by its name), so `--config-from RUN.json`",
+        "finds the prompts from anywhere; it refuses, in one line, a prompt file whose sha256 differs from the one the",
+        "run recorded, and a run whose prompts were passed in memory (`llmbench.measure([...])`), unless PROMPTS is",
+        "given.",
+        "",
+        "Every plan is bounded before anything loads: prompts x `repeats` x `turns` (and a sweep's setups, a scan's",
+        "points, a load test's rates) at most 10,000,000 requests (`MAX_PLANNED`, [limits](limits.md)).",
     ]
     for table, section in RunSpec.sections().items():
         sub = schema["$defs"][section.__name__]
