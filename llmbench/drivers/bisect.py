@@ -122,6 +122,7 @@ class Bisector:
     ) -> None:
         settings.validate()
         options.validate()
+        settings.design.check_plan(len(prompts.prompts))  # each look is an ab of this plan, held in memory
         self.repo, self.prompts, self.options, self.settings, self.out = repo, prompts, options, settings, out
         # pair: just GOOD and BAD (bisect-step's judge: git bisect checks out commits that need not descend
         # from GOOD, on merged branches or the merge base, and each is judged on its own against GOOD)

@@ -139,23 +139,23 @@ def _fmt(s: Stats | None, key: str, digits: int = 1) -> str:
 
 
 def setup_title(run: Run) -> str:
-    """What was measured, in one line, saying only what applies to the run's kind: a server's URL and concurrency
-    (its weights and threads are the server's, unknown here), or a model here with its engine, weights, device,
-    dtype and threads."""
+    """What was measured, in one line of the facts the run knows: a server's URL and concurrency, and whatever its
+    /health said of its weights, device and dtype (an endpoint's threads and unstated facts are not shown as
+    "None" or "unknown"); a model here with its engine, weights, device, dtype and threads."""
     c = run.config
-    if c.mode == "endpoint" and c.endpoint is not None:
-        # recorded redacted; a file from elsewhere may not be
-        return f"{c.model} via {redact_url(c.endpoint.url)} · concurrency {c.endpoint.concurrency}"
-    engine = [c.engine] if c.engine not in (None, "transformers") else []
-    parts = [
-        c.model,
-        *engine,
-        *([f"{c.weights} weights"] if c.weights != "unknown" else []),
-        *([] if engine else [c.device]),
-        c.dtype,
-        *([f"{c.threads} threads"] if c.threads is not None else []),
+    endpoint = c.mode == "endpoint" and c.endpoint is not None
+    engine = [c.engine] if c.engine not in (None, "transformers") and not endpoint else []
+    known = [
+        f"{c.weights} weights" if c.weights != "unknown" else "",
+        "" if engine or c.device in ("endpoint", "unknown") else c.device,
+        "" if c.dtype == "unknown" else c.dtype,
+        f"{c.threads} threads" if c.threads is not None else "",
     ]
-    return " · ".join(parts)
+    if endpoint:
+        assert c.endpoint is not None  # recorded redacted; a file from elsewhere may not be
+        head = [f"{c.model} via {redact_url(c.endpoint.url)}", f"concurrency {c.endpoint.concurrency}"]
+        return " · ".join([*head, *(k for k in known if k)])
+    return " · ".join([c.model, *engine, *(k for k in known if k)])
 
 
 def summary_rows(run: Run) -> list[tuple[str, Stats | None, int]]:

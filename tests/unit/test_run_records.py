@@ -195,3 +195,37 @@ def test_the_recorded_spec_names_the_prompts_measured(tmp_path, prompt_file):
     # a shipped set: by its name, which loads from any folder
     assert recorded(config_spec, load_prompts("env_violations"))["prompts"]["prompts"] == "env_violations"
     assert recorded(config_spec, SyntheticSpec(16, 3))["prompts"] == {"group_dist": "uniform", "synthetic": "16x3"}
+
+
+# ------------------------------------------------------------------------------------------------ what it shows
+
+
+def _endpoint_run():
+    from llmbench.results.schema import EndpointConfig
+
+    run = synthetic_run()
+    c = run.config
+    c.mode, c.weights, c.device, c.dtype, c.threads = "endpoint", "unknown", "endpoint", "unknown", None
+    c.endpoint = EndpointConfig(url="http://127.0.0.1:9/v1/chat/completions", concurrency=4)
+    return run
+
+
+def test_an_endpoint_runs_setup_line_says_only_what_applies_alike_in_the_terminal_and_the_report():
+    from llmbench.present.html import summary_html
+    from llmbench.present.terminal import setup_title, summary_rows, summary_table
+
+    run = _endpoint_run()
+    title = setup_title(run)
+    assert "via http://127.0.0.1:9" in title and "concurrency 4" in title, title
+    page = summary_html("endpoint", run)
+    for wrong in ("unknown weights", "None threads", "· endpoint ·", "· unknown"):
+        assert wrong not in title and wrong not in page, (wrong, title)
+    # the same rows in both: the reader's (stall, stalls, QoE, fluidity) included
+    labels = [label for label, _stats, _digits in summary_rows(run)]
+    assert {"reader stall (ms)", "reader stalls", "Andes QoE", "fluidity"} <= set(labels), labels
+    assert all(f"<th>{label}</th>" in page for label in labels)
+    terminal = [str(cell) for cell in summary_table(run).columns[0].cells]
+    assert terminal == labels
+    # a model in this process: its weights, device, dtype and threads are the run's own facts
+    here = setup_title(synthetic_run())
+    assert here == "synthetic · random weights · cpu · bfloat16 · 2 threads", here
