@@ -6,6 +6,7 @@ this process; :class:`EndpointOptions` name a server to stream from instead.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -188,7 +189,7 @@ class OpenLoop:
     requests: int | None = None  # how many to send ...
     duration_s: float | None = None  # ... or for how long
     seed: int = 0
-    workers: int = 1  # client processes sharing the schedule (local), or Ray tasks with ``ray``
+    workers: int | None = None  # client processes sharing the schedule (local), or Ray tasks; None: auto
     ray: str | None = None  # a Ray cluster's address ("auto", "ray://host:port"): workers run there
     trace: Any = (
         None  # --trace: a llmbench.workloads.trace.Trace whose rows' times are the schedule (rate_rps: their mean)
@@ -199,12 +200,12 @@ class OpenLoop:
         from llmbench.workloads.arrivals import plan_arrivals
 
         if self.trace is not None:
-            if self.workers > 1 or self.ray:
+            if (self.workers or 1) > 1 or self.ray:
                 raise UserError("--trace replays from one client process: drop --workers/--ray")
             return
 
-        if not 1 <= self.workers <= limits.MAX_CLIENTS:
-            raise UserError(f"--workers must be 1 to {limits.MAX_CLIENTS:,}, not {self.workers}")
+        if self.workers is not None:
+            check_value(ArrivalsSection, "workers", self.workers)
         plan_arrivals(self.rate_rps, self.arrival, requests=self.requests, duration_s=self.duration_s, seed=self.seed)
 
 
@@ -226,6 +227,14 @@ class EndpointOptions:
     # exec to its first token, and stops; None: a server running already
     server_command: str | None = None
     boot_timeout_s: float = _d(ServerSection, "boot_timeout_s")
+    # a closed loop's client processes, its ``concurrency`` streams split among them (an open loop's are its
+    # ``open_loop.workers``); None: auto (:func:`client_processes`)
+    workers: int | None = None
+
+    @property
+    def processes(self) -> int:
+        """The client processes this run's requests are dealt to (1 until :func:`client_processes` resolved it)."""
+        return (self.open_loop.workers if self.open_loop is not None else self.workers) or 1
 
     def validate(self) -> None:
         """UserError for what no server can be asked."""
@@ -310,10 +319,39 @@ def endpoint_options_of(s: Mapping[str, Any], open_loop: OpenLoop | None = None)
         raise UserError("no endpoint URL given")
     metrics = g("metrics_url")
     metrics = metrics if metrics is not None else default_metrics_url(url) if g("server_metrics") else None
+    workers = s.get("workers") if open_loop is None else None  # an open loop's are its own
     return EndpointOptions(url=url, model=s.get("model"), api_key_env=g("api_key_env"), concurrency=g("concurrency"),
                            timeout_s=g("timeout_s"), tokenizer=g("tokenizer"), open_loop=open_loop,
                            metrics_url=metrics, server_command=g("server_command"),
-                           boot_timeout_s=g("boot_timeout_s"))  # fmt: skip
+                           boot_timeout_s=g("boot_timeout_s"), workers=workers)  # fmt: skip
+
+
+# one client process keeps up with this many streams, or this many events a second, before a second one helps
+# (benchmarks/README.md, "the client that keeps up": 64 streams x 100 events/s, stamps p99 3.4 ms behind the
+# server's sends in one process on 2 cores; 128 streams: 29 ms in one, 8 ms in two)
+STREAMS_PER_PROCESS = 64
+EVENTS_PER_PROCESS_S = 6_400.0
+
+
+def client_processes(asked: int | None, *, streams: int | None, events_per_s: float | None,
+                     unshared: str | None) -> int:  # fmt: skip
+    """How many client processes a run's requests are dealt to. ``asked``: ``--workers`` (None: auto: one per
+    :data:`STREAMS_PER_PROCESS` streams of a closed loop, or per :data:`EVENTS_PER_PROCESS_S` events a second an
+    open loop expects, at most the machine's CPUs); ``unshared``: why this run can't be dealt out (then auto is 1,
+    and more asked is refused in one line)."""
+    import os
+
+    if asked is not None:
+        if asked > 1 and unshared:
+            raise UserError(f"--workers {asked}: {unshared}")
+        if streams is not None and asked > streams:
+            raise UserError(f"--workers {asked} with --concurrency {streams}: each client process needs a stream")
+        return asked
+    if unshared:
+        return 1
+    need = math.ceil(streams / STREAMS_PER_PROCESS) if streams is not None else math.ceil(
+        (events_per_s or 0.0) / EVENTS_PER_PROCESS_S)  # fmt: skip
+    return max(1, min(need, os.cpu_count() or 1, limits.MAX_CLIENTS))
 
 
 def open_loop_of(s: Mapping[str, Any], trace: Any = None) -> OpenLoop | None:

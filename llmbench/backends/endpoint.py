@@ -7,26 +7,32 @@ because it shares the machine with a co-located server.
 from __future__ import annotations
 
 import asyncio
+import math
+import sys
 import time
 from collections.abc import Callable, Hashable
+from concurrent.futures import ThreadPoolExecutor
 from itertools import accumulate
 from typing import Any
 from urllib.parse import urlsplit
 
-import httpx
+import aiohttp
 
 from llmbench.backends import Request
 from llmbench.backends.boot import BootedServer
 from llmbench.backends.http.client import (
+    Stream,
     TokenCounter,
     api_headers,
     cached_tokens,
     chat_url,
+    parsed,
     probe_server,
     redact,
     request_body,
     request_extra,
-    stream_one,
+    stream_reads,
+    stream_session,
 )
 from llmbench.core.errors import BackendUnavailable, RequestFailed, UserError
 from llmbench.core.process import Stop
@@ -74,7 +80,7 @@ class EndpointBackend:
         self.health: dict | None = None
         self.model: str | None = endpoint.model
         self.counter: TokenCounter | None = None
-        self.client: httpx.AsyncClient | None = None
+        self.client: aiohttp.ClientSession | None = None
         self.odd_content_types: set[str] = set()  # streams that came without text/event-stream
         self.probing = True  # False: leave the calibration probe to another client process (--workers)
         self.arrival: Arrival | None = None  # an open loop's schedule: its record and due times (seconds)
@@ -92,6 +98,11 @@ class EndpointBackend:
         self._first_cost: tuple[float, float] | None = None  # its first request's CPU and wall seconds
         # the client's CPU and wall seconds when the window closed: the probe after it is not the client's cost
         self._window_cost: tuple[float, float] | None = None
+        self.loop_lags: list[float] = []  # ms: how late the event loop woke from each LOOP_TICK_S sleep
+        # one thread parses and counts finished streams, off the event loop that stamps the others' reads
+        self._parser = ThreadPoolExecutor(1, thread_name_prefix="llmbench-parse")
+        self._switch: float | None = None  # the interpreter's switch interval before start() shortened it
+        self._watch: asyncio.Task[None] | None = None
         if endpoint.server_command is not None:
             self.server = BootedServer(endpoint.server_argv(), endpoint.url, self.headers, endpoint.boot_timeout_s)
 
@@ -131,11 +142,13 @@ class EndpointBackend:
             self.scraper = Scraper(self.endpoint.metrics_url, self.endpoint.metrics_interval_s)
             await asyncio.to_thread(self.scraper.check)  # a wrong URL stops the run here, in one line
         self.counter = self.counter or TokenCounter(self.endpoint.tokenizer)
-        c = self.endpoint.concurrency
         # an open loop has no limit in flight: a pool limit would queue requests in the client, unseen
-        limits = (httpx.Limits(max_connections=None, max_keepalive_connections=None) if self.endpoint.open_loop
-                  else httpx.Limits(max_connections=c, max_keepalive_connections=c))  # fmt: skip
-        self.client = httpx.AsyncClient(timeout=httpx.Timeout(self.endpoint.timeout_s, connect=10.0), limits=limits)
+        c = None if self.endpoint.open_loop else self.endpoint.concurrency
+        self.client = stream_session(c, self.endpoint.timeout_s)
+        # the parser thread holds the GIL at most this long when the event loop wants it back for a read (default
+        # 5 ms: a read waited that long behind a parse); restored at close
+        self._switch = sys.getswitchinterval()
+        sys.setswitchinterval(SWITCH_S)
 
     def new_run(self, prompts: PromptSet) -> Run:
         o, h = self.options, self.health or {}
@@ -158,7 +171,7 @@ class EndpointBackend:
                 server=self.health,
                 request_extra=request_extra(o),
                 arrival=self.arrival,
-                workers=self.endpoint.open_loop.workers if self.endpoint.open_loop else 1,
+                workers=self.endpoint.processes,
             ),
         )
         return new_run_record(config, envinfo.collect("cpu"), metrics=ENDPOINT_METRIC_FORMULAS)
@@ -175,11 +188,34 @@ class EndpointBackend:
         if request.max_new_tokens is not None:  # a dataset's own output length (ignore_eos is sent then)
             body["max_tokens"] = request.max_new_tokens
         try:
-            s = await stream_one(self.client, self.url, body, self.headers)
+            s, reads = await stream_reads(self.client, self.url, body, self.headers)
+            # parsed and counted on a thread of its own: this loop goes on stamping the other streams' reads
+            s, result = await asyncio.get_running_loop().run_in_executor(self._parser, self._result, request, body,
+                                                                         s, reads, started_s)  # fmt: skip
         except RequestFailed as e:  # recorded in failed_requests: nothing it quotes may be a secret
             raise RequestFailed(mask(str(e), self.secrets), e.status) from None
         if s.content_type:
             self.odd_content_types.add(s.content_type)
+        # --server-command: the loop sends the server's first request before the warm-up
+        if self.server is not None and self.server.first is None and request.repeat >= 0 and self._cpu0 is not None:
+            self.server.note_first(request.prompt_index, request.repeat, s.start_ns, result.ttft_ms)
+            self._first_cost = (time.process_time() - self._cpu0, time.perf_counter() - self._t0)
+        if s.reasoning_ns:
+            result.ttfrt_ms = round((s.reasoning_ns[0] - s.start_ns) / _NS_PER_MS, 3)
+            result.reasoning_events = len(s.reasoning_ns)
+        if request.due_ns is not None:  # open loop: how late the client sent it, and what an on-time user waited
+            late = round((s.start_ns - request.due_ns) / _NS_PER_MS, 3)
+            result.scheduled_s = request.scheduled_s
+            result.send_lateness_ms = late
+            result.ttft_from_schedule_ms = round(result.ttft_ms + late, 3)
+            result.e2e_from_schedule_ms = round(result.e2e_ms + late, 3)
+        return result
+
+    def _result(self, request: Request, body: dict, s: Stream, reads: list[tuple[int, bytes]],
+                started_s: float) -> tuple[Stream, RequestResult]:  # fmt: skip
+        """A stream's request record, from its reads (on the parser thread)."""
+        assert self.counter is not None
+        s = parsed(s, reads)
         c = self.counter.count(s, body["messages"])
         timing = s.timing or {}
         # an end-of-sequence token has no text but usage counts it: its finishing event stamps it
@@ -205,21 +241,9 @@ class EndpointBackend:
             reasoning_tokens=c.reasoning_tokens,
             cached_tokens=cached_tokens(s.usage),
             text_offsets=list(accumulate(len(piece) for piece in s.pieces)),  # each event's text's end
+            server_send_ms=server_sends(timing, s.start_unix_ns, len(s.stamps_ns)),
         )
-        # --server-command: the loop sends the server's first request before the warm-up
-        if self.server is not None and self.server.first is None and request.repeat >= 0 and self._cpu0 is not None:
-            self.server.note_first(request.prompt_index, request.repeat, s.start_ns, result.ttft_ms)
-            self._first_cost = (time.process_time() - self._cpu0, time.perf_counter() - self._t0)
-        if s.reasoning_ns:
-            result.ttfrt_ms = round((s.reasoning_ns[0] - s.start_ns) / _NS_PER_MS, 3)
-            result.reasoning_events = len(s.reasoning_ns)
-        if request.due_ns is not None:  # open loop: how late the client sent it, and what an on-time user waited
-            late = round((s.start_ns - request.due_ns) / _NS_PER_MS, 3)
-            result.scheduled_s = request.scheduled_s
-            result.send_lateness_ms = late
-            result.ttft_from_schedule_ms = round(result.ttft_ms + late, 3)
-            result.e2e_from_schedule_ms = round(result.e2e_ms + late, 3)
-        return result
+        return s, result
 
     def probe_key(self) -> Hashable | None:
         # The client's machine is the server's only when the server is on loopback: then the probe says
@@ -237,11 +261,24 @@ class EndpointBackend:
         warm-up between them."""
         if self.scraper is not None:
             self.scraper.start()
+        self._watch = asyncio.get_running_loop().create_task(self._watch_loop())
         if self._first_cost is not None:
             cpu, wall = self._first_cost
             self._cpu0, self._t0 = time.process_time() - cpu, time.perf_counter() - wall
 
+    async def _watch_loop(self) -> None:
+        """The event loop's own lag over the measured window: how late it wakes from a short sleep (a loop busy
+        parsing or stamping other streams reads every stream late)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            t = loop.time()
+            await asyncio.sleep(LOOP_TICK_S)
+            self.loop_lags.append((loop.time() - t - LOOP_TICK_S) * 1000)
+
     def window_stop(self) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
+            self._watch = None
         if self.scraper is not None:
             self.scraper.stop()
         if self._cpu0 is not None:
@@ -259,14 +296,10 @@ class EndpointBackend:
                                            self.scraper.interval)  # fmt: skip
         if self._cpu0 is not None:
             cpu, wall = self._window_cost or (time.process_time() - self._cpu0, time.perf_counter() - self._t0)
-            events = sum(r.chunks or 0 for r in run.requests)
-            run.client = ClientStats(
-                cpu_s=round(cpu, 4),
-                wall_s=round(wall, 4),
-                cpu_pct_of_one_core=round(100 * cpu / wall, 2) if wall > 0 else 0.0,
-                cpu_ms_per_event=round(1000 * cpu / events, 4) if events else None,
-            )
+            run.client = client_record(run.requests, cpu, wall, [self.loop_lags])
         warnings = []
+        if (behind := behind_warning(run)) is not None:
+            warnings.append(behind)
         if (late := lateness_warning(run)) is not None:
             warnings.append(late)
         if run.summary and run.summary.token_count_disagreements:
@@ -277,8 +310,8 @@ class EndpointBackend:
                 "(completion_tokens_details.reasoning_tokens): output_tokens counts the answer alone, from "
                 "--tokenizer or its content events"
             )
-        if run.summary and run.summary.stream_buffered:
-            warnings.append(buffered_warning(run))
+        if run.summary and run.summary.stream_buffered and not (run.client and run.client.fell_behind):
+            warnings.append(buffered_warning(run))  # a client that read late bunches events itself: said above
         if self.odd_content_types:
             warnings.append(
                 f"the stream came as {', '.join(sorted(self.odd_content_types))}, not text/event-stream; it was "
@@ -298,10 +331,83 @@ class EndpointBackend:
 
     async def close(self) -> None:
         if self.client is not None:
-            await self.client.aclose()
+            await self.client.close()
+        self._parser.shutdown(wait=False)
+        if self._switch is not None:
+            sys.setswitchinterval(self._switch)
+            self._switch = None
 
 
 LATE_MS = 10.0  # a request sent later than this after its due time: the client, not the server, set its latency
+LOOP_TICK_S = 0.005  # the event loop's lag is sampled by sleeping this long (200 wake-ups a second: ~0.5% of a core)
+BEHIND_MS = 5.0  # a p99 stamp delay or event-loop lag above this: the client's own delay is in the figures
+BUSY_PCT = 90.0  # a client process above this share of one core has no room left to read on time
+SWITCH_S = 0.0002  # the interpreter's switch interval while streaming (see EndpointBackend.start)
+
+
+def server_sends(timing: dict, start_unix_ns: int, events: int) -> list[float] | None:
+    """The server's send stamps of a request's content events on its timeline (ms since its start), from the
+    usage chunk's ``llmbench`` record (``arrived_unix_ms`` + ``token_times_ms``: llmbench serve, the stamping
+    stub); None when the server sends none, or not one per content event."""
+    arrived, times = timing.get("arrived_unix_ms"), timing.get("token_times_ms")
+    if not isinstance(arrived, int | float) or not isinstance(times, list) or len(times) != events or not start_unix_ns:
+        return None
+    if not all(isinstance(t, int | float) and not isinstance(t, bool) and math.isfinite(t) for t in times):
+        return None
+    offset = arrived - start_unix_ns / _NS_PER_MS
+    return [round(offset + t, 3) for t in times] if math.isfinite(offset) else None
+
+
+def client_record(requests: list[RequestResult], cpu_s: float, wall_s: float, loop_lags: list[list[float]],
+                  processes: int = 1) -> ClientStats:  # fmt: skip
+    """The client's cost and self-check (``run.client``): its CPU over ``processes`` processes, its stamps'
+    delay behind the server's sends (every event of ``requests`` that has them), its event loops' lag (each
+    process's samples in ``loop_lags``), and whether it fell behind (ENDPOINT_METRIC_FORMULAS)."""
+    import numpy as np
+
+    events = sum(r.chunks or 0 for r in requests)
+    lag = [t - x for r in requests if r.server_send_ms for t, x in zip(r.token_times_ms, r.server_send_ms, strict=True)]
+    loop = [v for part in loop_lags for v in part]
+
+    def q(v: list[float], p: float) -> float | None:
+        return round(float(np.percentile(v, p)), 3) if v else None
+
+    # p99 of the loop's lag: the worst process's, as each reads its own streams
+    loop_p99 = max((q(part, 99) or 0.0 for part in loop_lags if part), default=None)
+    pct = round(100 * cpu_s / wall_s, 2) if wall_s > 0 else 0.0
+    record = ClientStats(cpu_s=round(cpu_s, 4), wall_s=round(wall_s, 4), cpu_pct_of_one_core=pct,
+                         cpu_ms_per_event=round(1000 * cpu_s / events, 4) if events else None, processes=processes,
+                         lag_events=len(lag) or None, lag_p50_ms=q(lag, 50), lag_p99_ms=q(lag, 99),
+                         lag_max_ms=round(max(lag), 3) if lag else None, loop_lag_p50_ms=q(loop, 50),
+                         loop_lag_p99_ms=loop_p99, loop_lag_max_ms=round(max(loop), 3) if loop else None)  # fmt: skip
+    record.fell_behind = bool(behind_reasons(record)) if (lag or loop or events) else None
+    return record
+
+
+def behind_reasons(c: ClientStats) -> list[str]:
+    """Why the client's own delay is in the figures (nothing: it kept up)."""
+    reasons = []
+    if c.lag_p99_ms is not None and c.lag_p99_ms > BEHIND_MS:
+        reasons.append(f"its stamps were p99 {c.lag_p99_ms:.1f} ms (max {c.lag_max_ms:.1f}) behind the server's sends")
+    if c.loop_lag_p99_ms is not None and c.loop_lag_p99_ms > BEHIND_MS:
+        reasons.append(f"its event loop woke p99 {c.loop_lag_p99_ms:.1f} ms late")
+    if c.cpu_pct_of_one_core / max(c.processes, 1) > BUSY_PCT:
+        reasons.append(f"it used {c.cpu_pct_of_one_core / max(c.processes, 1):.0f}% of a core per process")
+    return reasons
+
+
+def behind_warning(run: Run) -> str | None:
+    """Said loudly when the client itself fell behind the streams it measures: the figures then hold its delay.
+    With several client processes, it names those that did."""
+    c = run.client
+    reasons = behind_reasons(c) if c is not None else []
+    late = [k for k, p in enumerate((c.per_process or []) if c is not None else []) if p.fell_behind]
+    if not reasons and not late:
+        return None
+    which = f" (client process {', '.join(map(str, late))} of {c.processes})" if c is not None and late else ""
+    return (f"THE CLIENT FELL BEHIND{which}: {'; '.join(reasons) or 'see client.per_process'}. TTFT and ITL include "
+            "the client's own delay, and events it read late arrive together (not a proxy's buffering); measure "
+            "with more client processes (--workers N) or fewer streams")  # fmt: skip
 
 
 def lateness_warning(run: Run) -> str | None:

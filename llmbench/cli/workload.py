@@ -16,6 +16,6 @@ def _open_loop(ctx: typer.Context, args: dict[str, Any]) -> Any:
 
     if args.get("trace_rows") is not None:
         _refuse_given(ctx, ("arrival", "requests", "duration_s", "workers", "ray"), "options of --rate, not --trace")
-    elif args["rate"] is None:
-        _refuse_given(ctx, ("arrival", "requests", "duration_s", "workers", "ray"), "options of an open loop (--rate)")
+    elif args["rate"] is None:  # --workers splits a closed loop's streams too
+        _refuse_given(ctx, ("arrival", "requests", "duration_s", "ray"), "options of an open loop (--rate)")
     return open_loop_of(args, args.get("trace_rows"))

@@ -20,8 +20,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import httpx
-
 from llmbench.backends.http.client import (
     ServerUnreachable,
     api_headers,
@@ -30,6 +28,7 @@ from llmbench.backends.http.client import (
     redact,
     request_body,
     stream_one,
+    stream_session,
 )
 from llmbench.core.errors import BackendUnavailable, RequestFailed, UserError, require
 from llmbench.options import EndpointOptions, RunOptions
@@ -83,9 +82,9 @@ def _first_line(e: BaseException) -> str:
 async def _client_check(url: str, body: dict, headers: dict, timeout_s: float) -> tuple[dict | None, str | None]:
     """The same request through llmbench's endpoint client: (its figures, None) or (None, why it failed)."""
     try:
-        async with httpx.AsyncClient(timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0))) as client:
+        async with stream_session(1, timeout_s) as session:
             start_unix_ms = time.time() * 1000
-            s = await stream_one(client, url, body, headers)
+            s = await stream_one(session, url, body, headers)
     except (RequestFailed, BackendUnavailable) as e:
         return None, str(e)
     return figures.client_figures(start_unix_ms, [(t - s.start_ns) / 1e6 for t in s.stamps_ns]), None

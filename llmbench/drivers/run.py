@@ -10,7 +10,7 @@ from llmbench.backends import Backend
 from llmbench.core.errors import UserError
 from llmbench.core.process import Stop
 from llmbench.drivers import workload
-from llmbench.options import EndpointOptions, ModelOptions, RunOptions
+from llmbench.options import EndpointOptions, ModelOptions, RunOptions, client_processes
 from llmbench.results.schema import Run
 from llmbench.results.storage import claim, default_output_path, load_run, prepare_dir, prepare_output, save_run
 from llmbench.runner.loop import Reporter, check_resumable, execute, new_track, round_robin, scheduled
@@ -92,8 +92,11 @@ async def run(
     if options.turns > 1 and isinstance(target, EndpointOptions) and target.open_loop is not None:
         raise UserError("--turns runs conversations in a closed loop (--concurrency of them): drop --rate/--trace")
     pending = workload.begin(prompts, options)  # a dataset is read now: a bad file fails before anything loads
-    if isinstance(target, EndpointOptions) and (ol := target.open_loop) is not None and (ol.workers > 1 or ol.ray):
-        return await _shared(pending, target, options, output, overwrite, default_dir, resume, stop, reporter, spec)
+    if isinstance(target, EndpointOptions):
+        target = _dealt(target, options, pending, resume)
+        if target.processes > 1 or (target.open_loop is not None and target.open_loop.ray):
+            return await _shared(pending, target, options, output, overwrite, default_dir, resume, stop, reporter,
+                                 spec)  # fmt: skip
     pending.check_target(target)
     # made or chosen by the tokenizer here: an engine then runs in this process
     backend = make_backend(target, options, reporter=reporter, in_process=pending.counted_here)
@@ -144,6 +147,25 @@ async def run(
     return runs[0], track.path
 
 
+def _dealt(target: EndpointOptions, options: RunOptions, pending: workload.Pending, resume: object) -> EndpointOptions:
+    """``target`` with its client processes decided (:func:`llmbench.options.client_processes`): ``--workers``, or
+    as many as its streams (a closed loop) or its expected events (an open loop) need, where the run can be
+    dealt out to processes at all."""
+    ol = target.open_loop
+    unshared = ("--turns runs each conversation in one process" if options.turns > 1
+                else "--resume continues one process's run" if resume is not None
+                else "--server-command measures its server's first request from one process" if target.server_command
+                else "a trace is replayed from one client process" if ol is not None and ol.trace is not None
+                else "prompts made or chosen by the tokenizer are known in one process" if pending.known is None
+                else None)  # fmt: skip
+    if ol is not None:
+        events = ol.rate_rps * options.max_new_tokens
+        n = client_processes(ol.workers, streams=None, events_per_s=events, unshared=None if ol.ray else unshared)
+        return dataclasses.replace(target, open_loop=dataclasses.replace(ol, workers=n))
+    n = client_processes(target.workers, streams=target.concurrency, events_per_s=None, unshared=unshared)
+    return dataclasses.replace(target, workers=n)
+
+
 def _loaded_model(spec: dict, config: Any) -> dict:
     """The recorded spec of a run of a model loaded before (``measure(model=load_model(...))``): its ``[model]``
     says what was loaded (the spec's loading settings did not apply), so that a replay loads the same."""
@@ -164,14 +186,13 @@ async def _shared(
     reporter: Reporter | None,
     spec: dict | None,
 ) -> tuple[Run, Path | None]:
-    """An open loop spread over ``workers`` processes (or Ray tasks): see :mod:`llmbench.runner.loadgen`."""
+    """A run dealt out to client processes (or an open loop's Ray tasks): see :mod:`llmbench.runner.loadgen`."""
     from llmbench.core.errors import RunInterrupted
     from llmbench.runner import loadgen
 
-    assert target.open_loop is not None
     target.validate()
     if resume is not None:
-        raise UserError("--resume continues one process's run; an open loop over --workers or --ray can't resume")
+        raise UserError("--resume continues one process's run; a run over --workers or --ray can't resume")
     prompts = pending.fixed()
     path = prepare_output(output, overwrite) if output is not None else None
     if path is None and default_dir is not None:
@@ -180,10 +201,10 @@ async def _shared(
     if reporter is not None:
         from llmbench.core.redact import redact_url
 
-        where = f"Ray tasks on {redact_url(ol.ray)}" if ol.ray else "local processes"
-        reporter.status(f"streaming to {redact_url(target.url)}, open loop at {ol.rate_rps:g}/s over {ol.workers} "
-                        f"{where}")  # fmt: skip
-    spread = loadgen.run_ray if ol.ray else loadgen.run_local
+        where = f"Ray tasks on {redact_url(ol.ray)}" if ol is not None and ol.ray else "local client processes"
+        what = f"open loop at {ol.rate_rps:g}/s" if ol is not None else f"{target.concurrency} streams at a time"
+        reporter.status(f"streaming to {redact_url(target.url)}, {what} over {target.processes} {where}")
+    spread = loadgen.run_ray if ol is not None and ol.ray else loadgen.run_local
     run, stopped = await spread(prompts, target, options, stop)
     run.config.spec = spec
     if path is None and default_dir is not None:

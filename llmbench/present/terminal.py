@@ -542,9 +542,18 @@ def open_loop_line(run: Run) -> str | None:
 
 
 def client_line(c: Any) -> str:
-    """What the endpoint client itself cost (it shares the machine with a co-located server)."""
+    """What the endpoint client itself cost (it shares the machine with a co-located server), and its self-check:
+    how far its stamps were behind the server's sends, and its event loop's lag."""
     per_event = f", {c.cpu_ms_per_event:.3f} ms per event" if c.cpu_ms_per_event is not None else ""
-    return f"client: {c.cpu_s:.2f} s CPU in {c.wall_s:.1f} s ({c.cpu_pct_of_one_core:.1f}% of one core{per_event})"
+    processes = getattr(c, "processes", 1) or 1
+    over = f" over {processes} processes" if processes > 1 else ""
+    line = (f"client: {c.cpu_s:.2f} s CPU in {c.wall_s:.1f} s{over} ({c.cpu_pct_of_one_core:.1f}% of one core"
+            f"{per_event})")  # fmt: skip
+    if getattr(c, "lag_p99_ms", None) is not None:
+        line += f"; stamps behind the server's sends p50 {c.lag_p50_ms:.2f} ms, p99 {c.lag_p99_ms:.2f} ms"
+    if getattr(c, "loop_lag_p99_ms", None) is not None:
+        line += f"; event loop lag p99 {c.loop_lag_p99_ms:.2f} ms"
+    return line + ("; FELL BEHIND" if getattr(c, "fell_behind", None) else "")
 
 
 def scan_lines(record: dict) -> list[str]:

@@ -53,7 +53,9 @@ Schema history (bump ``SCHEMA_VERSION`` on any change a reader of the old versio
     config.ab.budget_plan, config.engine_settings.processes[].start_read_mb/first_start (0.3.0, ab --budget on a
     fresh runner: what the plan was priced with, a cold first start measured apart); config.ab.full_pairs (0.3.0,
     ab --budget: the last round of the prompts partly measured, the pairs filling the budget);
-    requests[].pinned_cpu (0.3.0, ab --duet: the CPU each request ran on, which compare balances TPOT's gaps over).
+    requests[].pinned_cpu (0.3.0, ab --duet: the CPU each request ran on, which compare balances TPOT's gaps over);
+    requests[].server_send_ms, client.processes/lag_*/loop_lag_*/fell_behind/per_process (0.3.0, the client's
+    self-check: its stamps against the server's sends, its event loop's lag, and whether it fell behind).
   Read back with bounds and types, the version unchanged (every file llmbench wrote holds them): the requests'
     times finite and 0 or more, counts 0 or more, config's max_new_tokens/repeats/threads 1 or more, and every
     dict-shaped record (config.reader/speculative/prompt_source/..., cpu, machine.gpu, server_metrics, quality)
@@ -182,6 +184,14 @@ ENDPOINT_METRIC_FORMULAS: dict[str, str] = {
     "it, so its finishing event is its arrival (requests[].eos_ms)",
     "itl_ms": "token_times_ms[i] - token_times_ms[i-1]: gaps between content events (an event may carry several "
     "tokens)",
+    "client_lag_ms": "token_times_ms[i] - server_send_ms[i], over every event of every request whose server sent "
+    "its send stamps (one machine's clock; client.lag_p50_ms/lag_p99_ms/lag_max_ms): the client's own delay plus "
+    "the network's (loopback: tens of microseconds)",
+    "loop_lag_ms": "how late the client's event loop woke from a 5 ms sleep, sampled throughout the measured "
+    "window (client.loop_lag_p50_ms/p99/max): a busy loop reads every stream late",
+    "client_fell_behind": "client.fell_behind: lag_p99_ms above 5 ms, or loop_lag_p99_ms above 5 ms, or a client "
+    "process above 90% of one core; then the stamps measure the client too, and a burst of events is not blamed "
+    "on a proxy",
     "e2e_ms": "last content event - request_start (stream_end_ms: when [DONE] or the end of the body arrived)",
     "tokenize_ms": "0: templating and tokenizing happen on the server, inside ttft_ms",
     "prefill_tokens_per_s": "prompt_tokens / ttft_ms * 1000: as the client sees it, transport and queue included; "
@@ -190,7 +200,8 @@ ENDPOINT_METRIC_FORMULAS: dict[str, str] = {
     "template when it has one (what a chat server tokenizes), else of the prompt text alone (a warning says so); "
     "null when unknown",
     "token_times_ms": "arrival of each content event, in ms since request_start; token_times_ms[0] == ttft_ms",
-    "stamp": "time.perf_counter_ns() when the SSE parser hands over the event (httpx + httpx-sse, one process)",
+    "stamp": "time.perf_counter_ns() when the network read that completed the event returned (httpx), before any "
+    "parsing: the bytes are parsed (httpx-sse, then JSON) after the stream ends",
     "stream_gaps_under_1ms_share": "share of gaps between consecutive content events under 1 ms, all requests",
     "stream_largest_burst": "most content events of one request that arrived with under 1 ms between each",
     "stream_buffered": "true when at least half of the requests with >= 3 events had at least half of their "
@@ -424,6 +435,10 @@ class RequestResult(_Model):
     # the server's usage.prompt_tokens_details.cached_tokens: prompt tokens its prefix cache served (vLLM, SGLang,
     # OpenAI); None when it does not say
     cached_tokens: int | None = None
+    # the server's own send stamp of each content event, ms on this request's timeline (llmbench serve, the
+    # stamping stub: their usage chunk's llmbench.arrived_unix_ms + token_times_ms, placed by the wall clock read
+    # beside the request's start); None when the server sends none, or not one per event
+    server_send_ms: list[Finite] | None = None
     # a workload with shared prefixes (--trace's hash ids): the first request to send its prefix (True), or one
     # whose prefix an earlier request sent (False); None without such structure
     cold: bool | None = None
@@ -611,6 +626,19 @@ class ClientStats(_Model):
     wall_s: float
     cpu_pct_of_one_core: float  # 100 * cpu_s / wall_s
     cpu_ms_per_event: float | None = None  # cpu_s / content events received
+    # the client's self-check (ENDPOINT_METRIC_FORMULAS "client_lag_ms", "loop_lag_ms"): how late its stamps were
+    # behind the server's sends (where the server sends its send stamps), and how late its event loop woke
+    processes: int = 1  # client processes whose cost this is (the run's --workers)
+    lag_events: int | None = None
+    lag_p50_ms: Finite | None = None
+    lag_p99_ms: Finite | None = None
+    lag_max_ms: Finite | None = None
+    loop_lag_p50_ms: Finite | None = None
+    loop_lag_p99_ms: Finite | None = None
+    loop_lag_max_ms: Finite | None = None
+    fell_behind: bool | None = None  # the self-check's verdict (llmbench.backends.endpoint.behind_reasons)
+    # --workers, --ray: each client process's own record (its requests' lag, its loop's, its CPU): which fell behind
+    per_process: list[ClientStats] | None = None
 
 
 class ServerBoot(_Model):

@@ -1,12 +1,13 @@
-"""Load generators that share one open-loop schedule: ``--workers N`` local processes, or N Ray tasks.
+"""Load generators that share one run's requests: ``--workers N`` local processes, or N Ray tasks.
 
-One asyncio process has a ceiling: past some rate its own event loop (SSE parsing, JSON, bookkeeping) delays
-the next send, and the lateness becomes the measurement (benchmarks/README.md, "load generator ceiling").
-With N workers, request i of the schedule goes to worker ``i % N``; each worker is an ordinary endpoint
-backend driven by the one run loop, stamping its own requests. They start at one instant: every worker
-reports ready (server probed, warm-up done by worker 0), then the parent names a start time on the wall clock
-(``time.time()``, the clock every process of a host, and NTP-synced hosts, share) and each converts it to its
-own ``perf_counter``. The parent merges the workers' runs into one run JSON, ordered by due time.
+One asyncio process has a ceiling: past some rate or some number of streams its own event loop delays the next
+send and reads every stream late, and its delay becomes the measurement (benchmarks/README.md, "load generator
+ceiling", "the client that keeps up"). With N workers, request i (of an open loop's schedule, or of a closed loop's
+prompts x repeats) goes to worker ``i % N``; a closed loop's ``--concurrency`` streams are split among them. Each
+worker is an ordinary endpoint backend driven by the one run loop, stamping its own requests. They start at one
+instant: every worker reports ready (server probed, warm-up done by worker 0), then the parent names a start time on
+the wall clock (``time.time()``, the clock every process of a host, and NTP-synced hosts, share) and each converts
+it to its own ``perf_counter``. The parent merges the workers' runs into one run JSON, ordered by due time.
 
 Ray (``--ray ADDRESS``, ``pip install llmbench[ray]``): the same worker function runs as Ray tasks; the ready
 count and the start time go through a small actor.
@@ -28,7 +29,7 @@ from llmbench.core.errors import RunInterrupted, UserError
 from llmbench.core.process import Stop
 from llmbench.options import EndpointOptions, RunOptions
 from llmbench.results.metrics import summarize
-from llmbench.results.schema import ClientStats, Run
+from llmbench.results.schema import Run
 from llmbench.workloads.prompts import PromptSet
 
 START_MARGIN_S = 0.5  # between "everyone is ready" and the common start: time for the start to reach them all
@@ -45,75 +46,98 @@ class Share:
     endpoint: EndpointOptions
     options: RunOptions
 
+    @property
+    def streams(self) -> int:
+        """A closed loop's streams in flight in this worker: its share of ``--concurrency``."""
+        c = self.endpoint.concurrency
+        return c // self.workers + (1 if self.index < c % self.workers else 0)
+
 
 def measure_share(share: Share, ready: Callable[[], float]) -> dict[str, Any]:
-    """In a worker: measure requests ``share.index``, ``+ workers``, ... of the schedule; ``ready()`` blocks until
-    the common start and returns it (``time.time()`` seconds). Returns ``{"run": ...}`` (JSON), with
-    ``"interrupted"`` after a stop, or ``{"error": "..."}``."""
+    """In a worker: measure requests ``share.index``, ``+ workers``, ... of the schedule (or of a closed loop's
+    prompts x repeats, with its share of the streams); ``ready()`` blocks until the common start and returns it
+    (``time.time()`` seconds). Returns ``{"run": ..., "loop_lags": [...]}`` (JSON; the lags its event loop showed,
+    ms), with ``"interrupted"`` after a stop, or ``{"error": "..."}``."""
     from llmbench.backends.endpoint import EndpointBackend
     from llmbench.core.process import stop_on_signals
     from llmbench.runner.loop import execute, new_track
 
+    made: list[EndpointBackend] = []  # the backend, for its event loop's lag samples once the run is over
+
     async def main(stop: Stop) -> Run:
         backend = EndpointBackend(share.endpoint, share.options)
+        made.append(backend)
         backend.probing = share.index == 0  # one calibration probe per host is enough, and quieter
-        p = share.prompts.prompts
-        plan_offsets = [(i, o) for i, o in enumerate(backend.offsets) if i % share.workers == share.index]
+        n = len(share.prompts.prompts)
+        # an open loop's due times, or a closed loop's (prompt, repeat) order (round_robin's): every N-th is ours
+        offsets: list[float | None] = list(backend.offsets) or [None] * (n * share.options.repeats)
+        mine = [(i, o) for i, o in enumerate(offsets) if i % share.workers == share.index]
         await backend.start(share.prompts)
         try:
             track = new_track(backend, share.prompts, None)
-            n = len(p)
-            plan = [(track, share.prompts.request(i % n, i // n, scheduled_s=o)) for i, o in plan_offsets]
+            plan = [(track, share.prompts.request(i % n, i // n, scheduled_s=o)) for i, o in mine]
 
             async def start_at() -> float:
                 start_unix = await asyncio.get_running_loop().run_in_executor(None, ready)
                 return time.perf_counter() + (start_unix - time.time())
 
             warmup = share.options.warmup if share.index == 0 else 0
-            runs = await execute([track], plan, share.prompts, warmup=warmup, stop=stop, start_at=start_at)
+            runs = await execute([track], plan, share.prompts, warmup=warmup, stop=stop, start_at=start_at,
+                                 concurrency=max(share.streams, 1) if not backend.offsets else 1)  # fmt: skip
         finally:
             await backend.close()
         return runs[0]
+
+    def lags() -> list[float]:
+        return [round(v, 3) for v in made[0].loop_lags] if made else []
 
     with stop_on_signals() as stop:
         try:
             run = asyncio.run(main(stop))
         except RunInterrupted as e:
-            return {"run": e.runs[0].model_dump(mode="json"), "interrupted": e.signal_name}
+            return {"run": e.runs[0].model_dump(mode="json"), "interrupted": e.signal_name, "loop_lags": lags()}
         except UserError as e:
             return {"error": str(e)}
-    return {"run": run.model_dump(mode="json")}
+    return {"run": run.model_dump(mode="json"), "loop_lags": lags()}
 
 
-def merge(parts: list[Run], workers: int) -> Run:
-    """One run from the workers' runs: requests ordered by due time, the first worker's record (config,
-    environment, probes, warm-ups), the clients' CPU added up, the summary and lateness recomputed."""
-    from llmbench.backends.endpoint import disagreement_warning, lateness_warning
+def merge(parts: list[Run], workers: int, loop_lags: list[list[float]] | None = None) -> Run:
+    """One run from the workers' runs: requests ordered by due time (a closed loop's by start), the first worker's
+    record (config, environment, probes, warm-ups), the clients' CPU added up and their self-check redone over
+    every request and every worker's event-loop lag (``loop_lags``), the summary and lateness recomputed."""
+    from llmbench.backends.endpoint import behind_warning, client_record, disagreement_warning, lateness_warning
 
     run = parts[0].model_copy(deep=True)
-    run.requests = sorted((r for p in parts for r in p.requests), key=lambda r: r.scheduled_s or 0.0)
+    e = run.config.endpoint
+    assert e is not None
+    run.requests = sorted((r for p in parts for r in p.requests), key=lambda r: (r.scheduled_s or 0.0, r.started_s))
     run.failed_requests = sorted((f for p in parts for f in p.failed_requests), key=lambda f: f.scheduled_s or 0.0)
     clients = [p.client for p in parts if p.client is not None]
     if clients:
-        cpu, wall = sum(c.cpu_s for c in clients), max(c.wall_s for c in clients)
-        events = sum(r.chunks or 0 for r in run.requests)
-        run.client = ClientStats(cpu_s=round(cpu, 4), wall_s=round(wall, 4),
-                                 cpu_pct_of_one_core=round(100 * cpu / wall, 2) if wall > 0 else 0.0,
-                                 cpu_ms_per_event=round(1000 * cpu / events, 4) if events else None)  # fmt: skip
-    assert run.config.endpoint is not None and run.config.endpoint.arrival is not None
-    run.config.endpoint.workers = workers
+        lags = loop_lags or [[] for _ in parts]
+        run.client = client_record(run.requests, sum(c.cpu_s for c in clients), max(c.wall_s for c in clients),
+                                   lags, processes=workers)  # fmt: skip
+        run.client.per_process = [client_record(p.requests, p.client.cpu_s, p.client.wall_s, [lag])
+                                  for p, lag in zip(parts, lags, strict=True) if p.client is not None]  # fmt: skip
+    e.workers = workers
     run.summary = summarize(run.requests, failed=len(run.failed_requests),
-                            offered_rate_rps=run.config.endpoint.arrival.rate_rps)  # fmt: skip
-    # per-worker verdicts on lateness and token counts are replaced by the merged run's
-    own = ("THE CLIENT FELL BEHIND", "token counts disagree", "requests failed (failed_requests)")
+                            offered_rate_rps=e.arrival.rate_rps if e.arrival is not None else None)  # fmt: skip
+    # per-worker verdicts on lateness, the client and token counts are replaced by the merged run's
+    own = ("THE CLIENT FELL BEHIND", "token counts disagree", "requests failed (failed_requests)", "is buffered")
     warnings = list(dict.fromkeys(w for p in parts for w in p.warnings if not any(o in w for o in own)))
-    if (late := lateness_warning(run)) is not None:
-        warnings.append(late)
+    for said in (lateness_warning(run), behind_warning(run)):
+        if said is not None:
+            warnings.append(said)
     if run.summary and run.summary.token_count_disagreements:
         warnings.append(disagreement_warning(run))
+    if run.summary and run.summary.stream_buffered and not (run.client and run.client.fell_behind):
+        from llmbench.backends.endpoint import buffered_warning
+
+        warnings.append(buffered_warning(run))
     if run.failed_requests:
-        warnings.append(f"{len(run.failed_requests)} of {run.config.endpoint.arrival.requests} requests failed "
-                        "(failed_requests): the summary omits them")  # fmt: skip
+        sent = e.arrival.requests if e.arrival is not None else len(run.requests) + len(run.failed_requests)
+        warnings.append(f"{len(run.failed_requests)} of {sent} requests failed (failed_requests): the summary omits "
+                        "them")  # fmt: skip
     run.warnings = warnings
     run.complete = all(p.complete for p in parts)
     return run
@@ -139,11 +163,10 @@ def _process_main(share: Share, events: Any, start: Any, start_value: Any) -> No
 async def run_local(
     prompts: PromptSet, endpoint: EndpointOptions, options: RunOptions, stop: Stop | None
 ) -> tuple[Run, str | None]:
-    """Measure ``endpoint``'s open-loop schedule with ``workers`` local processes: the merged run, and the signal
-    that stopped it (None: it ran to the end). A stop reaches the workers as SIGINT; what they finished is
-    kept."""
-    assert endpoint.open_loop is not None
-    n = endpoint.open_loop.workers
+    """Measure ``endpoint``'s requests (its open loop's schedule, or its closed loop's streams) with its client
+    processes: the merged run, and the signal that stopped it (None: it ran to the end). A stop reaches the
+    workers as SIGINT; what they finished is kept."""
+    n = endpoint.processes
     ctx = mp.get_context("spawn")  # a clean interpreter: no inherited event loop, threads or signal handlers
     events, start, start_value = ctx.Queue(), ctx.Event(), ctx.Value("d", 0.0)
     procs = [ctx.Process(target=_process_main, args=(Share(k, n, prompts, endpoint, options), events, start,
@@ -194,7 +217,8 @@ async def run_local(
 
 def _finish(results: dict[int, dict], n: int) -> tuple[Run, str | None]:
     """The merged run, and the signal that stopped a worker (None: none did)."""
-    run = merge([Run.model_validate(results[k]["run"]) for k in range(n)], n)
+    run = merge([Run.model_validate(results[k]["run"]) for k in range(n)], n,
+                [results[k].get("loop_lags") or [] for k in range(n)])  # fmt: skip
     stopped = [r["interrupted"] for r in results.values() if "interrupted" in r]
     return run, (stopped[0] if stopped else None)
 
@@ -210,7 +234,7 @@ async def run_ray(
     import ray
 
     assert endpoint.open_loop is not None and endpoint.open_loop.ray is not None
-    n, address = endpoint.open_loop.workers, endpoint.open_loop.ray
+    n, address = endpoint.processes, endpoint.open_loop.ray
     started_here = not ray.is_initialized()
     if started_here:
         try:

@@ -225,7 +225,13 @@ class ArrivalsSection(Section):
         le=limits.MAX_SCHEDULE_S,
         allow_inf_nan=False,
     )
-    workers: int = setting(1, "Open loop: client processes sharing the schedule.", ge=1, le=limits.MAX_CLIENTS)
+    workers: Optional[int] = setting(
+        None,
+        "With --endpoint: client processes sharing the requests, a closed loop's --concurrency streams split among "
+        "them, an open loop's schedule dealt out (default: one per 64 streams or 6,400 expected events a second, "
+        "at most the machine's CPUs; 1 where a run can't be shared).",
+        ge=1, le=limits.MAX_CLIENTS,
+    )  # fmt: skip
     ray: Optional[str] = setting(None, "Open loop: run the --workers as Ray tasks on this cluster (address, 'auto' or "
                                  "'local'; pip install 'llmbench\\[ray]').")  # fmt: skip
 

@@ -1,12 +1,17 @@
-"""The OpenAI-compatible streaming client (httpx + httpx-sse): one request, its events stamped on arrival.
+"""The OpenAI-compatible streaming client: one request, every network read stamped on arrival.
 
-A stamp is one clock read when the SSE parser hands over an event, and nothing else runs per event but a
-``json.loads``, so the client costs a server it shares a machine with almost nothing. No torch is imported
-here (a tokenizer, only when one is named, loads transformers).
+The hot path is aiohttp's (its HTTP parser is C) and, of llmbench's, one clock read and one list append per network
+read: the bytes are parsed (SSE framing by httpx-sse, then JSON) after the stream ends, and each event takes the
+stamp of the read that completed it. httpx, which streamed here before, paid 150-350 µs of CPU an event against
+aiohttp's 20-50 µs (benchmarks/http_stacks.py), and a client that parsed as it read fell behind the bytes past a
+few dozen streams in one process (benchmarks/README.md, "the client that keeps up"). The requests off the hot path
+(the server's /health and /v1/models, its metrics) stay on httpx. No torch is imported here (a tokenizer, only
+when one is named, loads transformers).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import time
@@ -16,8 +21,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+import aiohttp
 import httpx
-from httpx_sse import SSEError, aconnect_sse
+from httpx_sse import EventSource, SSEError
 
 from llmbench.core.errors import BackendUnavailable, RequestFailed, UserError
 from llmbench.core.redact import redact_url, scrub
@@ -36,6 +42,7 @@ class Stream:
 
     start_ns: int
     end_ns: int = 0
+    start_unix_ns: int = 0  # the wall clock read beside start_ns: a server's send stamps (unix) placed on this timeline
     stamps_ns: list[int] = field(default_factory=list)  # one per content event, on arrival
     pieces: list[str] = field(default_factory=list)
     usage: dict | None = None
@@ -108,39 +115,87 @@ def request_extra(o: RunOptions) -> dict[str, Any]:
     return extra
 
 
-async def stream_one(client: httpx.AsyncClient, url: str, body: dict, headers: dict) -> Stream:
-    """Send one streamed request; its raw facts. RequestFailed for anything that went wrong with this request
-    (an error status, a broken, malformed or empty stream, a transport error); ServerUnreachable when no
-    connection could be made."""
-    s = Stream(start_ns=time.perf_counter_ns())
+def stream_session(concurrency: int | None, timeout_s: float) -> aiohttp.ClientSession:
+    """The connection pool streams go through: ``concurrency`` connections kept (None: no limit, an open loop's: a
+    limit would queue requests in the client, unseen); a read that waits ``timeout_s`` fails the request."""
+    connector = aiohttp.TCPConnector(limit=concurrency or 0, limit_per_host=0, ttl_dns_cache=None)
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=min(timeout_s, 10.0), sock_read=timeout_s)
+    return aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=True)
+
+
+async def stream_one(session: aiohttp.ClientSession, url: str, body: dict, headers: dict) -> Stream:
+    """Send one streamed request; its raw facts, parsed (:func:`stream_reads`, then :func:`parsed`)."""
+    s, reads = await stream_reads(session, url, body, headers)
+    await asyncio.sleep(0)  # reads of other streams that arrived meanwhile are stamped before this one is parsed
+    return parsed(s, reads)
+
+
+async def stream_reads(session: aiohttp.ClientSession, url: str, body: dict,
+                       headers: dict) -> tuple[Stream, list[tuple[int, bytes]]]:  # fmt: skip
+    """Send one streamed request; its start and end, and every network read with its arrival (unparsed: see
+    :func:`parsed`). RequestFailed for anything that went wrong with this request (an error status, a broken
+    stream, a transport error); ServerUnreachable when no connection could be made."""
+    s = Stream(start_ns=time.perf_counter_ns(), start_unix_ns=time.time_ns())
+    reads: list[tuple[int, bytes]] = []  # (arrival, bytes) of every network read: the hot path, nothing more
     try:
-        async with aconnect_sse(client, "POST", url, json=body, headers=headers) as es:
-            r = es.response
-            if r.status_code >= 400:
-                raise RequestFailed(f"HTTP {r.status_code}: {_error_text(await r.aread())}", r.status_code)
-            ctype = r.headers.get("content-type", "")
+        async with session.post(url, json=body, headers=headers) as r:
+            if r.status >= 400:
+                raise RequestFailed(f"HTTP {r.status}: {_error_text(await r.read())}", r.status)
+            ctype = r.headers.get("Content-Type", "")
             if "text/event-stream" not in ctype:
                 if "json" in ctype or "html" in ctype:
                     raise RequestFailed(f"the server answered {ctype}, not an event stream")
                 # a relay that drops or rewrites the type (text/plain, none): read the body as SSE anyway
-                r.headers["content-type"] = "text/event-stream"
                 s.content_type = ctype or "no content-type"
-            async for ev in es.aiter_sse():
-                t = time.perf_counter_ns()
-                if ev.data == "[DONE]":
-                    break
-                if ev.data:  # else a keep-alive or a comment
-                    _take(s, t, ev.data)
-    except (httpx.ConnectError, httpx.ConnectTimeout) as e:
+            append, clock = reads.append, time.perf_counter_ns
+            async for data in r.content.iter_any():
+                append((clock(), data))
+    except aiohttp.ClientConnectorError as e:
         raise ServerUnreachable(f"cannot connect to {redact(url)}: {_reason(e)}") from None
-    except httpx.TransportError as e:  # read/write/pool timeouts, a broken connection, a protocol violation
+    except (TimeoutError, aiohttp.ServerTimeoutError) as e:  # a read that waited --timeout: a stalled server
+        raise RequestFailed(f"the stream broke off: ReadTimeout: nothing for {_reason(e) or 'the --timeout'}") from None
+    except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as e:
         raise RequestFailed(f"the stream broke off: {type(e).__name__}: {_reason(e)}") from None
-    except (httpx.HTTPError, SSEError, UnicodeDecodeError) as e:
+    except (aiohttp.ClientError, UnicodeDecodeError) as e:  # a malformed response: its status line, headers
         raise RequestFailed(f"malformed stream: {type(e).__name__}: {_reason(e)}") from None
     s.end_ns = time.perf_counter_ns()
+    return s, reads
+
+
+def parsed(s: Stream, reads: list[tuple[int, bytes]]) -> Stream:
+    """``s`` with the events of its reads (:func:`parse_reads`); RequestFailed for a malformed or empty stream."""
+    parse_reads(s, reads)
     if not s.stamps_ns:
         raise RequestFailed("the stream carried no content")
     return s
+
+
+class _Reads(httpx.SyncByteStream):
+    """A stream's reads replayed to httpx-sse's parser; ``at``: the arrival of the read it last handed over."""
+
+    def __init__(self, reads: list[tuple[int, bytes]]) -> None:
+        self.reads, self.at = reads, 0
+
+    def __iter__(self) -> Any:
+        for at, data in self.reads:
+            self.at = at
+            yield data
+
+
+def parse_reads(s: Stream, reads: list[tuple[int, bytes]]) -> None:
+    """The events of a stream's reads into ``s``, after the stream: each stamped with the arrival of the read that
+    completed it (its last line, so an event split over reads is stamped when it was whole). RequestFailed for a
+    malformed stream or event."""
+    replay = _Reads(reads)
+    response = httpx.Response(200, headers={"content-type": "text/event-stream"}, stream=replay)
+    try:
+        for ev in EventSource(response).iter_sse():
+            if ev.data == "[DONE]":
+                break
+            if ev.data:  # else a keep-alive or a comment
+                _take(s, replay.at, ev.data)
+    except (SSEError, UnicodeDecodeError, httpx.HTTPError) as e:
+        raise RequestFailed(f"malformed stream: {type(e).__name__}: {_reason(e)}") from None
 
 
 def _take(s: Stream, t: int, data: str) -> None:
