@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from client_keeps_up import start_stub, stub_stats  # noqa: E402
+from client_keeps_up import start_stub, stub_stats
 
 BODY = {"model": "stamp-stub", "messages": [{"role": "user", "content": "hi"}], "stream": True, "max_tokens": 64}
 
@@ -94,7 +94,8 @@ def main() -> None:
         loops["uvloop"] = uvloop.new_event_loop
     except ImportError:
         pass
-    print("| stack | loop | C | CPU µs/event | delay p50 ms | delay p99 ms | stub lateness p99 ms |\n|---|---|---|---|---|---|---|")
+    print("| stack | loop | C | CPU µs/event | delay p50 ms | delay p99 ms | stub lateness p99 ms |")
+    print("|---|---|---|---|---|---|---|")
     try:
         for c in [int(x) for x in a.concurrency.split(",")]:
             for stack, fn in (("httpx", run_httpx), ("aiohttp", run_aiohttp)):

@@ -102,9 +102,9 @@ class StampServer:
             if delay > 0:
                 await asyncio.sleep(delay)
             event = b'data: {"choices":[{"index":0,"delta":{"content":"' + WORD.encode() + b'"}}]}\n\n'
+            # stamped just before the bytes go to the kernel: no client can read them earlier
+            sent_ms.append(round((time.perf_counter_ns() - arrived_ns) / 1e6, 3))
             writer.write(b"%x\r\n%s\r\n" % (len(event), event))
-            now = time.perf_counter_ns()
-            sent_ms.append(round((now - arrived_ns) / 1e6, 3))
             self.lateness_ms.append((loop.time() - t0 - plan_s) * 1000)
             await writer.drain()
         usage = {"choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": n, "total_tokens": n + 1},

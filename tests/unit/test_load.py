@@ -92,8 +92,9 @@ def test_bad_load_input_is_one_line(cli, tmp_path):
     assert (done / "load.json").read_text(encoding="utf-8") == "{}"
     r = cli("run", p, "--weights", "random", "--rate", "2")
     assert r.returncode == 2 and "--rate" in r.stderr and "--endpoint" in r.stderr
+    # --workers splits a closed loop's streams too: not more processes than streams
     r = cli("run", p, "--endpoint", "http://127.0.0.1:9", "--workers", "2")
-    assert r.returncode == 2 and "open loop (--rate)" in r.stderr
+    assert r.returncode == 2 and "--workers 2 with --concurrency 1: each client process needs a stream" in r.stderr
     r = cli("run", p, "--endpoint", "http://127.0.0.1:9", "--rate", "2", "--concurrency", "3")
     assert r.returncode == 2 and "--concurrency" in r.stderr
 
