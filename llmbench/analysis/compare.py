@@ -52,6 +52,7 @@ import numpy as np
 from llmbench.analysis import shape, variance
 from llmbench.analysis.startup import PROCESS_METRICS, process_change
 from llmbench.core.errors import UserError
+from llmbench.results.client import behind_reasons
 from llmbench.results.metrics import cold_start, lever_summary
 from llmbench.results.schema import COMPARE, ENV, Environment, Run, RunScalars, differences, must_match
 
@@ -188,6 +189,9 @@ class Comparison:
     # ab --spawn fork: the processes were forked from each side's process 0 (config.ab.setup.spawn), so the
     # interval over them leaves out what differs between base's and head's process 0 (FORK_CAVEAT)
     forked: bool = False
+    # {"base"|"new": why its endpoint client fell behind the streams it measured} (client.fell_behind): its TTFT and
+    # ITL hold the client's own delay, so a change between the runs may be the clients'
+    client_behind: dict[str, str] = field(default_factory=dict)
     _notes: list[MachineNote] = field(default_factory=list, repr=False)  # every row's; ``machine``: the spoken
 
     def row(self, metric: str, stat: str) -> Row | None:
@@ -672,6 +676,9 @@ def compare_runs(
     comp.workload = _workload(base, new)
     comp.levers = {who: d for who, run in (("base", base), ("new", new)) if (d := lever_summary(run)) is not None}
     comp.cold = {who: d for who, run in (("base", base), ("new", new)) if (d := cold_start(run)) is not None}
+    comp.client_behind = {who: "; ".join(behind_reasons(c)) or "see client.per_process"
+                          for who, run in (("base", base), ("new", new))
+                          if (c := getattr(run, "client", None)) is not None and c.fell_behind}  # fmt: skip
     if paired and (ids := _prompt_ids_differ(base, new)) is not None:
         comp.config_diffs.append(("prompt_token_ids", *ids))
     both_auto = set(base.config.auto) & set(new.config.auto)

@@ -7,7 +7,6 @@ because it shares the machine with a co-located server.
 from __future__ import annotations
 
 import asyncio
-import math
 import sys
 import time
 from collections.abc import Callable, Hashable
@@ -40,11 +39,11 @@ from llmbench.core.redact import mask, url_secrets
 from llmbench.machine import envinfo
 from llmbench.machine import probe as machine
 from llmbench.options import EndpointOptions, RunOptions
+from llmbench.results.client import behind_warning, client_record, server_sends
 from llmbench.results.metrics import request_result, text_sha256
 from llmbench.results.schema import (
     ENDPOINT_METRIC_FORMULAS,
     Arrival,
-    ClientStats,
     EndpointConfig,
     Probe,
     RequestResult,
@@ -340,74 +339,7 @@ class EndpointBackend:
 
 LATE_MS = 10.0  # a request sent later than this after its due time: the client, not the server, set its latency
 LOOP_TICK_S = 0.005  # the event loop's lag is sampled by sleeping this long (200 wake-ups a second: ~0.5% of a core)
-BEHIND_MS = 5.0  # a p99 stamp delay or event-loop lag above this: the client's own delay is in the figures
-BUSY_PCT = 90.0  # a client process above this share of one core has no room left to read on time
 SWITCH_S = 0.0002  # the interpreter's switch interval while streaming (see EndpointBackend.start)
-
-
-def server_sends(timing: dict, start_unix_ns: int, events: int) -> list[float] | None:
-    """The server's send stamps of a request's content events on its timeline (ms since its start), from the
-    usage chunk's ``llmbench`` record (``arrived_unix_ms`` + ``token_times_ms``: llmbench serve, the stamping
-    stub); None when the server sends none, or not one per content event."""
-    arrived, times = timing.get("arrived_unix_ms"), timing.get("token_times_ms")
-    if not isinstance(arrived, int | float) or not isinstance(times, list) or len(times) != events or not start_unix_ns:
-        return None
-    if not all(isinstance(t, int | float) and not isinstance(t, bool) and math.isfinite(t) for t in times):
-        return None
-    offset = arrived - start_unix_ns / _NS_PER_MS
-    return [round(offset + t, 3) for t in times] if math.isfinite(offset) else None
-
-
-def client_record(requests: list[RequestResult], cpu_s: float, wall_s: float, loop_lags: list[list[float]],
-                  processes: int = 1) -> ClientStats:  # fmt: skip
-    """The client's cost and self-check (``run.client``): its CPU over ``processes`` processes, its stamps'
-    delay behind the server's sends (every event of ``requests`` that has them), its event loops' lag (each
-    process's samples in ``loop_lags``), and whether it fell behind (ENDPOINT_METRIC_FORMULAS)."""
-    import numpy as np
-
-    events = sum(r.chunks or 0 for r in requests)
-    lag = [t - x for r in requests if r.server_send_ms for t, x in zip(r.token_times_ms, r.server_send_ms, strict=True)]
-    loop = [v for part in loop_lags for v in part]
-
-    def q(v: list[float], p: float) -> float | None:
-        return round(float(np.percentile(v, p)), 3) if v else None
-
-    # p99 of the loop's lag: the worst process's, as each reads its own streams
-    loop_p99 = max((q(part, 99) or 0.0 for part in loop_lags if part), default=None)
-    pct = round(100 * cpu_s / wall_s, 2) if wall_s > 0 else 0.0
-    record = ClientStats(cpu_s=round(cpu_s, 4), wall_s=round(wall_s, 4), cpu_pct_of_one_core=pct,
-                         cpu_ms_per_event=round(1000 * cpu_s / events, 4) if events else None, processes=processes,
-                         lag_events=len(lag) or None, lag_p50_ms=q(lag, 50), lag_p99_ms=q(lag, 99),
-                         lag_max_ms=round(max(lag), 3) if lag else None, loop_lag_p50_ms=q(loop, 50),
-                         loop_lag_p99_ms=loop_p99, loop_lag_max_ms=round(max(loop), 3) if loop else None)  # fmt: skip
-    record.fell_behind = bool(behind_reasons(record)) if (lag or loop or events) else None
-    return record
-
-
-def behind_reasons(c: ClientStats) -> list[str]:
-    """Why the client's own delay is in the figures (nothing: it kept up)."""
-    reasons = []
-    if c.lag_p99_ms is not None and c.lag_p99_ms > BEHIND_MS:
-        reasons.append(f"its stamps were p99 {c.lag_p99_ms:.1f} ms (max {c.lag_max_ms:.1f}) behind the server's sends")
-    if c.loop_lag_p99_ms is not None and c.loop_lag_p99_ms > BEHIND_MS:
-        reasons.append(f"its event loop woke p99 {c.loop_lag_p99_ms:.1f} ms late")
-    if c.cpu_pct_of_one_core / max(c.processes, 1) > BUSY_PCT:
-        reasons.append(f"it used {c.cpu_pct_of_one_core / max(c.processes, 1):.0f}% of a core per process")
-    return reasons
-
-
-def behind_warning(run: Run) -> str | None:
-    """Said loudly when the client itself fell behind the streams it measures: the figures then hold its delay.
-    With several client processes, it names those that did."""
-    c = run.client
-    reasons = behind_reasons(c) if c is not None else []
-    late = [k for k, p in enumerate((c.per_process or []) if c is not None else []) if p.fell_behind]
-    if not reasons and not late:
-        return None
-    which = f" (client process {', '.join(map(str, late))} of {c.processes})" if c is not None and late else ""
-    return (f"THE CLIENT FELL BEHIND{which}: {'; '.join(reasons) or 'see client.per_process'}. TTFT and ITL include "
-            "the client's own delay, and events it read late arrive together (not a proxy's buffering); measure "
-            "with more client processes (--workers N) or fewer streams")  # fmt: skip
 
 
 def lateness_warning(run: Run) -> str | None:

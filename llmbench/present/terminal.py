@@ -262,6 +262,11 @@ def compare_lines(comp, checks: list[Any]) -> tuple[list[str], list[str]]:
             f"({100 * (mm['new'] / mm['base'] - 1):+.0f}%)"
         )
     tail += [f"{note.metric}: {note.explanation}" for note in comp.machine]
+    tail += [
+        f"{who}'s CLIENT FELL BEHIND ({why}): its TTFT and ITL hold the client's own delay, and a change "
+        "between the runs may be the clients'"
+        for who, why in getattr(comp, "client_behind", {}).items()
+    ]
     tail += [changed_line(comp), *noise_lines(comp)]
     few: dict[str, list[str]] = {}
     for r in comp.rows:

@@ -636,7 +636,7 @@ class ClientStats(_Model):
     loop_lag_p50_ms: Finite | None = None
     loop_lag_p99_ms: Finite | None = None
     loop_lag_max_ms: Finite | None = None
-    fell_behind: bool | None = None  # the self-check's verdict (llmbench.backends.endpoint.behind_reasons)
+    fell_behind: bool | None = None  # the self-check's verdict (llmbench.results.client.behind_reasons)
     # --workers, --ray: each client process's own record (its requests' lag, its loop's, its CPU): which fell behind
     per_process: list[ClientStats] | None = None
 
@@ -762,6 +762,7 @@ class RunScalars(_Lean):
     cpu: rec.Cpu | None = None
     server_metrics: rec.ServerMetrics | None = None
     server_boot: ServerBoot | None = None
+    client: ClientStats | None = None  # compare says whose client fell behind
 
 
 def must_match(purpose: str, model: type[BaseModel] = RunConfig, prefix: str = "") -> tuple[str, ...]:

@@ -105,7 +105,8 @@ def merge(parts: list[Run], workers: int, loop_lags: list[list[float]] | None = 
     """One run from the workers' runs: requests ordered by due time (a closed loop's by start), the first worker's
     record (config, environment, probes, warm-ups), the clients' CPU added up and their self-check redone over
     every request and every worker's event-loop lag (``loop_lags``), the summary and lateness recomputed."""
-    from llmbench.backends.endpoint import behind_warning, client_record, disagreement_warning, lateness_warning
+    from llmbench.backends.endpoint import disagreement_warning, lateness_warning
+    from llmbench.results.client import behind_warning, client_record
 
     run = parts[0].model_copy(deep=True)
     e = run.config.endpoint

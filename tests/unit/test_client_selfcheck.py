@@ -7,9 +7,9 @@ import os
 
 import pytest
 
-from llmbench.backends.endpoint import BEHIND_MS, behind_reasons, behind_warning, client_record, server_sends
 from llmbench.core.errors import UserError
 from llmbench.options import STREAMS_PER_PROCESS, client_processes
+from llmbench.results.client import BEHIND_MS, behind_reasons, behind_warning, client_record, server_sends
 from llmbench.results.schema import ClientStats
 from tests.helpers import synthetic_run
 
@@ -75,3 +75,17 @@ def test_client_processes_auto_and_asked():
         client_processes(5, streams=4, events_per_s=None, unshared=None)
     with pytest.raises(UserError, match="--workers 2: why not"):
         client_processes(2, streams=4, events_per_s=None, unshared="why not")
+
+
+def test_compare_says_whose_client_fell_behind(cli, tmp_path):
+    import llmbench
+
+    base, new = _with_sends(0.2), _with_sends(BEHIND_MS * 3)
+    for run in (base, new):
+        run.client = client_record(run.requests, 0.1, 10.0, [[0.1] * 20])
+    llmbench.save_run(base, tmp_path / "base.json")
+    llmbench.save_run(new, tmp_path / "new.json")
+    r = cli("compare", tmp_path / "base.json", tmp_path / "new.json")
+    assert r.returncode == 0, r.stderr
+    text = " ".join((r.stdout + r.stderr).split())
+    assert "new's CLIENT FELL BEHIND (its stamps were p99" in text and "base's CLIENT" not in text, text
