@@ -146,8 +146,9 @@ class EndpointBackend:
         self.client = stream_session(c, self.endpoint.timeout_s)
         # the parser thread holds the GIL at most this long when the event loop wants it back for a read (default
         # 5 ms: a read waited that long behind a parse); restored at close
-        self._switch = sys.getswitchinterval()
-        sys.setswitchinterval(SWITCH_S)
+        if (before := sys.getswitchinterval()) != SWITCH_S:  # another backend of this process set it already
+            self._switch = before
+            sys.setswitchinterval(SWITCH_S)
 
     def new_run(self, prompts: PromptSet) -> Run:
         o, h = self.options, self.health or {}

@@ -189,9 +189,9 @@ ENDPOINT_METRIC_FORMULAS: dict[str, str] = {
     "the network's (loopback: tens of microseconds)",
     "loop_lag_ms": "how late the client's event loop woke from a 5 ms sleep, sampled throughout the measured "
     "window (client.loop_lag_p50_ms/p99/max): a busy loop reads every stream late",
-    "client_fell_behind": "client.fell_behind: lag_p99_ms above 5 ms, or loop_lag_p99_ms above 5 ms, or a client "
-    "process above 90% of one core; then the stamps measure the client too, and a burst of events is not blamed "
-    "on a proxy",
+    "client_fell_behind": "client.fell_behind: loop_lag_p99_ms above 5 ms, or a client process above 90% of one "
+    "core; then the stamps measure the client too, and a burst of events is not blamed on a proxy. lag_p99_ms alone "
+    "is no verdict: a relay that holds the stream delays the stamps behind the sends while the client idles",
     "e2e_ms": "last content event - request_start (stream_end_ms: when [DONE] or the end of the body arrived)",
     "tokenize_ms": "0: templating and tokenizing happen on the server, inside ttft_ms",
     "prefill_tokens_per_s": "prompt_tokens / ttft_ms * 1000: as the client sees it, transport and queue included; "

@@ -86,7 +86,7 @@ def test_a_run_with_secrets_in_every_url_writes_and_prints_none(cli, server, pro
     r = cli("run", prompt_file, "--endpoint", endpoint, *scrape, "--api-key-env", "SECRET_KEY_VAR", "--repeats", "2",
             "-o", out / "r.json", "--history", out / "history.db", env=isolated(out))  # fmt: skip
     assert r.returncode == 0, r.stderr
-    # the secrets were used: the query token and the userinfo reached the server (httpx sends it as Basic)
+    # the secrets were used: the query token and the userinfo reached the server (sent as Basic auth)
     chats = [(q, h) for p, q, h in seen if p == "/v1/chat/completions"]
     assert chats and all(f"api_key={TOKEN}" in q and h["authorization"].startswith("Basic ") for q, h in chats)
     scrapes = [(q, h) for p, q, h in seen if p == "/metrics"]
@@ -212,5 +212,5 @@ def test_an_open_loop_over_worker_processes_writes_and_prints_none(cli, server, 
     r = cli("run", prompt_file, "--endpoint", endpoint, "--metrics-url", metrics_url, "--rate", "20", "--requests",
             "4", "--workers", "2", "-o", out / "w.json", env=isolated(out))  # fmt: skip
     assert r.returncode == 0, r.stderr
-    assert sum(p == "/v1/chat/completions" for p, _, _ in seen) >= 4 and "over 2 local processes" in r.stderr
+    assert sum(p == "/v1/chat/completions" for p, _, _ in seen) >= 4 and "over 2 local client processes" in r.stderr
     assert leaks(out, r.stdout, r.stderr) == []

@@ -23,15 +23,16 @@ def _with_sends(lag_ms: float):
     return run
 
 
-def test_the_stamps_delay_behind_the_sends_is_measured_and_judged():
-    for lag, behind in ((0.3, False), (BEHIND_MS + 2.0, True)):
+def test_the_stamps_delay_behind_the_sends_is_measured_and_judged_with_the_loop():
+    for lag, loop, behind in ((0.3, 0.1, False), (BEHIND_MS + 2.0, 0.1, False), (BEHIND_MS + 2.0, BEHIND_MS * 2, True)):
         run = _with_sends(lag)
-        c = client_record(run.requests, cpu_s=0.1, wall_s=10.0, loop_lags=[[0.1] * 50])
+        c = client_record(run.requests, cpu_s=0.1, wall_s=10.0, loop_lags=[[loop] * 50])
         assert c.lag_events == 4 * 8 and c.lag_p50_ms == pytest.approx(lag, abs=1e-3)
+        # late stamps with an idle loop: the stream was held on the way (a relay), not read late by the client
         assert c.fell_behind is behind, c
         run.client = c
         said = behind_warning(run)
-        assert (said is not None and "stamps were p99" in said and "proxy" not in said.split(".")[0]) is behind
+        assert (said is not None and "event loop woke" in said and "stamps were p99" in said) is behind
 
 
 def test_a_lagging_event_loop_or_a_busy_process_is_falling_behind_too():
@@ -81,11 +82,11 @@ def test_compare_says_whose_client_fell_behind(cli, tmp_path):
     import llmbench
 
     base, new = _with_sends(0.2), _with_sends(BEHIND_MS * 3)
-    for run in (base, new):
-        run.client = client_record(run.requests, 0.1, 10.0, [[0.1] * 20])
+    for run, loop in ((base, 0.1), (new, BEHIND_MS * 3)):
+        run.client = client_record(run.requests, 0.1, 10.0, [[loop] * 20])
     llmbench.save_run(base, tmp_path / "base.json")
     llmbench.save_run(new, tmp_path / "new.json")
     r = cli("compare", tmp_path / "base.json", tmp_path / "new.json")
     assert r.returncode == 0, r.stderr
     text = " ".join((r.stdout + r.stderr).split())
-    assert "new's CLIENT FELL BEHIND (its stamps were p99" in text and "base's CLIENT" not in text, text
+    assert "new's CLIENT FELL BEHIND (its event loop woke p99" in text and "base's CLIENT" not in text, text

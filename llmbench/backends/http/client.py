@@ -137,6 +137,9 @@ async def stream_reads(session: aiohttp.ClientSession, url: str, body: dict,
     stream, a transport error); ServerUnreachable when no connection could be made."""
     s = Stream(start_ns=time.perf_counter_ns(), start_unix_ns=time.time_ns())
     reads: list[tuple[int, bytes]] = []  # (arrival, bytes) of every network read: the hot path, nothing more
+    url, basic = _userinfo(url)
+    if basic is not None:  # the URL's user and password are sent as Basic auth, over a key's header (as httpx did)
+        headers = {**{k: v for k, v in headers.items() if k.lower() != "authorization"}, "Authorization": basic}
     try:
         async with session.post(url, json=body, headers=headers) as r:
             if r.status >= 400:
@@ -168,6 +171,20 @@ def parsed(s: Stream, reads: list[tuple[int, bytes]]) -> Stream:
     if not s.stamps_ns:
         raise RequestFailed("the stream carried no content")
     return s
+
+
+def _userinfo(url: str) -> tuple[str, str | None]:
+    """``url`` without its user and password, and them as a Basic ``Authorization`` value (None: it has none)."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url, None
+    import base64
+    from urllib.parse import unquote
+
+    user, host = parts.netloc.rsplit("@", 1)
+    name, _, password = user.partition(":")
+    token = base64.b64encode(f"{unquote(name)}:{unquote(password)}".encode()).decode("ascii")
+    return urlunsplit(parts._replace(netloc=host)), f"Basic {token}"
 
 
 class _Reads(httpx.SyncByteStream):
