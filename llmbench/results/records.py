@@ -22,8 +22,8 @@ from llmbench.results.reader import MAX_CPS, MAX_WPM, MIN_WPM
 Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 NonNeg = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 Share = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
-Count = Annotated[int, Field(ge=0)]
-Positive = Annotated[int, Field(ge=1)]
+Count = Annotated[int, Field(ge=0, le=2**63 - 1)]  # what an int64 column holds
+Positive = Annotated[int, Field(ge=1, le=2**63 - 1)]
 Number = Annotated[float, Field(allow_inf_nan=False)]  # any sign (a change, a clock), finite
 Sample = Optional[float]  # a server's gauge: any value it reported (Prometheus allows NaN and inf)
 

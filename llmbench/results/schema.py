@@ -81,8 +81,8 @@ SCHEMA_VERSION = 1
 # The bounds a measured value is read back with: a malformed file (a negative or NaN time, a negative count) is
 # refused in one line when read, never shown as a figure. Times are milliseconds since the request's start.
 Ms = Annotated[float, Field(ge=0, allow_inf_nan=False)]
-Count = Annotated[int, Field(ge=0)]
-Positive = Annotated[int, Field(ge=1)]
+Count = Annotated[int, Field(ge=0, le=2**63 - 1)]  # what a table's int64 column holds (export, history)
+Positive = Annotated[int, Field(ge=1, le=2**63 - 1)]
 Finite = Annotated[float, Field(allow_inf_nan=False)]  # a time of any sign (a lateness, a start before the first)
 Index = Annotated[int, Field(ge=-(2**31), lt=2**31)]  # a prompt's or repeat's index (a warm-up's are negative)
 SCAN_VERSION = 1  # scan.json (llmbench scan); history: 1 (llmbench 0.2.0) first version
@@ -424,17 +424,17 @@ class RequestResult(_Model):
     output_token_ids_sha256: str
     output_text: str
     started_s: Finite = 0.0  # seconds since the first measured request started: shows drift over a run
-    truncated_tokens: int = 0  # prompt tokens cut to fit the context (--truncate)
-    session: int = 0  # index into Run.sessions: which invocation measured it (--resume adds sessions)
+    truncated_tokens: Count = 0  # prompt tokens cut to fit the context (--truncate)
+    session: Count = 0  # index into Run.sessions: which invocation measured it (--resume adds sessions)
     # endpoint runs only: stamps are per content event, not per token
-    chunks: int | None = None  # content events received (== len(token_times_ms))
+    chunks: Count | None = None  # content events received (== len(token_times_ms))
     tokens_from: Literal["usage", "tokenizer", "chunks"] | None = None  # where output_tokens came from
     stream_end_ms: Finite | None = None  # [DONE] (or the body's end) arrived, ms since request_start
     server_ttft_ms: Finite | None = None  # llmbench serve's own stamp of the first token (from arrival)
     server_queue_ms: Finite | None = None  # llmbench serve: arrival until the model started on it (templating + wait)
     # the server's usage.prompt_tokens_details.cached_tokens: prompt tokens its prefix cache served (vLLM, SGLang,
     # OpenAI); None when it does not say
-    cached_tokens: int | None = None
+    cached_tokens: Count | None = None
     # the server's own send stamp of each content event, ms on this request's timeline (llmbench serve, the
     # stamping stub: their usage chunk's llmbench.arrived_unix_ms + token_times_ms, placed by the wall clock read
     # beside the request's start); None when the server sends none, or not one per event
@@ -444,8 +444,8 @@ class RequestResult(_Model):
     cold: bool | None = None
     # (warmup_requests[].prompt_index is -1 for a workload's own warm-up prompt: --prefix-groups, --trace)
     # --turns: the conversation (the prompt that opened it) and the turn (0: the first) this request was
-    conversation: int | None = None
-    turn: int | None = None
+    conversation: Count | None = None
+    turn: Count | None = None
     eos_ms: Finite | None = None  # endpoint runs: arrival of the finishing event of an end-of-sequence token that
     # carried no text but that usage counts (TPOT's span ends there)
     # open-loop runs (--rate): when it was due, and how late the client sent it
@@ -455,14 +455,14 @@ class RequestResult(_Model):
     e2e_from_schedule_ms: Finite | None = None
     # reasoning streams: ttft_ms stays the first *content* event
     ttfrt_ms: Finite | None = None  # time to the first reasoning event (delta.reasoning_content / .reasoning)
-    reasoning_events: int | None = None
-    reasoning_tokens: int | None = None  # usage.completion_tokens_details.reasoning_tokens
+    reasoning_events: Count | None = None
+    reasoning_tokens: Count | None = None  # usage.completion_tokens_details.reasoning_tokens
     # both counts, when the server sent usage and --tokenizer counted the text (tokens_from says which one the
     # metrics used)
-    output_tokens_server: int | None = None
-    output_tokens_client: int | None = None
-    process: int | None = None  # ab --processes: which of the side's worker processes measured it (0-based)
-    pinned_cpu: int | None = None  # ab --duet: the CPU the worker ran it on (compare balances TPOT's gaps over them)
+    output_tokens_server: Count | None = None
+    output_tokens_client: Count | None = None
+    process: Count | None = None  # ab --processes: which of the side's worker processes measured it (0-based)
+    pinned_cpu: Count | None = None  # ab --duet: the CPU the worker ran it on (compare balances TPOT's gaps over them)
     ttft_only: bool = False  # one output token, for TTFT alone: kept in Run.ttft_requests, never in requests
     cpu_ms: Finite | None = None  # in-process runs: this process's CPU time (user + system) during the request
     # in-process runs: the input ids' hash (equal across engines when they were fed the same ids)
@@ -470,17 +470,17 @@ class RequestResult(_Model):
     # --engine other than transformers: the engine's own stopwatch and counters (ENGINE_METRIC_FORMULAS)
     engine_ttft_ms: float | None = None
     engine_tpot_ms: float | None = None
-    engine_prompt_tokens_evaluated: int | None = None
+    engine_prompt_tokens_evaluated: Count | None = None
     # --speculative (METRIC_FORMULAS): the target's forward passes, the drafter's proposals and the target's
     # acceptances; draft_ms: the drafter's own time inside the request where the engine shows it
-    forwards: int | None = None
-    drafted_tokens: int | None = None
-    accepted_tokens: int | None = None
+    forwards: Count | None = None
+    drafted_tokens: Count | None = None
+    accepted_tokens: Count | None = None
     draft_ms: float | None = None
     # --speculative/--prefix-cache with greedy decoding: equal to a plain uncached generate() of the same ids
     lossless: bool | None = None
-    first_difference: int | None = None
-    prompt_tokens_computed: int | None = None  # --prefix-cache: prompt tokens this request prefilled itself
+    first_difference: Count | None = None
+    prompt_tokens_computed: Count | None = None  # --prefix-cache: prompt tokens this request prefilled itself
     # the shape of the wait (METRIC_FORMULAS, llmbench.results.reader): each stamp's text's end in output_text,
     # and what a reader at the default pace went through
     text_offsets: list[Count] | None = None
@@ -666,7 +666,7 @@ class FailedRequest(_Model):
     error: str
     status: int | None = None  # HTTP status, when there was one
     started_s: Finite = 0.0
-    session: int = 0
+    session: Count = 0
     scheduled_s: Finite | None = None  # open-loop runs: when it was due
 
 
@@ -726,13 +726,13 @@ class RequestScalars(_Lean):
     e2e_ms: Ms
     output_token_ids_sha256: str
     prompt_token_ids_sha256: str | None = None
-    process: int | None = None
-    pinned_cpu: int | None = None
+    process: Count | None = None
+    pinned_cpu: Count | None = None
     tokenize_ms: Ms = 0.0
     ttft_only: bool = False
-    cached_tokens: int | None = None  # compare's lever lines: the prefix's length, the first lossless mismatch
+    cached_tokens: Count | None = None  # compare's lever lines: the prefix's length, the first lossless mismatch
     lossless: bool | None = None
-    first_difference: int | None = None
+    first_difference: Count | None = None
     # the shape of the wait (compare's shape rows); None in a run from before it, which is then read whole
     reader_stall_ms: float | None = None
     reader_stalls: int | None = None

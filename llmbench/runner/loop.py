@@ -422,7 +422,9 @@ class RunLoop:
 
         for t, req in sorted(todo, key=lambda item: item[1].scheduled_s or 0.0):
             due = self.t0 + (req.scheduled_s or 0.0) - shift
-            if (wait := due - time.perf_counter()) > 0 and not self.stop.requested:
+            # a loop whose clock ticks coarser than perf_counter (uvloop's is cached per iteration, in ms) can wake
+            # a timer early: it waits again, so no request goes out before its due time
+            while (wait := due - time.perf_counter()) > 0 and not self.stop.requested:
                 # asyncio.sleep's own mechanism, but a stop can end it: it must not wait for the next due time
                 # (minutes away at a low rate)
                 self._sleeping = loop.create_future()
