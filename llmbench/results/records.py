@@ -288,7 +288,7 @@ class GpuSample(TypedDict, total=False):
 class GreedyRecord(TypedDict, total=False):
     prompts: Count
     identical_share: Optional[Share]
-    first_divergence_median: Optional[NonNeg]
+    first_divergence_median: Optional[float]
     first_divergence: list[Optional[Count]]
     max_new_tokens: Positive
 
@@ -300,12 +300,13 @@ class QualityRecord(TypedDict, total=False):
     reference: dict[str, Any]
     text_sha256: str
     positions: Count
-    kld_mean: Optional[NonNeg]
-    kld_p99: Optional[NonNeg]
-    kld_max: Optional[NonNeg]
+    # KL divergences and perplexities as computed (an overflow may make them inf): typed, not bounded
+    kld_mean: Optional[float]
+    kld_p99: Optional[float]
+    kld_max: Optional[float]
     top1_agreement: Optional[Share]
-    perplexity_candidate: Optional[NonNeg]
-    perplexity_reference: Optional[NonNeg]
+    perplexity_candidate: Optional[float]
+    perplexity_reference: Optional[float]
     kld_method: str
     greedy: GreedyRecord
 
@@ -345,7 +346,7 @@ class ServerMetricsRecord(TypedDict, total=False):
     histograms: dict[str, dict[str, Any]]
     raw: dict[str, dict[str, Any]]
     notes: list[str]
-    prefix_cache_hit_rate: Optional[NonNeg]
+    prefix_cache_hit_rate: Sample
 
 
 # load.phases: each phase of the cold start, seconds (first_ttft_ms, ms); None where it does not apply
