@@ -63,7 +63,7 @@ Schema history (bump ``SCHEMA_VERSION`` on any change a reader of the old versio
     none for prompts passed in memory (config.prompt_file "<list>") (0.3.0, issue 66).
 
 No torch here: compare, show and the endpoint client read and write runs without it. Why one module of
-700-odd lines (over 600): the schema is one versioned contract (the version, its history and every model it covers
+800-odd lines (over 600): the schema is one versioned contract (the version, its history and every model it covers
 change together); split over files, a change could bump one part and not the other.
 """
 
