@@ -67,6 +67,12 @@ def truth_errors(run) -> dict:
             "ttft_err_p99_ms": q(ttft_err, 99), "itl_err_p99_ms": q(itl_err, 99), "events": len(delay)}  # fmt: skip
 
 
+def sched_pct(cl) -> float | None:
+    """The largest share of the window a client process's event loop waited for a CPU (%)."""
+    parts = [p for p in ((cl.per_process or [cl]) if cl else []) if p.sched_wait_ms is not None and p.wall_s > 0]
+    return round(max(100 * p.sched_wait_ms / 1000 / p.wall_s for p in parts), 2) if parts else None
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--concurrency", default="1,8,32,64,128,256")
@@ -100,8 +106,9 @@ def main() -> None:
                    "client_cpu_us_per_event": round(1000 * cl.cpu_ms_per_event, 1) if cl and cl.cpu_ms_per_event
                    else None, "client_cpu_pct": cl.cpu_pct_of_one_core if cl else None,
                    "loop_lag_p99_ms": cl.loop_lag_p99_ms if cl else None,
+                   "sched_wait_pct": sched_pct(cl), "sched_wait_per_run_ms": cl.sched_wait_per_run_ms if cl else None,
                    "stub_lateness_p99_ms": stats["lateness_p99_ms"],
-                   "fell_behind": [w[:90] for w in run.warnings if "CLIENT" in w or "buffered" in w]}  # fmt: skip
+                   "fell_behind": [w[:90] for w in run.warnings if "CLIENT" in w or "buffered bet" in w]}  # fmt: skip
             rows.append(row)
             print(json.dumps(row), flush=True)
     finally:
@@ -120,6 +127,7 @@ def main() -> None:
         "client_cpu_us_per_event",
         "client_cpu_pct",
         "loop_lag_p99_ms",
+        "sched_wait_pct",
         "stub_lateness_p99_ms",
     )
     print("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))

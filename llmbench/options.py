@@ -15,6 +15,8 @@ from llmbench.core.errors import UserError
 from llmbench.spec import (
     DEFAULT_DURATION_S,
     DEFAULT_MODEL,
+    EVENTS_PER_PROCESS_S,
+    STREAMS_PER_PROCESS,
     ArrivalsSection,
     LeversSection,
     ModelSection,
@@ -326,17 +328,11 @@ def endpoint_options_of(s: Mapping[str, Any], open_loop: OpenLoop | None = None)
                            boot_timeout_s=g("boot_timeout_s"), workers=workers)  # fmt: skip
 
 
-# one client process keeps up with this many streams, or this many events a second, before a second one helps
-# (benchmarks/README.md, "the client that keeps up": 64 streams x 100 events/s, stamps p99 3.4 ms behind the
-# server's sends in one process on 2 cores; 128 streams: 29 ms in one, 8 ms in two)
-STREAMS_PER_PROCESS = 64
-EVENTS_PER_PROCESS_S = 6_400.0
-
-
 def client_processes(asked: int | None, *, streams: int | None, events_per_s: float | None,
                      unshared: str | None) -> int:  # fmt: skip
     """How many client processes a run's requests are dealt to. ``asked``: ``--workers`` (None: auto: one per
-    :data:`STREAMS_PER_PROCESS` streams of a closed loop, or per :data:`EVENTS_PER_PROCESS_S` events a second an
+    :data:`~llmbench.spec.STREAMS_PER_PROCESS` streams of a closed loop, or per
+    :data:`~llmbench.spec.EVENTS_PER_PROCESS_S` events a second an
     open loop expects, at most the machine's CPUs); ``unshared``: why this run can't be dealt out (then auto is 1,
     and more asked is refused in one line)."""
     import os
@@ -351,7 +347,8 @@ def client_processes(asked: int | None, *, streams: int | None, events_per_s: fl
         return 1
     need = math.ceil(streams / STREAMS_PER_PROCESS) if streams is not None else math.ceil(
         (events_per_s or 0.0) / EVENTS_PER_PROCESS_S)  # fmt: skip
-    return max(1, min(need, os.cpu_count() or 1, limits.MAX_CLIENTS))
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(need, cpus, limits.MAX_CLIENTS))  # the CPUs this process may run on (taskset, a cgroup)
 
 
 def open_loop_of(s: Mapping[str, Any], trace: Any = None) -> OpenLoop | None:

@@ -38,6 +38,7 @@ from llmbench.core.process import Stop
 from llmbench.core.redact import mask, url_secrets
 from llmbench.machine import envinfo
 from llmbench.machine import probe as machine
+from llmbench.machine.telemetry import thread_sched
 from llmbench.options import EndpointOptions, RunOptions
 from llmbench.results.client import behind_warning, client_record, server_sends
 from llmbench.results.metrics import request_result, text_sha256
@@ -97,6 +98,9 @@ class EndpointBackend:
         self._first_cost: tuple[float, float] | None = None  # its first request's CPU and wall seconds
         # the client's CPU and wall seconds when the window closed: the probe after it is not the client's cost
         self._window_cost: tuple[float, float] | None = None
+        # the event loop thread's wait for a CPU: its schedstat when the window opened, then (ms, runs) over it
+        self._sched0: tuple[int, int] | None = None
+        self._sched: tuple[float, int] | None = None
         self.loop_lags: list[float] = []  # ms: how late the event loop woke from each LOOP_TICK_S sleep
         # one thread parses and counts finished streams, off the event loop that stamps the others' reads
         self._parser = ThreadPoolExecutor(1, thread_name_prefix="llmbench-parse")
@@ -262,6 +266,7 @@ class EndpointBackend:
         if self.scraper is not None:
             self.scraper.start()
         self._watch = asyncio.get_running_loop().create_task(self._watch_loop())
+        self._sched0 = thread_sched()  # this is the loop's thread
         if self._first_cost is not None:
             cpu, wall = self._first_cost
             self._cpu0, self._t0 = time.process_time() - cpu, time.perf_counter() - wall
@@ -283,6 +288,8 @@ class EndpointBackend:
             self.scraper.stop()
         if self._cpu0 is not None:
             self._window_cost = (time.process_time() - self._cpu0, time.perf_counter() - self._t0)
+        if self._sched0 is not None and (now := thread_sched()) is not None:
+            self._sched = ((now[0] - self._sched0[0]) / _NS_PER_MS, now[1] - self._sched0[1])
 
     def finish(self, run: Run) -> list[str]:
         """The client's own cost, what the stream's shape says, the server's own metrics and cold start."""
@@ -296,7 +303,9 @@ class EndpointBackend:
                                            self.scraper.interval)  # fmt: skip
         if self._cpu0 is not None:
             cpu, wall = self._window_cost or (time.process_time() - self._cpu0, time.perf_counter() - self._t0)
-            run.client = client_record(run.requests, cpu, wall, [self.loop_lags])
+            run.client = client_record(
+                run.requests, cpu, wall, [self.loop_lags], sched=[self._sched] if self._sched is not None else None
+            )
         warnings = []
         if (behind := behind_warning(run)) is not None:
             warnings.append(behind)

@@ -279,6 +279,17 @@ def cpu_record(requests: list[Any], machine_summary: Any, energy_j: float | None
     }  # fmt: skip
 
 
+def thread_sched() -> tuple[int, int] | None:
+    """The calling thread's scheduler record so far: (ns it was ready to run but waited for a CPU, times it got
+    one), from ``/proc/thread-self/schedstat`` (Linux with schedstats); None where it can't be read."""
+    try:
+        with open("/proc/thread-self/schedstat") as f:
+            _, wait, runs = (int(v) for v in f.read().split()[:3])
+    except (OSError, ValueError):
+        return None
+    return wait, runs
+
+
 def process_cpu_ms() -> float:
     """This process's CPU time so far (user + system, every thread), in ms: read before and after a request."""
     return _cpu_seconds() * 1000.0

@@ -27,10 +27,11 @@ def server_sends(timing: dict, start_unix_ns: int, events: int) -> list[float] |
 
 
 def client_record(requests: list[RequestResult], cpu_s: float, wall_s: float, loop_lags: list[list[float]],
-                  processes: int = 1) -> ClientStats:  # fmt: skip
+                  processes: int = 1, sched: list[tuple[float, int]] | None = None) -> ClientStats:  # fmt: skip
     """The client's cost and self-check (``run.client``): its CPU over ``processes`` processes, its stamps'
     delay behind the server's sends (every event of ``requests`` that has them), its event loops' lag (each
-    process's samples in ``loop_lags``), and whether it fell behind (ENDPOINT_METRIC_FORMULAS)."""
+    process's samples in ``loop_lags``), its loop threads' wait for a CPU (each process's (ms, runs) in ``sched``,
+    where it could be read), and whether it fell behind (ENDPOINT_METRIC_FORMULAS)."""
     import numpy as np
 
     events = sum(r.chunks or 0 for r in requests)
@@ -48,6 +49,10 @@ def client_record(requests: list[RequestResult], cpu_s: float, wall_s: float, lo
                          lag_events=len(lag) or None, lag_p50_ms=q(lag, 50), lag_p99_ms=q(lag, 99),
                          lag_max_ms=round(max(lag), 3) if lag else None, loop_lag_p50_ms=q(loop, 50),
                          loop_lag_p99_ms=loop_p99, loop_lag_max_ms=round(max(loop), 3) if loop else None)  # fmt: skip
+    if sched:
+        record.sched_wait_ms = round(sum(w for w, _ in sched), 3)
+        record.sched_runs = sum(n for _, n in sched)
+        record.sched_wait_per_run_ms = round(max(w / n if n else 0.0 for w, n in sched), 4)
     record.fell_behind = bool(behind_reasons(record)) if (lag or loop or events) else None
     return record
 
@@ -62,9 +67,20 @@ def behind_reasons(c: ClientStats) -> list[str]:
         reasons.append(f"its event loop woke p99 {c.loop_lag_p99_ms:.1f} ms late")
     if c.cpu_pct_of_one_core / max(c.processes, 1) > BUSY_PCT:
         reasons.append(f"it used {c.cpu_pct_of_one_core / max(c.processes, 1):.0f}% of a core per process")
+    if reasons and (share := sched_share(c)) is not None and share >= 1.0:  # why: its core was taken, or it was busy
+        reasons.append(f"its event loop waited for a CPU {share:.0f}% of the window ({c.sched_wait_per_run_ms:.2f} "
+                       "ms a wake-up on average: other processes or threads held its cores)")  # fmt: skip
     if reasons and c.lag_p99_ms is not None:
         reasons.append(f"its stamps were p99 {c.lag_p99_ms:.1f} ms (max {c.lag_max_ms:.1f}) behind the server's sends")
     return reasons
+
+
+def sched_share(c: ClientStats) -> float | None:
+    """The share of the window (%) a client process's event loop waited for a CPU while ready to run (the mean over
+    its processes); None where the kernel did not say."""
+    if c.sched_wait_ms is None or c.wall_s <= 0:
+        return None
+    return 100 * c.sched_wait_ms / 1000 / c.wall_s / max(c.processes, 1)
 
 
 def behind_warning(run: Run) -> str | None:
@@ -72,10 +88,13 @@ def behind_warning(run: Run) -> str | None:
     With several client processes, it names those that did."""
     c = run.client
     reasons = behind_reasons(c) if c is not None else []
-    late = [k for k, p in enumerate((c.per_process or []) if c is not None else []) if p.fell_behind]
+    parts = (c.per_process or []) if c is not None else []
+    late = [k for k, p in enumerate(parts) if p.fell_behind]
     if not reasons and not late:
         return None
-    which = f" (client process {', '.join(map(str, late))} of {c.processes})" if c is not None and late else ""
+    hosts = {p.host for p in parts}
+    named = [f"{k} on {parts[k].host}" if len(hosts) > 1 and parts[k].host else str(k) for k in late]
+    which = f" (client process {', '.join(named)} of {c.processes})" if c is not None and late else ""
     return (f"THE CLIENT FELL BEHIND{which}: {'; '.join(reasons) or 'see client.per_process'}. TTFT and ITL include "
             "the client's own delay, and events it read late arrive together (not a proxy's buffering); measure "
             "with more client processes (--workers N) or fewer streams")  # fmt: skip

@@ -55,7 +55,9 @@ Schema history (bump ``SCHEMA_VERSION`` on any change a reader of the old versio
     ab --budget: the last round of the prompts partly measured, the pairs filling the budget);
     requests[].pinned_cpu (0.3.0, ab --duet: the CPU each request ran on, which compare balances TPOT's gaps over);
     requests[].server_send_ms, client.processes/lag_*/loop_lag_*/fell_behind/per_process (0.3.0, the client's
-    self-check: its stamps against the server's sends, its event loop's lag, and whether it fell behind).
+    self-check: its stamps against the server's sends, its event loop's lag, and whether it fell behind);
+    client.sched_wait_ms/sched_runs/sched_wait_per_run_ms (0.3.0, the client's wait for a CPU: a starved client),
+    client.per_process[].host (0.3.0, the machine of each client process, --ray's workers).
   Read back with bounds and types, the version unchanged (every file llmbench wrote holds them): the requests'
     times finite and 0 or more, counts 0 or more, config's max_new_tokens/repeats/threads 1 or more, and every
     dict-shaped record (config.reader/speculative/prompt_source/..., cpu, machine.gpu, server_metrics, quality)
@@ -189,8 +191,13 @@ ENDPOINT_METRIC_FORMULAS: dict[str, str] = {
     "the network's (loopback: tens of microseconds)",
     "loop_lag_ms": "how late the client's event loop woke from a 5 ms sleep, sampled throughout the measured "
     "window (client.loop_lag_p50_ms/p99/max): a busy loop reads every stream late",
+    "sched_wait_ms": "the time the client's event-loop thread was ready to run but waited for a CPU, over the "
+    "measured window (/proc/thread-self/schedstat's run-queue wait; Linux): client.sched_wait_ms summed over its "
+    "processes, sched_runs the times it got a CPU, sched_wait_per_run_ms = sched_wait_ms / sched_runs of the worst "
+    "process: how late, on average, the loop got to each read it woke for",
     "client_fell_behind": "client.fell_behind: loop_lag_p99_ms above 5 ms, or a client process above 90% of one "
-    "core; then the stamps measure the client too, and a burst of events is not blamed on a proxy. lag_p99_ms alone "
+    "core (the warning then says the share of the window its loop waited for a CPU: another process had its core); "
+    "then the stamps measure the client too, and a burst of events is not blamed on a proxy. lag_p99_ms alone "
     "is no verdict: a relay that holds the stream delays the stamps behind the sends while the client idles",
     "e2e_ms": "last content event - request_start (stream_end_ms: when [DONE] or the end of the body arrived)",
     "tokenize_ms": "0: templating and tokenizing happen on the server, inside ttft_ms",
@@ -636,7 +643,13 @@ class ClientStats(_Model):
     loop_lag_p50_ms: Finite | None = None
     loop_lag_p99_ms: Finite | None = None
     loop_lag_max_ms: Finite | None = None
+    # how long the event loop's thread was ready to run but waited for a CPU (Linux schedstat: another process or
+    # thread had its core), over the window: summed over processes; per run: the worst process's mean per wake-up
+    sched_wait_ms: Ms | None = None
+    sched_runs: Count | None = None
+    sched_wait_per_run_ms: Ms | None = None
     fell_behind: bool | None = None  # the self-check's verdict (llmbench.results.client.behind_reasons)
+    host: str | None = None  # a client process's machine (per_process; --ray's workers may run on several)
     # --workers, --ray: each client process's own record (its requests' lag, its loop's, its CPU): which fell behind
     per_process: list[ClientStats] | None = None
 

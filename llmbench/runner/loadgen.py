@@ -21,6 +21,7 @@ import multiprocessing as mp
 import os
 import queue
 import signal
+import socket
 import time
 from collections.abc import Callable
 from typing import Any
@@ -91,14 +92,19 @@ def measure_share(share: Share, ready: Callable[[], float]) -> dict[str, Any]:
     def lags() -> list[float]:
         return [round(v, 3) for v in made[0].loop_lags] if made else []
 
+    def dumped(run: Run) -> dict[str, Any]:
+        if run.client is not None:  # --ray: the machine each worker ran on, for the warning that names one
+            run.client.host = socket.gethostname()
+        return run.model_dump(mode="json")
+
     with stop_on_signals() as stop:
         try:
             run = asyncio.run(main(stop))
         except RunInterrupted as e:
-            return {"run": e.runs[0].model_dump(mode="json"), "interrupted": e.signal_name, "loop_lags": lags()}
+            return {"run": dumped(e.runs[0]), "interrupted": e.signal_name, "loop_lags": lags()}
         except UserError as e:
             return {"error": str(e)}
-    return {"run": run.model_dump(mode="json"), "loop_lags": lags()}
+    return {"run": dumped(run), "loop_lags": lags()}
 
 
 def merge(parts: list[Run], workers: int, loop_lags: list[list[float]] | None = None) -> Run:
@@ -116,10 +122,17 @@ def merge(parts: list[Run], workers: int, loop_lags: list[list[float]] | None = 
     clients = [p.client for p in parts if p.client is not None]
     if clients:
         lags = loop_lags or [[] for _ in parts]
+        sched = [(c.sched_wait_ms, c.sched_runs) for c in clients
+                 if c.sched_wait_ms is not None and c.sched_runs is not None]  # fmt: skip
         run.client = client_record(run.requests, sum(c.cpu_s for c in clients), max(c.wall_s for c in clients),
-                                   lags, processes=workers)  # fmt: skip
-        run.client.per_process = [client_record(p.requests, p.client.cpu_s, p.client.wall_s, [lag])
-                                  for p, lag in zip(parts, lags, strict=True) if p.client is not None]  # fmt: skip
+                                   lags, processes=workers, sched=sched)  # fmt: skip
+        run.client.per_process = [
+            client_record(p.requests, p.client.cpu_s, p.client.wall_s, [lag],
+                          sched=[(p.client.sched_wait_ms, p.client.sched_runs)]
+                          if p.client.sched_wait_ms is not None and p.client.sched_runs is not None else None)
+            for p, lag in zip(parts, lags, strict=True) if p.client is not None]  # fmt: skip
+        for record, c in zip(run.client.per_process, clients, strict=True):
+            record.host = c.host
     e.workers = workers
     run.summary = summarize(run.requests, failed=len(run.failed_requests),
                             offered_rate_rps=e.arrival.rate_rps if e.arrival is not None else None)  # fmt: skip

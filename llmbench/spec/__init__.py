@@ -37,6 +37,11 @@ MAX_TOKENS = 10_000_000  # no model writes more in one answer: a bigger --max-ne
 MAX_COUNT = 1_000_000  # warmup requests, repeats of the prompt list
 MAX_THREADS = 4096
 DEFAULT_DURATION_S = 30.0  # an open loop given neither --duration nor --requests sends for this long
+# one client process keeps up with this many streams, or this many events a second, before a second one helps
+# (benchmarks/README.md, "the client that keeps up": 64 streams x 100 events/s on 2 cores with the server, stamps
+# p99 7.5-15 ms behind the server's sends in one process, 2.4-2.9 ms in two; 32 streams: 1.4-2 ms in one)
+STREAMS_PER_PROCESS = 32
+EVENTS_PER_PROCESS_S = 3_200.0
 
 
 def setting(default: Any, help: str, *, flag: str | None = None, short: str | None = None, panel: str | None = None,
@@ -228,8 +233,9 @@ class ArrivalsSection(Section):
     workers: Optional[int] = setting(
         None,
         "With --endpoint: client processes sharing the requests, a closed loop's --concurrency streams split among "
-        "them, an open loop's schedule dealt out (default: one per 64 streams or 6,400 expected events a second, "
-        "at most the machine's CPUs; 1 where a run can't be shared).",
+        f"them, an open loop's schedule dealt out (default: one per {STREAMS_PER_PROCESS} streams or "
+        f"{EVENTS_PER_PROCESS_S:,.0f} expected events a second, at most the CPUs it may run on; 1 where a run can't "
+        "be shared).",
         ge=1, le=limits.MAX_CLIENTS,
     )  # fmt: skip
     ray: Optional[str] = setting(None, "Open loop: run the --workers as Ray tasks on this cluster (address, 'auto' or "

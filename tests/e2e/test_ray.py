@@ -67,3 +67,10 @@ def test_open_loop_over_ray_tasks(qwen_tokenizer, tmp_path):
     assert due == pytest.approx([i / 5 for i in range(8)])
     assert len(saved.requests) >= 6 and all(0 <= r.send_lateness_ms < 500 for r in saved.requests)
     assert run.summary.achieved_rate_rps > 2.5
+    # each Ray worker checks itself, and the run keeps each one's record: which machine, its loop, its stamps
+    c = saved.client
+    assert c is not None and c.processes == 2 and c.per_process is not None and len(c.per_process) == 2
+    for part in c.per_process:
+        assert part.host and part.loop_lag_p99_ms is not None and part.fell_behind is not None, part
+        assert part.lag_events and part.lag_events > 0  # llmbench serve sends its send stamps
+    assert sum(p.lag_events or 0 for p in c.per_process) == c.lag_events

@@ -5,6 +5,7 @@ processes. Ground truth is the stamping stub (benchmarks/stamp_server.py) on loo
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import threading
 import time
@@ -17,6 +18,8 @@ from llmbench.results.storage import load_run
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from stamp_server import StampServer
+
+ROOT = Path(__file__).resolve().parents[2]
 
 GAP_MS = 10.0
 
@@ -62,6 +65,46 @@ def test_every_stamp_sits_after_the_servers_send_and_the_run_checks_itself(cli, 
     assert c is not None and c.lag_events == 6 * 16 and c.lag_p50_ms is not None and c.lag_p50_ms >= -0.5
     assert c.loop_lag_p99_ms is not None and c.fell_behind is not None and c.processes == 1
     assert "stamps behind the server's sends" in r.stderr or "client:" in r.stdout + r.stderr
+    assert c.sched_wait_ms is not None and c.sched_runs and c.sched_runs > 0  # Linux: the loop's wait for a CPU
+
+
+def test_reads_are_stamped_by_the_connection_as_they_arrive(stub, monkeypatch):
+    """The stamps come from aiohttp's protocol (``data_received``), not from the reader's wake-up: here the loop is
+    blocked 40 ms right after the first token's bytes were handed over, before the reader could wake for them; its
+    stamp stays within milliseconds of the stub's send (a stamp taken by the reader would be 40 ms late)."""
+    from llmbench.backends.http.client import _StampingHandler, parsed, request_body, stream_reads, stream_session
+    from llmbench.options import RunOptions
+    from llmbench.results.client import server_sends
+
+    url, _ = stub
+    received = _StampingHandler.data_received
+    blocked: list[bool] = []
+
+    def then_blocked(self: _StampingHandler, data: bytes) -> None:
+        received(self, data)
+        if self.arrivals and not blocked:  # the first body bytes: the first token's event
+            blocked.append(True)
+            time.sleep(0.040)
+
+    monkeypatch.setattr(_StampingHandler, "data_received", then_blocked)
+
+    async def one():
+        session = stream_session(1, 10.0)
+        try:
+            body = request_body("stub", "hi", RunOptions(max_new_tokens=16))
+            s, reads = await stream_reads(session, url.rstrip("/") + "/chat/completions", body, {})
+        finally:
+            await session.close()
+        return parsed(s, reads)
+
+    s = asyncio.run(one())
+    assert blocked and s.timing is not None
+    sent = server_sends(s.timing, s.start_unix_ns, len(s.stamps_ns))
+    assert sent is not None and len(sent) == 16
+    first_ms = (s.stamps_ns[0] - s.start_ns) / 1e6
+    assert -0.5 <= first_ms - sent[0] < 20.0, (first_ms, sent[0])  # stamped on arrival, before the 40 ms block
+    later = [(t - s.start_ns) / 1e6 - x for t, x in zip(s.stamps_ns[1:], sent[1:], strict=True)]
+    assert min(later) >= -0.5  # and no event is stamped before it was sent
 
 
 def test_a_starved_client_says_it_fell_behind_and_blames_no_proxy(stub):
@@ -119,3 +162,39 @@ def test_workers_a_run_cant_deal_out_are_refused_in_one_line(cli, stub, prompt_f
     r = cli("run", prompt_file, "--endpoint", url, *args, "-o", tmp_path / "r.json", "-q")
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
     assert server.requests == 0 and not (tmp_path / "r.json").exists()
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
+    reason="needs CPU affinity and 2 CPUs: the stub on one, the client and its burners on the other",
+)
+def test_a_client_starved_by_cpu_burners_on_its_core_says_it_fell_behind():
+    """The hidden case of issue 59: a client pinned to one CPU with busy loops beside it (the stub on another
+    CPU, in a process of its own) reads late, and the run says so, and why, and blames no proxy."""
+    import subprocess
+
+    client_cpu, stub_cpu = sorted(os.sched_getaffinity(0))[:2]
+    stub = subprocess.Popen([sys.executable, str(ROOT / "benchmarks" / "stamp_server.py"), "--port", "0", "--tokens",
+                             "32"], stdout=subprocess.PIPE, text=True)  # fmt: skip
+    allowed = os.sched_getaffinity(0)
+    burners: list[subprocess.Popen] = []
+    try:
+        assert stub.stdout is not None
+        url = stub.stdout.readline().split()[3]
+        os.sched_setaffinity(stub.pid, {stub_cpu})
+        os.sched_setaffinity(0, {client_cpu})
+        burners = [subprocess.Popen(["taskset", "-c", str(client_cpu), sys.executable, "-c", "while True: pass"])
+                   for _ in range(4)]  # fmt: skip
+        run = llmbench.measure([f"prompt {i}" for i in range(8)], endpoint=url, model="stub", concurrency=8,
+                               repeats=3, max_new_tokens=32, warmup=0, workers=1)  # fmt: skip
+    finally:
+        os.sched_setaffinity(0, allowed)
+        for p in (*burners, stub):
+            p.kill()
+            p.wait()
+    c = run.client
+    assert c is not None and c.fell_behind is True, c
+    assert c.sched_wait_ms is not None and c.sched_wait_ms > 0
+    said = " ".join(run.warnings)
+    assert "THE CLIENT FELL BEHIND" in said and "waited for a CPU" in said, said
+    assert "buffered between server and client" not in said, said

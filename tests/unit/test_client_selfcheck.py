@@ -8,9 +8,10 @@ import os
 import pytest
 
 from llmbench.core.errors import UserError
-from llmbench.options import STREAMS_PER_PROCESS, client_processes
+from llmbench.options import client_processes
 from llmbench.results.client import BEHIND_MS, behind_reasons, behind_warning, client_record, server_sends
 from llmbench.results.schema import ClientStats
+from llmbench.spec import STREAMS_PER_PROCESS
 from tests.helpers import synthetic_run
 
 
@@ -64,7 +65,7 @@ def test_server_send_stamps_are_placed_on_the_requests_timeline_or_dropped():
 
 
 def test_client_processes_auto_and_asked():
-    cores = os.cpu_count() or 1
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     assert client_processes(None, streams=1, events_per_s=None, unshared=None) == 1
     assert client_processes(None, streams=STREAMS_PER_PROCESS, events_per_s=None, unshared=None) == 1
     assert client_processes(None, streams=STREAMS_PER_PROCESS + 1, events_per_s=None, unshared=None) == min(2, cores)
@@ -90,3 +91,47 @@ def test_compare_says_whose_client_fell_behind(cli, tmp_path):
     assert r.returncode == 0, r.stderr
     text = " ".join((r.stdout + r.stderr).split())
     assert "new's CLIENT FELL BEHIND (its event loop woke p99" in text and "base's CLIENT" not in text, text
+
+
+def test_a_read_that_held_several_arrivals_is_cut_and_stamped_at_each():
+    from llmbench.backends.http.client import at_arrival
+
+    # the reader woke once, at 500, for 12 bytes the protocol received at 100 (5 bytes) and 300 (7 more)
+    assert at_arrival([(500, b"data1data222")], [(100, 5), (300, 12)]) == [(100, b"data1"), (300, b"data222")]
+    # bytes past the last arrival keep the reader's stamp; an arrival never makes a stamp later than the reader's
+    assert at_arrival([(500, b"abcdef")], [(100, 2), (900, 4)]) == [(100, b"ab"), (500, b"cd"), (500, b"ef")]
+    # several reads: arrivals of bytes already taken are skipped, and each read's pieces stay in order
+    reads = [(200, b"ab"), (400, b"cdef"), (600, b"g")]
+    assert at_arrival(reads, [(150, 1), (160, 2), (350, 5), (380, 6), (590, 7)]) == [
+        (150, b"a"), (160, b"b"), (350, b"cde"), (380, b"f"), (590, b"g")]  # fmt: skip
+    assert b"".join(d for _, d in at_arrival(reads, [(1, 3)])) == b"abcdefg"  # an arrival inside a read: no bytes lost
+
+
+def test_the_wait_for_a_cpu_is_recorded_and_said_with_a_late_loop():
+    run = _with_sends(0.2)
+    c = client_record(run.requests, 0.5, 10.0, [[0.5] * 20], sched=[(1200.0, 1000)])
+    assert c.sched_wait_ms == 1200.0 and c.sched_runs == 1000 and c.sched_wait_per_run_ms == pytest.approx(1.2)
+    assert c.fell_behind is False  # waiting for a CPU with a loop that still woke on time: it kept up
+    late = client_record(run.requests, 0.5, 10.0, [[BEHIND_MS * 2] * 20], sched=[(1200.0, 1000)])
+    reasons = behind_reasons(late)
+    assert late.fell_behind and any("waited for a CPU 12% of the window (1.20 ms a wake-up" in r for r in reasons)
+    two = client_record(run.requests, 1.0, 10.0, [[0.1], [0.1]], processes=2, sched=[(10.0, 100), (400.0, 100)])
+    assert two.sched_wait_ms == 410.0 and two.sched_runs == 200 and two.sched_wait_per_run_ms == 4.0  # the worst's
+
+
+def test_several_hosts_name_the_machine_of_the_one_that_fell_behind():
+    run = _with_sends(0.2)
+    ok = client_record(run.requests, 0.1, 10.0, [[0.1]]).model_copy(update={"host": "node-a"})
+    late = client_record(run.requests, 0.1, 10.0, [[BEHIND_MS * 4] * 10]).model_copy(update={"host": "node-b"})
+    run.client = ok.model_copy(update={"processes": 2, "per_process": [ok, late], "host": None})
+    assert "client process 1 on node-b of 2" in (behind_warning(run) or "")
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="CPU affinity is Linux's")
+def test_auto_client_processes_count_the_cpus_this_process_may_use():
+    allowed = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(allowed)})  # taskset -c N: one CPU, however many the machine has
+    try:
+        assert client_processes(None, streams=10**5, events_per_s=None, unshared=None) == 1
+    finally:
+        os.sched_setaffinity(0, allowed)
