@@ -23,6 +23,8 @@ import time
 from typing import Any
 
 WORD = "tok "
+# one content event ("object" as OpenAI's format has it: AIPerf drops a chunk without it)
+EVENT = b'data: {"object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"%s"}}]}\n\n' % WORD.encode()
 
 
 class StampServer:
@@ -90,7 +92,8 @@ class StampServer:
     async def _stream(self, writer: asyncio.StreamWriter, body: bytes, arrived_ns: int, arrived_unix_ms: float) -> None:
         self.requests += 1
         asked = json.loads(body or b"{}")
-        n = min(int(asked.get("max_tokens") or self.tokens), self.tokens)
+        # max_completion_tokens: OpenAI's newer name (AIPerf sends it)
+        n = min(int(asked.get("max_tokens") or asked.get("max_completion_tokens") or self.tokens), self.tokens)
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
                      b"Transfer-Encoding: chunked\r\n\r\n")  # fmt: skip
         sent_ms: list[float] = []
@@ -101,13 +104,14 @@ class StampServer:
             delay = t0 + plan_s - loop.time()
             if delay > 0:
                 await asyncio.sleep(delay)
-            event = b'data: {"choices":[{"index":0,"delta":{"content":"' + WORD.encode() + b'"}}]}\n\n'
+            event = EVENT
             # stamped just before the bytes go to the kernel: no client can read them earlier
             sent_ms.append(round((time.perf_counter_ns() - arrived_ns) / 1e6, 3))
             writer.write(b"%x\r\n%s\r\n" % (len(event), event))
             self.lateness_ms.append((loop.time() - t0 - plan_s) * 1000)
             await writer.drain()
-        usage = {"choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": n, "total_tokens": n + 1},
+        usage = {"object": "chat.completion.chunk", "choices": [],
+                 "usage": {"prompt_tokens": 1, "completion_tokens": n, "total_tokens": n + 1},
                  "llmbench": {"arrived_unix_ms": round(arrived_unix_ms, 3), "token_times_ms": sent_ms}}  # fmt: skip
         for event in (b"data: " + json.dumps(usage).encode() + b"\n\n", b"data: [DONE]\n\n"):
             writer.write(b"%x\r\n%s\r\n" % (len(event), event))

@@ -94,7 +94,11 @@ def behind_warning(run: Run) -> str | None:
         return None
     hosts = {p.host for p in parts}
     named = [f"{k} on {parts[k].host}" if len(hosts) > 1 and parts[k].host else str(k) for k in late]
-    which = f" (client process {', '.join(named)} of {c.processes})" if c is not None and late else ""
+    which = (
+        f" (client process{'es' if len(late) > 1 else ''} {', '.join(named)} of {c.processes})"
+        if c is not None and late
+        else ""
+    )
     return (f"THE CLIENT FELL BEHIND{which}: {'; '.join(reasons) or 'see client.per_process'}. TTFT and ITL include "
             "the client's own delay, and events it read late arrive together (not a proxy's buffering); measure "
             "with more client processes (--workers N) or fewer streams")  # fmt: skip
