@@ -123,8 +123,8 @@ async def ameasure(
     if server_metrics:
         named["server_metrics"] = True
         named |= {"metrics_url": server_metrics} if isinstance(server_metrics, str) else {}
-    made = (spec or RunSpec()).flat() | named
-    full = RunSpec.of(made)
+    base = spec or RunSpec()
+    full = RunSpec.of({k: v for k, v in base.flat().items() if k in base.given()} | named)  # what was given
     flat = full.flat()
     out = full.outputs  # a spec's [outputs] where the keywords leave them
     output, resume = output if output is not None else out.output, resume if resume is not None else out.resume

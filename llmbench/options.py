@@ -6,6 +6,7 @@ this process; :class:`EndpointOptions` name a server to stream from instead.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from llmbench.spec import (
     ServerSection,
     check_fields,
     check_value,
+    rules,
 )
 from llmbench.spec import default as _d
 from llmbench.workloads import limits
@@ -62,31 +64,16 @@ class RunOptions:
     reading_cps: float | None = _d(ReaderSection, "reading_cps")
 
     def validate(self) -> None:
-        """UserError for options no run can honour."""
+        """UserError for options no run can honour: the spec's bounds and its cross-field rules
+        (:mod:`llmbench.spec.rules`, the ones a spec applies when it is made)."""
         check_fields(RequestsSection, self)  # types and bounds, as the spec declares them
         check_fields(LeversSection, self)
         check_fields(ReaderSection, self)
-        if self.compile and self.cache != "static":
-            raise UserError("--compile needs --cache static: torch.compile can't trace a growing cache")
-        if self.think_time_s and self.turns == 1:
-            raise UserError("--think-time is the pause between a conversation's turns: give --turns 2 or more")
-        if self.sample and not self.temperature > 0:
-            raise UserError(f"--temperature must be above 0 when sampling, not {self.temperature}")
-        if self.sample and not self.top_p > 0:
-            raise UserError(f"--top-p must be in (0, 1], not {self.top_p}")
-        self.check_levers()
+        rules.check(dataclasses.asdict(self))
 
     def check_levers(self) -> None:
         """UserError for a --speculative/--prefix-cache that can't be parsed or combined."""
-        from llmbench.core.speculative import parse_prefix_cache, parse_speculative
-
-        spec, prefix = parse_speculative(self.speculative), parse_prefix_cache(self.prefix_cache)
-        if spec is not None and prefix != "none":
-            # transformers' assisted loop feeds the whole prompt again on top of a given cache (silently wrong)
-            raise UserError("--speculative and --prefix-cache system can't be combined: measure them apart")
-        if (spec is not None or prefix != "none") and self.cache != "dynamic":
-            raise UserError("--speculative and --prefix-cache need --cache dynamic (a static cache can't be cut back "
-                            "to the accepted tokens, nor copied per request)")  # fmt: skip
+        rules.check({"speculative": self.speculative, "prefix_cache": self.prefix_cache, "cache": self.cache})
 
     @property
     def lever(self) -> str | None:
@@ -243,19 +230,14 @@ class EndpointOptions:
         check_fields(ServerSection, self)  # --concurrency, --timeout (NaN fails too): the spec's bounds
         if self.server_command is not None:
             self.server_argv()
-            if self.open_loop is not None:
-                raise UserError("--server-command measures the first request of a closed loop; for an open loop "
-                                "(--rate, --trace) start the server yourself")  # fmt: skip
-        if self.metrics_url is not None and not self.metrics_url.lower().startswith(("http://", "https://")):
-            from llmbench.core.redact import redact_url
-
-            raise UserError(f"--metrics-url must be an http(s) URL, not '{redact_url(self.metrics_url)}'")
+        ol = self.open_loop
+        rules.check({"server_command": self.server_command, "metrics_url": self.metrics_url,
+                     "concurrency": self.concurrency, "rate": ol.rate_rps if ol is not None and ol.trace is None
+                     else None, "trace": ol.trace if ol is not None else None})  # fmt: skip
         if not 0 < self.metrics_interval_s <= limits.MAX_TIMEOUT_S:  # NaN fails this too
             raise UserError(f"the metrics scrape interval must be above 0 s, not {self.metrics_interval_s}")
-        if self.open_loop is not None:
-            if self.concurrency != 1:
-                raise UserError("--concurrency is a closed loop's; an open-loop run (--rate) has no limit in flight")
-            self.open_loop.validate()
+        if ol is not None:
+            ol.validate()
 
     def server_argv(self) -> list[str]:
         """``--server-command`` as the words it runs (shlex, no shell); UserError for one that has none or whose

@@ -48,18 +48,6 @@ def die(message: str, code: int) -> None:
     raise typer.Exit(code)
 
 
-def option_name(ctx: typer.Context, name: str) -> str:
-    """The option as the user spells it (``timeout_s`` is ``--timeout``), from the command's own declaration."""
-    for param in ctx.command.params:
-        if param.name == name and param.opts:
-            return max(param.opts, key=len)
-    return flag(name)
-
-
-def flag(name: str) -> str:
-    return "--" + name.rstrip("_").replace("_", "-")
-
-
 def given(ctx: typer.Context, name: str) -> bool:
     """Whether the user gave ``name`` (on the command line, in the environment, or in a --config file where it
     differs from the option's default: a printed config lists every setting), not its default."""
@@ -68,13 +56,6 @@ def given(ctx: typer.Context, name: str) -> bool:
         param = next((q for q in ctx.command.params if q.name == name), None)
         return param is not None and value(ctx.params.get(name)) != value(param.default)
     return source in ("COMMANDLINE", "ENVIRONMENT")
-
-
-def refuse_given(ctx: typer.Context, names: tuple[str, ...], why: str) -> None:
-    """UserError naming every flag of ``names`` the user gave (see :func:`given`)."""
-    named = [option_name(ctx, n) for n in names if given(ctx, n)]
-    if named:
-        raise UserError(f"{', '.join(named)}: {why}")
 
 
 def value(v: Any) -> Any:

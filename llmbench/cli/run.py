@@ -7,17 +7,11 @@ from typing import Any
 
 import typer
 
-from llmbench.cli.common import check_history, history_line, measuring, refuse_given, run_async, user_errors
+from llmbench.cli.common import check_history, history_line, measuring, run_async, user_errors
 from llmbench.cli.params import QuietOpt
 from llmbench.cli.specs import from_spec
-from llmbench.cli.workload import _open_loop
 from llmbench.drivers import workload
-from llmbench.spec import ArrivalsSection, LeversSection, ModelSection, RunSpec, ServerSection
-
-# run's settings that belong to one mode only: refused in the other, in one line (model and seed serve both)
-IN_PROCESS_ONLY = (*(n for n in ModelSection.model_fields if n != "model"), *LeversSection.model_fields,
-                   "truncate", "chat_template")  # fmt: skip
-ENDPOINT_ONLY = (*(n for n in ServerSection.model_fields if n != "endpoint"), *ArrivalsSection.model_fields)
+from llmbench.spec import RunSpec
 
 
 @from_spec(RunSpec, config_from=True)
@@ -38,7 +32,7 @@ def run(ctx: typer.Context, quiet: QuietOpt = False, **settings: Any) -> None:
         if replay is not None:
             replay.check_given(w)
         args["trace_rows"] = workload.read_trace(w)
-        target = _run_target(ctx, args)  # first: a flag of the other mode is refused as such
+        target = _run_target(args)
         options = run_options_of(args)
         options.validate()  # before anything loads (--think-time without --turns, ...)
         prompt_set = workload.source(w, args["trace_rows"])
@@ -68,14 +62,10 @@ def _show_run(result: Any, path: Path | None, history: str | None) -> None:
         history_line(history, [run_result(result, path)] if path else [], str(path))
 
 
-def _run_target(ctx: typer.Context, args: dict[str, Any]) -> Any:
-    """What `run` measures: a server (--endpoint) or a model here, each refusing the other's options."""
-    from llmbench.options import endpoint_options_of, model_options_of
+def _run_target(args: dict[str, Any]) -> Any:
+    """What `run` measures: a server (--endpoint) or a model here (the spec refused the other mode's options)."""
+    from llmbench.options import endpoint_options_of, model_options_of, open_loop_of
 
     if args["endpoint"] is not None:
-        refuse_given(ctx, IN_PROCESS_ONLY, "in-process run options only; with --endpoint the server decides them")
-        if args["server_command"] is None:
-            refuse_given(ctx, ("boot_timeout_s",), "the limit of --server-command's start; no server is started")
-        return endpoint_options_of(args, _open_loop(ctx, args))
-    refuse_given(ctx, ENDPOINT_ONLY, "options of --endpoint runs only")
+        return endpoint_options_of(args, open_loop_of(args, args["trace_rows"]))
     return model_options_of(args)

@@ -105,26 +105,27 @@ def from_spec(spec: type[Spec], *, config: bool = True, config_from: bool = Fals
 
     def wrap(fn: F) -> F:
         own = inspect.signature(fn, eval_str=True).parameters
-        params = [own["ctx"].replace(kind=KW)] if "ctx" in own else []
+        # the context, whether fn takes it or not: the spec is made of the settings the user gave
+        wants_ctx = "ctx" in own
+        params = [own["ctx"].replace(kind=KW) if wants_ctx else inspect.Parameter("ctx", KW, annotation=typer.Context)]
         params += [parameter(name, fi) for name, (_t, fi) in spec.fields().items()]
         params += [q.replace(kind=KW) for n, q in own.items() if n != "ctx" and q.kind is not q.VAR_KEYWORD]
         params += _config_options(spec, config_from) if config else []
 
         @functools.wraps(fn)
         def command(**kwargs: Any) -> Any:
-            from llmbench.cli.common import user_errors
+            from llmbench.cli.common import given, user_errors
 
-            ctx = kwargs.get("ctx")
+            ctx = kwargs["ctx"] if wants_ctx else kwargs.pop("ctx")
             printing = kwargs.pop("print_config", False)
             for name in ("config", "config_from"):
                 kwargs.pop(name, None)
-            with user_errors():
-                made = spec.of({k: kwargs[k] for k in spec.fields()})
+            with user_errors():  # the settings given (a flag, a config file's value, an environment variable)
+                made = spec.of({k: kwargs[k] for k in spec.fields() if given(ctx, k)})
             if printing:
                 typer.echo(to_toml(made.setup(), spec.command), nl=False)
                 return None
-            if ctx is not None:
-                ctx.meta["spec"] = made
+            ctx.meta["spec"] = made
             return fn(**kwargs)
 
         command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]

@@ -57,7 +57,9 @@ Schema history (bump ``SCHEMA_VERSION`` on any change a reader of the old versio
     requests[].server_send_ms, client.processes/lag_*/loop_lag_*/fell_behind/per_process (0.3.0, the client's
     self-check: its stamps against the server's sends, its event loop's lag, and whether it fell behind);
     client.sched_wait_ms/sched_runs/sched_wait_per_run_ms (0.3.0, the client's wait for a CPU: a starved client),
-    client.per_process[].host (0.3.0, the machine of each client process, --ray's workers).
+    client.per_process[].host (0.3.0, the machine of each client process, --ray's workers); config.reader written
+    at the default pace too, never null (0.3.0, issue 60: a run records every value it used; read back, the
+    default pace is null in memory, as older runs have it).
   Read back with bounds and types, the version unchanged (every file llmbench wrote holds them): the requests'
     times finite and 0 or more, counts 0 or more, config's max_new_tokens/repeats/threads 1 or more, and every
     dict-shaped record (config.reader/speculative/prompt_source/..., cpu, machine.gpu, server_metrics, quality)
@@ -74,7 +76,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator, model_validator
 
 from llmbench.results import records as rec
 
@@ -326,8 +328,9 @@ class RunConfig(_Model):
     # --speculative: {method, draft_tokens, max_ngram | draft_model} (core.speculative; the draft's load record is
     # load.draft); None: plain decoding
     speculative: rec.Speculative | None = _match(RESUME, COMPARE, default=None)
-    # the reader's pace the shape of the wait was measured against: {words_per_minute, chars_per_s}; None: the
-    # default, 238 words a minute (llmbench.results.reader.pace_record)
+    # the reader's pace the shape of the wait was measured against: {words_per_minute, chars_per_s}, written always;
+    # read back, the default pace (238 words a minute) is None, as runs from before the pace could be set recorded
+    # it, so that they and newer runs are the same setup (compare, the history's setup hash)
     reader: rec.Reader | None = _match(RESUME, COMPARE, default=None)
     # --prefix-cache: "system" (the shared prefix's keys and values computed once per process and reused);
     # None: every request prefills its whole prompt, nothing reused between requests
@@ -356,6 +359,20 @@ class RunConfig(_Model):
         if self.engine is None and self.mode == "in-process":
             self.engine = "transformers"  # files from before --engine
         return self
+
+    @field_validator("reader", mode="before")
+    @classmethod
+    def _default_pace_is_none(cls, v: Any) -> Any:
+        from llmbench.results.reader import Pace
+
+        keys = {"words_per_minute", "chars_per_s"}
+        return None if isinstance(v, dict) and v and set(v) <= keys and Pace.of(v) == Pace() else v
+
+    @field_serializer("reader", when_used="json")
+    def _pace_written(self, v: Any) -> Any:
+        from llmbench.results.reader import WORDS_PER_MINUTE
+
+        return v if v is not None else {"words_per_minute": WORDS_PER_MINUTE, "chars_per_s": None}
 
 
 class GPUInfo(_Model):

@@ -23,7 +23,7 @@ import copy
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model, model_validator
 from pydantic_core import PydanticUndefined
 from typing_extensions import Self
 
@@ -386,6 +386,27 @@ class Spec(BaseModel):
                     raise UserError(describe(e, cls, where, loc=(table, key))) from None
                 out.setdefault(table, {})[key] = kept
         return out
+
+    @model_validator(mode="after")
+    def _rules(self) -> Self:
+        """The settings' cross-field rules (:mod:`llmbench.spec.rules`): what they resolve is set (``--compile``'s
+        static cache), what they refuse is one UserError line, for every way a spec is made."""
+        from llmbench.spec import rules
+
+        values, owners = self.flat(), self.fields()
+        given = {n: option_of(n, owners[n][1]) for n in self.given()}
+        for name, value in rules.resolved(values).items():
+            setattr(getattr(self, owners[name][0]), name, value)
+            values[name] = value
+        rules.check(values, given)
+        return self
+
+    def given(self) -> frozenset[str]:
+        """The settings given when this spec was made (an option, a file's key, a keyword) and not to their
+        default: a printed config lists every setting, its defaults too."""
+        sections = [getattr(self, t) for t in self.sections()]
+        return frozenset(n for sec in sections for n in sec.model_fields_set
+                         if getattr(sec, n) != type(sec).model_fields[n].default)  # fmt: skip
 
     def flat(self) -> dict[str, Any]:
         """Every setting by name (the command line's namespace)."""

@@ -165,6 +165,25 @@ def test_a_reader_faster_than_the_stream_waits_and_its_pace_is_recorded():
     assert fast.reader_stalls == 11 and fast.reader_stall_ms == pytest.approx(11 * (150 - 1000 * 8.25 / 400), rel=0.1)
 
 
+def test_the_default_pace_is_written_and_reads_as_an_older_run_recorded_it(tmp_path):
+    from llmbench.results.schema import Run
+
+    new = synthetic_run(n=3, tokens=5)
+    assert new.config.reader is None  # in memory: the default pace
+    path = tmp_path / "new.json"
+    save_run(new, path)
+    written = json.loads(path.read_text())["config"]["reader"]
+    assert written == {"words_per_minute": 238.0, "chars_per_s": None}  # on disk: the value used, never null
+    assert load_run(path).config.reader is None and load_run(path, scalars_only=True).config.reader is None
+    old = json.loads(path.read_text())
+    old["config"]["reader"] = None  # a run from before the pace could be set
+    assert Run.model_validate(old).config.reader is None
+    assert not compare_runs(load_run(path), Run.model_validate(old)).config_diffs  # the same setup
+    other = json.loads(path.read_text())
+    other["config"]["reader"] = {"words_per_minute": 300.0, "chars_per_s": None}
+    assert Run.model_validate(other).config.reader == {"words_per_minute": 300.0, "chars_per_s": None}
+
+
 @pytest.mark.parametrize("flag,value", [("--reading-wpm", "0"), ("--reading-wpm", "nan"), ("--reading-cps", "-1"),
                                         ("--reading-cps", "1e9")])  # fmt: skip
 def test_a_reading_pace_out_of_bounds_is_one_line_exit_2(cli, tmp_path, flag, value):

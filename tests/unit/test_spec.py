@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import inspect
 import json
+import re
 
 import pytest
+import tomli_w
 import tomllib
 import typer.main
 
@@ -74,7 +76,7 @@ def test_measure_takes_every_setting_run_does():
     assert sig.parameters["turns"].default == 1 and sig.parameters["think_time_s"].default == 0.0
     spec = RunSpec.of({name: fi.default for name, (_t, fi) in RunSpec.fields().items()})
     assert spec == RunSpec()
-    made = RunSpec.of({"turns": 3, "think_time_s": 0.5, "rate": 2.0, "dtype": "bfloat16"})
+    made = RunSpec.of({"turns": 3, "think_time_s": 0.5, "endpoint": "http://127.0.0.1:9/v1", "rate": 2.0})
     assert (made.requests.turns, made.requests.think_time_s, made.arrivals.rate) == (3, 0.5, 2.0)
     with pytest.raises(llmbench.UserError, match="no setting named 'max_new_tokns' \\(did you mean 'max_new_tokens'"):
         llmbench.measure(["hi"], max_new_tokns=3)
@@ -212,3 +214,68 @@ def test_a_secret_in_a_sides_command_line_never_reaches_a_printed_config():
         tomllib.loads(r.stdout)["sides"]["base"] == "env HF_TOKEN=redacted llmbench worker --token redacted "
         "--weights random"
     )
+
+
+# the cross-field rules (llmbench.spec.rules): one message for every way a spec is made
+REFUSED = [
+    (("--endpoint", "http://127.0.0.1:9/v1", "--dtype", "bfloat16", "--threads", "2"),
+     {"endpoint": "http://127.0.0.1:9/v1", "dtype": "bfloat16", "threads": 2},
+     "--dtype, --threads: in-process run options only; with --endpoint the server decides them"),
+    (("--concurrency", "4"), {"concurrency": 4}, "--concurrency: options of --endpoint runs only"),
+    (("--think-time", "2"), {"think_time_s": 2.0},
+     "--think-time is the pause between a conversation's turns: give --turns 2 or more"),
+    (("--endpoint", "http://127.0.0.1:9/v1", "--arrival", "constant"),
+     {"endpoint": "http://127.0.0.1:9/v1", "arrival": "constant"}, "--arrival: options of an open loop (--rate)"),
+    (("--endpoint", "http://127.0.0.1:9/v1", "--rate", "2", "--server-command", "vllm serve x"),
+     {"endpoint": "http://127.0.0.1:9/v1", "rate": 2.0, "server_command": "vllm serve x"},
+     "--server-command measures the first request of a closed loop"),
+    (("--speculative", "prompt-lookup", "--prefix-cache", "system"),
+     {"speculative": "prompt-lookup", "prefix_cache": "system"},
+     "--speculative and --prefix-cache system can't be combined"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("flags", "keywords", "message"), REFUSED)
+def test_a_refused_combination_is_refused_alike_by_every_way_in(flags, keywords, message, prompt_file, tmp_path):
+    printed = cli("run", str(prompt_file), *flags, "--print-config")
+    assert printed.returncode == 2 and printed.stderr.count("\n") == 1 and message in printed.stderr, printed.stderr
+    assert printed.stdout == ""
+    with pytest.raises(llmbench.UserError, match=re.escape(message)):
+        llmbench.measure(["hi"], **keywords)
+    with pytest.raises(llmbench.UserError, match=re.escape(message)):
+        RunSpec.of(keywords)
+    config = tmp_path / "bench.toml"
+    tables: dict = {}
+    for name, value in keywords.items():
+        tables.setdefault(RunSpec.fields()[name][0], {})[name] = value
+    config.write_text(tomli_w.dumps(tables), encoding="utf-8")
+    with pytest.raises(llmbench.UserError, match=re.escape(message)):
+        llmbench.load_spec(config)
+    r = cli("run", str(prompt_file), "--config", str(config), "--print-config")
+    assert r.returncode == 2 and message in r.stderr, r.stderr
+
+
+def test_a_printed_config_with_every_default_is_no_combination_of_modes(prompt_file, tmp_path):
+    """A printed config lists every setting, the other mode's defaults too: only a value other than its default
+    counts as given."""
+    path = tmp_path / "bench.toml"
+    r = cli("run", str(prompt_file), "--endpoint", "http://127.0.0.1:9/v1", "--concurrency", "4", "--print-config")
+    assert r.returncode == 0, r.stderr
+    path.write_text(r.stdout, encoding="utf-8")
+    spec = llmbench.load_spec(path)
+    assert spec.server.concurrency == 4 and spec.given() >= {"endpoint", "concurrency"}
+
+
+def test_resolutions_are_recorded_as_the_values_used():
+    spec = RunSpec.of({"compile": True, "weights": "random"})
+    assert spec.levers.cache == "static" and spec.requests.ignore_eos is True
+    assert RunSpec.of({"weights": "random", "ignore_eos": False}).requests.ignore_eos is False  # asked: kept
+
+
+def test_the_mode_lists_are_the_sections_fields():
+    from llmbench.spec import ArrivalsSection, LeversSection, ModelSection, ServerSection
+    from llmbench.spec.rules import ENDPOINT_ONLY, IN_PROCESS_ONLY
+
+    assert set(IN_PROCESS_ONLY) == {*ModelSection.model_fields, *LeversSection.model_fields, "truncate",
+                                    "chat_template"} - {"model"}  # fmt: skip
+    assert set(ENDPOINT_ONLY) == {*ServerSection.model_fields, *ArrivalsSection.model_fields} - {"endpoint"}
