@@ -31,13 +31,18 @@ from llmbench.options import (
 )
 from llmbench.results.schema import Run
 from llmbench.runner.loop import Reporter
-from llmbench.spec import RunSpec
+from llmbench.spec import DEFAULT_DURATION_S, RunSpec
+from llmbench.spec.commands import LoadTestSpec, QualitySpec
 from llmbench.workloads.dataset import DatasetSpec
 from llmbench.workloads.prompts import PromptSet, as_prompt_set
 
 if TYPE_CHECKING:
     from llmbench.engines.base import EngineModel
     from llmbench.engines.hf.models import LoadedModel
+
+# the quality and load commands' defaults, as their specs declare them (one declaration: the keywords below read it)
+_QUALITY = {name: fi.default for name, (_t, fi) in QualitySpec.fields().items()}
+_LOAD = {name: fi.default for name, (_t, fi) in LoadTestSpec.fields().items()}
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -218,11 +223,11 @@ async def ameasure_quality(
     candidate: ModelOptions,
     options: RunOptions | None = None,
     *,
-    reference_dtype: str = "float32",
+    reference_dtype: str = _QUALITY["reference_dtype"],
     reference_model: str | None = None,
     text: str | Path | None = None,
     prompts: Sequence[str] | str | Path | PromptSet | None = None,
-    chunk_tokens: int = 512,
+    chunk_tokens: int = _QUALITY["chunk_tokens"],
     reference_cache: str | Path | None = None,
     output: str | Path | None = None,
 ) -> dict[str, Any]:
@@ -232,7 +237,7 @@ async def ameasure_quality(
     from llmbench.drivers.quality import quality
 
     return await quality(
-        candidate, options or RunOptions(max_new_tokens=32), reference_dtype=reference_dtype,
+        candidate, options or run_options_of(_QUALITY), reference_dtype=reference_dtype,
         reference_model=reference_model, text=text, prompts=as_prompt_set(prompts) if prompts is not None else None,
         chunk_tokens=chunk_tokens, reference_cache=Path(reference_cache) if reference_cache else None,
         output=Path(output) if output else None,
@@ -251,13 +256,13 @@ async def ameasure_load(
     rates: Sequence[float] | None = None,
     output: str | Path,
     options: RunOptions | None = None,
-    duration_s: float | None = 30.0,
+    duration_s: float | None = DEFAULT_DURATION_S,
     requests: int | None = None,
-    arrival: str = "poisson",
-    seed: int = 0,
-    workers: int = 1,
-    min_attainment: float = 0.9,
-    one_token_passes: bool = False,
+    arrival: str = _LOAD["arrival"],
+    seed: int = _LOAD["seed"],
+    workers: int | None = _LOAD["workers"],
+    min_attainment: float = _LOAD["min_attainment"],
+    one_token_passes: bool = _LOAD["one_token_passes"],
     stop: Stop | None = None,
     reporter: Reporter | None = None,
 ) -> dict[str, Any]:
@@ -272,8 +277,8 @@ async def ameasure_load(
         min_attainment=min_attainment, one_token_passes=one_token_passes,
     )  # fmt: skip
     target = endpoint if isinstance(endpoint, EndpointOptions) else EndpointOptions(url=endpoint)
-    record, _path = await ld.load(as_prompt_set(prompts), target, options or RunOptions(max_new_tokens=64), spec,
-                                  output, stop=stop, reporter=reporter)  # fmt: skip
+    options = options or run_options_of(_LOAD)  # the load command's request defaults
+    record, _path = await ld.load(as_prompt_set(prompts), target, options, spec, output, stop=stop, reporter=reporter)
     return record
 
 

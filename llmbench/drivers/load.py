@@ -52,7 +52,7 @@ from llmbench.results.metrics import describe
 from llmbench.results.schema import LOAD_VERSION, Run, llmbench_version, utc_now
 from llmbench.results.storage import prepare_driver_dir, prepare_output, write_record
 from llmbench.runner.loop import NullReporter, Reporter
-from llmbench.spec import check_value
+from llmbench.spec import DEFAULT_DURATION_S, ArrivalsSection, RequestsSection, check_value
 from llmbench.spec import default as _d
 from llmbench.spec.commands import LoadPlan
 from llmbench.workloads.arrivals import check_schedule
@@ -139,19 +139,20 @@ class LoadSpec:
 
     rates: list[float] | None  # None: auto
     slos: list[Slo]
-    arrival: str = "poisson"
-    duration_s: float | None = 30.0
-    requests: int | None = None
-    seed: int = 0
-    workers: int = 1
-    ray: str | None = None
-    min_attainment: float = 0.9
-    one_token_passes: bool = False
-    # the spec's defaults (llmbench.spec.commands.LoadPlan): one declaration, read here
+    # the spec's defaults (llmbench.spec: the arrivals, the requests, llmbench.spec.commands.LoadPlan): one
+    # declaration, read here
+    arrival: str = _d(ArrivalsSection, "arrival")
+    duration_s: float | None = DEFAULT_DURATION_S
+    requests: int | None = _d(ArrivalsSection, "requests")
+    seed: int = _d(RequestsSection, "seed")
+    workers: int | None = _d(ArrivalsSection, "workers")  # None: auto (llmbench.options.client_processes)
+    ray: str | None = _d(ArrivalsSection, "ray")
+    min_attainment: float = _d(LoadPlan, "min_attainment")
+    one_token_passes: bool = _d(LoadPlan, "one_token_passes")
     fluidity_target: float = _d(LoadPlan, "fluidity_target")
     fluidity_share: float = _d(LoadPlan, "fluidity_share")
-    auto_start: float = 1.0
-    auto_steps: int = 3
+    auto_start: float = _d(LoadPlan, "auto_start")
+    auto_steps: int = _d(LoadPlan, "auto_steps")
 
     def validate(self) -> None:
         if not self.slos:

@@ -45,7 +45,12 @@ from llmbench.results.schema import (
 )
 from llmbench.results.storage import prepare_output, save_run, write_record
 from llmbench.runner.loop import NullReporter, Reporter, Track, execute, new_track
+from llmbench.spec.commands import QualitySpec
 from llmbench.workloads.prompts import PromptSet
+
+# a sweep's quality check decodes each setup's greedy continuations this far at most: as far as ``llmbench quality``
+# does by default (its spec's declaration)
+QUALITY_TOKENS: int = QualitySpec.fields()["max_new_tokens"][1].default
 
 
 @dataclass
@@ -217,7 +222,9 @@ class Sweep:
                     continue  # a setup whose engine failed: nothing to vouch for
                 self.reporter.status(f"quality of {e.setup.label()} ...")
                 spec = engine_spec(self.spec, e.setup)
-                options = dataclasses.replace(self.options, max_new_tokens=min(self.options.max_new_tokens, 32))
+                options = dataclasses.replace(
+                    self.options, max_new_tokens=min(self.options.max_new_tokens, QUALITY_TOKENS)
+                )
                 result = await asyncio.wrap_future(thread.submit(dq.evaluate_engine_spec, ref, ref_lm, spec, prompts,
                                                                  options))  # fmt: skip
                 self._keep_quality(e, setup, ref.text_sha256, result)
@@ -225,7 +232,7 @@ class Sweep:
             await e.backend.activate()
             # greedy continuations decode as the setup does (its cache, its compiled step)
             options = dataclasses.replace(self.options, cache=e.setup.cache, compile=e.setup.compile,
-                                          max_new_tokens=min(self.options.max_new_tokens, 32))  # fmt: skip
+                                          max_new_tokens=min(self.options.max_new_tokens, QUALITY_TOKENS))  # fmt: skip
             result = await asyncio.wrap_future(thread.submit(dq.evaluate, ref, ref_lm, e.backend.lm, prompts, options))
             self._keep_quality(e, setup, ref.text_sha256, result)
 
