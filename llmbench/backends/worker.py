@@ -9,9 +9,11 @@ import collections
 import contextlib
 import json
 import os
+import shutil
 import signal
 import time
 from collections.abc import Hashable
+from pathlib import Path
 from typing import Any
 
 from llmbench.backends import Request
@@ -56,7 +58,7 @@ class WorkerBackend:
 
     def __init__(
         self, command: list[str], options: RunOptions, *, label: str = "", name: str | None = None,
-        on_stderr: Any = None,
+        on_stderr: Any = None, spec_dir: Path | None = None,
     ) -> None:  # fmt: skip
         options.validate()
         if not command:
@@ -81,6 +83,7 @@ class WorkerBackend:
         self.load_s: float | None = None  # its model's load (load.seconds): ab's load_s row, a sample a process
         self.features: tuple[str, ...] = ()  # what its measure messages may ask (worker_main.FEATURES)
         self.version: str | None = None
+        self.spec_dir = spec_dir  # the folder of the spec file the worker was started with: removed at close
 
     # -- the pipe ---------------------------------------------------------------------------------------------
 
@@ -233,9 +236,16 @@ class WorkerBackend:
         return self.proc is not None and self.proc.returncode is None
 
     async def close(self) -> None:
-        """Tell the worker to exit; kill it if it does not within 10 s."""
+        """Tell the worker to exit; kill it if it does not within 10 s; remove its spec file's folder."""
         if self._remove_stop is not None:
             self._remove_stop()
+        try:
+            await self._close_worker()
+        finally:
+            if self.spec_dir is not None:
+                shutil.rmtree(self.spec_dir, ignore_errors=True)
+
+    async def _close_worker(self) -> None:
         if not self.alive():
             return
         if self._writer is not None:

@@ -35,6 +35,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from pathlib import Path
 from typing import IO, Any
 
 from llmbench.core.errors import UserError
@@ -49,10 +50,12 @@ FEATURES = ("max_new_tokens", "cpu", "levers")  # levers: prepare's options may 
 FORK = "fork"
 
 
-def serve_forever(spec: Any, flags: dict[str, Any], inp: IO[str], out: IO[str]) -> int:
+def serve_forever(spec: Any, flags: dict[str, Any], inp: IO[str], out: IO[str],
+                  setup: dict[str, Any] | None = None) -> int:  # fmt: skip
     """Load ``spec`` and answer commands from ``inp`` on ``out`` until told to exit; the exit code. ``flags``: the
     run options this worker's own flags set over the parent's (cache, compile; speculative and prefix_cache
-    when given: one side of ``ab`` can decode speculatively)."""
+    when given: one side of ``ab`` can decode speculatively). ``setup``: the spec file's tables it was started
+    with (:func:`command`), recorded in its run (``config.engine_settings.worker_spec``)."""
     from llmbench.core.process import freeze_now, frozen_gc, stop_on_signals
     from llmbench.engines.hf import models
     from llmbench.engines.hf.generation import generation_thread
@@ -71,7 +74,9 @@ def serve_forever(spec: Any, flags: dict[str, Any], inp: IO[str], out: IO[str]) 
             return 2
         freeze_now()
         forks = spec.is_transformers and loaded.device == "cpu" and loaded.threads == 1
-        return _Session(spec, flags, loaded, stop, forks).serve(inp, out, since_process_start())
+        session = _Session(spec, flags, loaded, stop, forks)
+        session.setup = setup
+        return session.serve(inp, out, since_process_start())
 
 
 def _sender(out: IO[str]) -> Any:
@@ -90,6 +95,7 @@ class _Session:
         self.backend: Any = None
         self.prompts: Any = None
         self.forked = False  # this process is a forked child
+        self.setup: dict[str, Any] | None = None  # the spec file's tables it was started with, to record
 
     def serve(self, inp: IO[str], out: IO[str], startup_s: float | None) -> int:
         """Say ready, then answer ``inp`` on ``out`` until told to exit; the exit code."""
@@ -119,7 +125,10 @@ class _Session:
                                              tuple(own) if own is not None else None, msg.get("source"))  # fmt: skip
                     self.backend = _backend(self.spec, options, self.loaded)
                     thread.run(self.backend.start_now, self.prompts)
-                    send(event="prepared", run=json.loads(self.backend.new_run(self.prompts).model_dump_json()))
+                    run = self.backend.new_run(self.prompts)
+                    if self.setup is not None:  # the file it was started with, kept in its record
+                        run.config.engine_settings = {**(run.config.engine_settings or {}), "worker_spec": self.setup}
+                    send(event="prepared", run=json.loads(run.model_dump_json()))
                 elif op == "measure":
                     assert self.backend is not None and self.prompts is not None, "prepare first"
                     try:
@@ -220,30 +229,36 @@ def _backend(spec: Any, options: Any, loaded: Any) -> Any:
     return EngineBackend(spec, options, loaded=loaded)
 
 
-def command(spec: Any, executable: str | None = None) -> list[str]:
-    """The ``llmbench worker`` command line that loads ``spec`` (this Python's llmbench by default)."""
-    argv = [executable or sys.executable, "-m", "llmbench", "worker", "--engine", spec.engine, "--model", spec.model,
-            "--weights", spec.weights]  # fmt: skip
-    if spec.precision:
-        argv += ["--precision", spec.precision]
-    if spec.threads is not None:
-        argv += ["--threads", str(spec.threads)]
-    if spec.is_transformers:
-        argv += ["--device", spec.device, "--dtype", spec.dtype]
-        if spec.quantize:
-            argv += ["--quantize", spec.quantize]
-        if spec.attn:
-            argv += ["--attn", spec.attn]
-    argv += [flag for flag, on in (("--allow-pickle", spec.allow_pickle), ("--trust-remote-code",
-             spec.trust_remote_code)) if on]  # fmt: skip
-    return argv
+def command(spec: Any, folder: Path, executable: str | None = None) -> list[str]:
+    """The ``llmbench worker`` command line that loads ``spec`` (this Python's llmbench by default): its setup
+    goes as a spec file written into ``folder`` (``worker.toml``, the ``[model]`` table ``llmbench worker
+    --config`` reads, checked as strictly as any config file), not as flags rebuilt one by one."""
+    from llmbench.spec import ModelSection
+
+    values = {name: getattr(spec, name, None) for name in ModelSection.model_fields}
+    values["quantize"] = spec.quantize or "none"  # the option types' None is the spec's "none"
+    if isinstance(spec.device_map, dict):  # the API's dict: the spec takes its JSON text
+        values["device_map"] = json.dumps(spec.device_map)
+    path = folder / "worker.toml"
+    write_spec(path, {"model": {k: v for k, v in values.items() if v is not None}})
+    return [executable or sys.executable, "-m", "llmbench", "worker", "--config", str(path)]
 
 
-def main(spec: Any, flags: dict[str, Any]) -> int:
+def write_spec(path: Path, tables: dict[str, dict[str, Any]]) -> None:
+    """A spec file (TOML) for a worker: written whole, then renamed (a worker never reads half of one)."""
+    import tomli_w
+
+    tmp = path.with_suffix(".toml.tmp")
+    tmp.write_text("# llmbench worker settings, written by the process that started it\n" + tomli_w.dumps(tables),
+                   encoding="utf-8")  # fmt: skip
+    os.replace(tmp, path)
+
+
+def main(spec: Any, flags: dict[str, Any], setup: dict[str, Any] | None = None) -> int:
     """The ``llmbench worker`` command: the protocol on the real stdout, anything else printed on stderr."""
     protocol_out = os.fdopen(os.dup(sys.stdout.fileno()), "w", encoding="utf-8", buffering=1)
     sys.stdout = sys.stderr  # a library's print() must not break a protocol line
     try:
-        return serve_forever(spec, flags, sys.stdin, protocol_out)
+        return serve_forever(spec, flags, sys.stdin, protocol_out, setup)
     finally:
         protocol_out.close()

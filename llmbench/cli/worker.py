@@ -13,7 +13,7 @@ from llmbench.spec.commands import WorkerSpec
 LEVERS = ("speculative", "prefix_cache")  # this side's own lever (ab can measure speculative against plain)
 
 
-@from_spec(WorkerSpec, config=False)
+@from_spec(WorkerSpec)  # --config: the spec file a parent writes (worker_main.command)
 def worker(ctx: typer.Context, **shared: Any) -> None:
     """A model in a process of its own, measuring on command over stdin/stdout (JSON lines): one side of
     `llmbench ab`. Not for typing at: ab starts it."""
@@ -32,4 +32,4 @@ def worker(ctx: typer.Context, **shared: Any) -> None:
         RunOptions(**own).check_levers()
         if not spec.is_transformers:
             engines.check_levers(spec.engine, RunOptions(**own))
-    raise typer.Exit(w.main(spec, own))
+    raise typer.Exit(w.main(spec, own, ctx.meta["spec"].setup() if ctx.params.get("config") else None))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
 
@@ -47,8 +48,9 @@ def make_backend(
         from llmbench.backends import worker_main as worker
         from llmbench.backends.worker import WorkerBackend
 
-        return WorkerBackend(worker.command(target), options, label=label, name=f"the {target.engine} worker",
-                             on_stderr=reporter.status if reporter else None)  # fmt: skip
+        folder = Path(tempfile.mkdtemp(prefix="llmbench-worker-"))  # its spec file; removed when it closes
+        return WorkerBackend(worker.command(target, folder), options, label=label, name=f"the {target.engine} worker",
+                             on_stderr=reporter.status if reporter else None, spec_dir=folder)  # fmt: skip
     from llmbench.engines.base import EngineModel
 
     if isinstance(target, EngineModel):  # an engine loaded already (llmbench.load_model(engine=...))
