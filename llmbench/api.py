@@ -11,7 +11,6 @@ collector alone (see :func:`llmbench.stop_on_signals` and :func:`llmbench.frozen
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -41,8 +40,8 @@ if TYPE_CHECKING:
     from llmbench.engines.hf.models import LoadedModel
 
 # the quality and load commands' defaults, as their specs declare them (one declaration: the keywords below read it)
-_QUALITY = {name: fi.default for name, (_t, fi) in QualitySpec.fields().items()}
-_LOAD = {name: fi.default for name, (_t, fi) in LoadTestSpec.fields().items()}
+_QUALITY: Any = QualitySpec.defaults()
+_LOAD: Any = LoadTestSpec.defaults()
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -67,7 +66,8 @@ def _sync(coro_fn: Callable[P, Awaitable[R]]) -> Callable[P, R]:
 def run_options(**settings: Any) -> RunOptions:
     """:class:`RunOptions` from spec settings by name (:class:`llmbench.spec.RunSpec`'s fields; the rest keep the
     spec's defaults): ``ignore_eos`` unset is on with random ``weights``; ``compile`` decodes on the static cache."""
-    return run_options_of(RunSpec.of(settings).flat())
+    spec = RunSpec.of(settings)
+    return run_options_of(spec.requests, spec.levers, spec.reader)
 
 
 def model_options(model: str | None = None, **settings: Any) -> ModelOptions:
@@ -76,7 +76,7 @@ def model_options(model: str | None = None, **settings: Any) -> ModelOptions:
     device_map, isolate = settings.pop("device_map", None), settings.pop("isolate", None)
     spec = RunSpec.of({"model": model, **_spelled(settings),
                        "device_map": device_map if isinstance(device_map, str) else None})  # fmt: skip
-    return dataclasses.replace(model_options_of(spec.flat()), device_map=device_map, isolate=isolate)
+    return model_options_of(spec.model, device_map=device_map, isolate=isolate)
 
 
 def _spelled(settings: dict[str, Any]) -> dict[str, Any]:
@@ -130,7 +130,6 @@ async def ameasure(
         named |= {"metrics_url": server_metrics} if isinstance(server_metrics, str) else {}
     base = spec or RunSpec()
     full = RunSpec.of({k: v for k, v in base.flat().items() if k in base.given()} | named)  # what was given
-    flat = full.flat()
     out = full.outputs  # a spec's [outputs] where the keywords leave them
     output, resume = output if output is not None else out.output, resume if resume is not None else out.resume
     overwrite = overwrite or out.overwrite
@@ -138,22 +137,23 @@ async def ameasure(
         from llmbench.history.recording import check_url
 
         check_url(out.history)  # a typo fails before anything is measured
-    options = run_options_of(flat)
-    trace = workload.read_trace(workload.Workload.of(flat)) if prompts is None else None
+    options = run_options_of(full.requests, full.levers, full.reader)
+    w = workload.Workload.of(full)
+    trace = workload.read_trace(w) if prompts is None else None
     target: ModelOptions | EndpointOptions | LoadedModel | EngineModel
     if isinstance(endpoint, EndpointOptions):
         target = endpoint
-    elif flat["endpoint"] is not None:
+    elif full.server.endpoint is not None:
         if model is not None and not isinstance(model, str):
             raise UserError("with endpoint, model names the model to send (a string)")
-        target = endpoint_options_of(flat, open_loop_of(flat, trace))
+        open_loop = open_loop_of(full.arrivals, full.requests.seed, trace)
+        target = endpoint_options_of(full.server, full.model, full.arrivals, open_loop=open_loop)
     elif model is not None and not isinstance(model, str):
         target = model  # a LoadedModel
     else:
-        target = dataclasses.replace(model_options_of(flat), device_map=device_map or flat["device_map"],
-                                     isolate=isolate)  # fmt: skip
+        target = model_options_of(full.model, device_map=device_map or full.model.device_map, isolate=isolate)
     # the one prompt-source ladder: a dataset is chosen once the model is loaded
-    source = workload.as_source(prompts) if prompts is not None else workload.source(workload.Workload.of(flat), trace)
+    source = workload.as_source(prompts) if prompts is not None else workload.source(w, trace)
     run, path = await run_driver(
         source, target, options, output=output, overwrite=overwrite, resume=resume, stop=stop, reporter=reporter,
         spec=full.setup(),
@@ -223,11 +223,11 @@ async def ameasure_quality(
     candidate: ModelOptions,
     options: RunOptions | None = None,
     *,
-    reference_dtype: str = _QUALITY["reference_dtype"],
+    reference_dtype: str = _QUALITY.reference.reference_dtype,
     reference_model: str | None = None,
     text: str | Path | None = None,
     prompts: Sequence[str] | str | Path | PromptSet | None = None,
-    chunk_tokens: int = _QUALITY["chunk_tokens"],
+    chunk_tokens: int = _QUALITY.reference.chunk_tokens,
     reference_cache: str | Path | None = None,
     output: str | Path | None = None,
 ) -> dict[str, Any]:
@@ -237,7 +237,7 @@ async def ameasure_quality(
     from llmbench.drivers.quality import quality
 
     return await quality(
-        candidate, options or run_options_of(_QUALITY), reference_dtype=reference_dtype,
+        candidate, options or run_options_of(_QUALITY.requests), reference_dtype=reference_dtype,
         reference_model=reference_model, text=text, prompts=as_prompt_set(prompts) if prompts is not None else None,
         chunk_tokens=chunk_tokens, reference_cache=Path(reference_cache) if reference_cache else None,
         output=Path(output) if output else None,
@@ -258,11 +258,11 @@ async def ameasure_load(
     options: RunOptions | None = None,
     duration_s: float | None = DEFAULT_DURATION_S,
     requests: int | None = None,
-    arrival: str = _LOAD["arrival"],
-    seed: int = _LOAD["seed"],
-    workers: int | None = _LOAD["workers"],
-    min_attainment: float = _LOAD["min_attainment"],
-    one_token_passes: bool = _LOAD["one_token_passes"],
+    arrival: str = _LOAD.arrivals.arrival,
+    seed: int = _LOAD.requests.seed,
+    workers: int | None = _LOAD.arrivals.workers,
+    min_attainment: float = _LOAD.arrivals.min_attainment,
+    one_token_passes: bool = _LOAD.arrivals.one_token_passes,
     stop: Stop | None = None,
     reporter: Reporter | None = None,
 ) -> dict[str, Any]:
@@ -277,7 +277,7 @@ async def ameasure_load(
         min_attainment=min_attainment, one_token_passes=one_token_passes,
     )  # fmt: skip
     target = endpoint if isinstance(endpoint, EndpointOptions) else EndpointOptions(url=endpoint)
-    options = options or run_options_of(_LOAD)  # the load command's request defaults
+    options = options or run_options_of(_LOAD.requests, _LOAD.reader)  # the load command's request defaults
     record, _path = await ld.load(as_prompt_set(prompts), target, options, spec, output, stop=stop, reporter=reporter)
     return record
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,6 +62,13 @@ class RunOptions:
     # characters a second when given
     reading_wpm: float = _d(ReaderSection, "reading_wpm")
     reading_cps: float | None = _d(ReaderSection, "reading_cps")
+
+    def __post_init__(self) -> None:
+        # what the spec's rules resolve (the static cache of --compile), for options built without a spec too
+        for name, value in rules.resolved(dataclasses.asdict(self)).items():
+            setattr(self, name, value)
+        if self.ignore_eos is None:  # a command without --weights: unset stops at EOS, as a pretrained model does
+            self.ignore_eos = False
 
     def validate(self) -> None:
         """UserError for options no run can honour: the spec's bounds and its cross-field rules
@@ -154,6 +161,12 @@ class ModelOptions:
     isolate: bool | None = None
     # checked by llmbench.engines.hf.models.validate (it needs torch to know the devices)
 
+    def __post_init__(self) -> None:
+        if self.model is None:  # the spec's "none given"
+            self.model = DEFAULT_MODEL
+        if self.quantize == "none":  # the spec's spelling of no quantization
+            self.quantize = None
+
     def check_settings(self) -> None:
         """UserError naming the option for a weights, threads or attention kernel out of the spec's type or bounds
         (torch's int can't take a typo's 10**20 threads)."""
@@ -219,6 +232,13 @@ class EndpointOptions:
     # a closed loop's client processes, its ``concurrency`` streams split among them (an open loop's are its
     # ``open_loop.workers``); None: auto (:func:`client_processes`)
     workers: int | None = None
+    server_metrics: bool = False  # scrape the server's own page (default_metrics_url) when metrics_url is None
+
+    def __post_init__(self) -> None:
+        if self.metrics_url is None and self.server_metrics:
+            self.metrics_url = default_metrics_url(self.url)
+        if self.open_loop is not None:  # an open loop's client processes are its own
+            self.workers = None
 
     @property
     def processes(self) -> int:
@@ -266,48 +286,33 @@ def default_metrics_url(endpoint_url: str) -> str:
 # ------------------------------------------------------------------------------- a spec, resolved (one place)
 
 
-def run_options_of(s: Mapping[str, Any]) -> RunOptions:
-    """How each prompt is sent, from a spec's settings by name (:meth:`llmbench.spec.Spec.flat`; a setting a
-    command's spec lacks keeps the spec's default): ``ignore_eos`` unset is on with random weights (their text is
-    meaningless, so the length is fixed); ``compile`` decodes on the static cache."""
-    g = _getter(s, RequestsSection, LeversSection, ReaderSection)
-    ignore_eos = g("ignore_eos")
-    return RunOptions(
-        max_new_tokens=g("max_new_tokens"), ignore_eos=(s.get("weights") == "random") if ignore_eos is None
-        else ignore_eos, warmup=g("warmup"), repeats=g("repeats"), sample=g("sample"), seed=g("seed"),
-        temperature=g("temperature"), top_p=g("top_p"), system_prompt=g("system_prompt"),
-        chat_template=g("chat_template"), truncate=g("truncate"), cache="static" if g("compile") else g("cache"),
-        compile=g("compile"), turns=g("turns"), think_time_s=g("think_time_s"), speculative=g("speculative"),
-        prefix_cache=g("prefix_cache"), reading_wpm=g("reading_wpm"), reading_cps=g("reading_cps"),
-    )  # fmt: skip
+def _held(cls: type, sections: Iterable[Any]) -> dict[str, Any]:
+    """The fields of the option type ``cls`` that ``sections`` (a spec's, typed and validated) declare, with the
+    values they hold: a setting has one name in every section and option type, so none is spelled here."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    return {k: v for sec in sections for k, v in sec if k in names}
 
 
-def model_options_of(s: Mapping[str, Any]) -> ModelOptions:
-    """The model to load, from a spec's settings by name: no model is the default one, quantize "none" is None."""
-    g = _getter(s, ModelSection)
-    return ModelOptions(
-        model=g("model") or DEFAULT_MODEL, weights=g("weights"), device=g("device"), dtype=g("dtype"),
-        reprobe=g("reprobe"), threads=g("threads"), device_map=g("device_map"), allow_offload=g("allow_offload"),
-        allow_pickle=g("allow_pickle"), trust_remote_code=g("trust_remote_code"), attn=g("attn"),
-        quantize=None if g("quantize") in (None, "none") else g("quantize"), engine=g("engine"),
-        precision=g("precision"), isolate=s.get("isolate"),
-    )  # fmt: skip
+def run_options_of(*sections: Any, **fixed: Any) -> RunOptions:
+    """How each prompt is sent, from a spec's sections (its requests, levers and reader; a setting they lack keeps
+    the spec's default); ``fixed``: what a command sets itself (sweep's rounds as repeats). The spec resolved its
+    rules already (``ignore_eos`` with random weights, ``--compile``'s static cache: :mod:`llmbench.spec.rules`)."""
+    return RunOptions(**(_held(RunOptions, sections) | fixed))
 
 
-def endpoint_options_of(s: Mapping[str, Any], open_loop: OpenLoop | None = None) -> EndpointOptions:
-    """The server to stream from, from a spec's settings by name (``endpoint``: its URL; ``model``: the name to
-    send; ``server_metrics``/``metrics_url``: the page scraped, or none)."""
-    g = _getter(s, ServerSection)
-    url = g("endpoint")
-    if not url:
+def model_options_of(*sections: Any, **fixed: Any) -> ModelOptions:
+    """The model to load, from a spec's model section: no model is the default one, quantize "none" is None;
+    ``fixed``: what only the API passes (a ``device_map`` dict, ``isolate``)."""
+    return ModelOptions(**(_held(ModelOptions, sections) | fixed))
+
+
+def endpoint_options_of(server: Any, *sections: Any, open_loop: OpenLoop | None = None) -> EndpointOptions:
+    """The server to stream from, from a spec's server section (``endpoint``: its URL; ``server_metrics`` or
+    ``metrics_url``: the page scraped) and its other sections (the model's name to send, the client processes);
+    ``open_loop``: its schedule (None: a closed loop)."""
+    if not server.endpoint:
         raise UserError("no endpoint URL given")
-    metrics = g("metrics_url")
-    metrics = metrics if metrics is not None else default_metrics_url(url) if g("server_metrics") else None
-    workers = s.get("workers") if open_loop is None else None  # an open loop's are its own
-    return EndpointOptions(url=url, model=s.get("model"), api_key_env=g("api_key_env"), concurrency=g("concurrency"),
-                           timeout_s=g("timeout_s"), tokenizer=g("tokenizer"), open_loop=open_loop,
-                           metrics_url=metrics, server_command=g("server_command"),
-                           boot_timeout_s=g("boot_timeout_s"), workers=workers)  # fmt: skip
+    return EndpointOptions(url=server.endpoint, open_loop=open_loop, **_held(EndpointOptions, (server, *sections)))
 
 
 def client_processes(asked: int | None, *, streams: int | None, events_per_s: float | None,
@@ -333,27 +338,14 @@ def client_processes(asked: int | None, *, streams: int | None, events_per_s: fl
     return max(1, min(need, cpus, limits.MAX_CLIENTS))  # the CPUs this process may run on (taskset, a cgroup)
 
 
-def open_loop_of(s: Mapping[str, Any], trace: Any = None) -> OpenLoop | None:
-    """``--rate``'s schedule from a spec's settings by name (or ``trace``'s rows), None for a closed loop."""
+def open_loop_of(arrivals: ArrivalsSection, seed: int, trace: Any = None) -> OpenLoop | None:
+    """``--rate``'s schedule from a spec's arrivals (or ``trace``'s rows), None for a closed loop; ``seed``: the
+    requests' seed, which draws the schedule too."""
     if trace is not None:
         return OpenLoop(rate_rps=1.0, trace=trace)
-    g = _getter(s, ArrivalsSection, RequestsSection)
-    if g("rate") is None:
+    a = arrivals
+    if a.rate is None:
         return None
-    duration = g("duration_s") if g("duration_s") is not None or g("requests") is not None else DEFAULT_DURATION_S
-    return OpenLoop(rate_rps=g("rate"), arrival=g("arrival"), requests=g("requests"), duration_s=duration,
-                    seed=g("seed"), workers=g("workers"), ray=g("ray"))  # fmt: skip
-
-
-def _getter(s: Mapping[str, Any], *sections: type) -> Any:
-    """``g(name)``: the setting's value in ``s``, else its declared default (a command's spec may lack it)."""
-
-    def g(name: str) -> Any:
-        if name in s:
-            return s[name]
-        for sec in sections:
-            if name in sec.model_fields:  # type: ignore[attr-defined]
-                return _d(sec, name)
-        raise KeyError(name)
-
-    return g
+    duration = a.duration_s if a.duration_s is not None or a.requests is not None else DEFAULT_DURATION_S
+    return OpenLoop(rate_rps=a.rate, arrival=a.arrival, requests=a.requests, duration_s=duration, seed=seed,
+                    workers=a.workers, ray=a.ray)  # fmt: skip

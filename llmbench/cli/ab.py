@@ -14,7 +14,7 @@ from llmbench.cli.params import QuietOpt
 from llmbench.cli.specs import from_spec
 from llmbench.core.errors import UserError
 from llmbench.drivers import workload
-from llmbench.spec.commands import AbSpec, GateSection
+from llmbench.spec.commands import AbSpec
 
 
 @from_spec(AbSpec)
@@ -25,10 +25,11 @@ def ab(ctx: typer.Context, quiet: QuietOpt = False, **s: Any) -> None:
     from llmbench.analysis.gate import gate
     from llmbench.drivers.ab import ab as ab_driver
 
-    args = dict(ctx.params)
-    base, head, output, resume, history = s["base"], s["head"], s["output"], s["resume"], s["history"]
-    fail_on_regression, fail_on, gate_stat, require_mdc = (s[k] for k in GateSection.model_fields)
-    anchor, head_ref, move_anchor, repeats = s["anchor"], s["head_ref"], s["move_anchor"], s["repeats"]
+    spec = ctx.meta["spec"]
+    base, head, out, g, d = spec.sides.base, spec.sides.head, spec.outputs, spec.gate, spec.design
+    output, resume, history = out.output, out.resume, out.history
+    fail_on_regression, fail_on, gate_stat, require_mdc = g.fail_on_regression, g.fail_on, g.gate_stat, g.require_mdc
+    anchor, head_ref, move_anchor, repeats = out.anchor, out.head_ref, out.move_anchor, spec.requests.repeats
     with user_errors():
         # Everything that could refuse the options or the result is checked before a worker starts: the gates,
         # the history URL (here); the sides' commands, the output folder and a resume (the driver, before start).
@@ -40,11 +41,11 @@ def ab(ctx: typer.Context, quiet: QuietOpt = False, **s: Any) -> None:
             raise UserError("--anchor, --head-ref and --move-anchor record into the history: give --history")
         if move_anchor and not (anchor and head_ref):
             raise UserError("--move-anchor needs --anchor OLD and --head-ref NEW (the new anchor's ref)")
-        options = run_options(s)
+        options = run_options(spec)
         options.validate()
-        design = _design(ctx, s["processes"], repeats, s["ttft_pairs"], s["duet"], s["budget"], s["spawn"])
+        design = _design(ctx, d.processes, repeats, d.ttft_pairs, d.duet, d.budget, d.spawn)
         _check_cold_gate(gates, design)
-        prompt_set = workload.prompt_list(workload.Workload.of(args), options, s["tokenizer"])
+        prompt_set = workload.prompt_list(workload.Workload.of(spec), options, spec.server.tokenizer)
         # a budget plans its pairs later (and says when they fall short): then only the tokens are checked here
         pairs = len(prompt_set.prompts) * repeats if design.budget_s is None else sys.maxsize
         check_gate_inputs(gate_stat, gates, options.max_new_tokens, pairs, design.processes, design.ttft_pairs)
@@ -64,7 +65,7 @@ def ab(ctx: typer.Context, quiet: QuietOpt = False, **s: Any) -> None:
 
     if (short := shortfall(comp, design.budget_s)) is not None:
         warn(short)
-    render_verdict([comp], verdict, s["fmt"])
+    render_verdict([comp], verdict, out.fmt)
 
 
 def _design(

@@ -19,7 +19,11 @@ from llmbench.spec.commands import BisectSpec, BisectStepSpec
 GoodArg = Annotated[str, typer.Argument(help="The last commit (or tag, branch) known to be fast.")]
 
 
-def _settings(s: dict[str, Any]) -> Any:
+# bisect-step judges the one commit git checked out: it skips no other, and its tree is git's own
+STEP = {"max_skips": 1, "keep_trees": True}
+
+
+def _settings(b: Any, **fixed: Any) -> Any:
     """The bisect's settings from its spec's (``max_skips``/``keep_trees`` absent: bisect-step's one commit)."""
     from llmbench.analysis.compare import GAPS, METRICS
     from llmbench.analysis.startup import PROCESS_METRICS
@@ -27,35 +31,34 @@ def _settings(s: dict[str, Any]) -> Any:
     from llmbench.drivers.ab_budget import parse_budget
     from llmbench.drivers.bisect import Settings
 
-    metric, stat, processes, duet = s["metric"], s["stat"], s["processes"], s["duet"]
+    metric, stat, processes, duet = b.metric, b.stat, b.processes, b.duet
     wanted = [m for m in METRICS if m not in PROCESS_METRICS]  # a look's few processes: too few for a load
     if metric not in wanted:
         raise UserError(f"--metric {metric!r}: one of {', '.join(wanted)}")
     stat = stat or (GAPS if metric == "tpot_ms" else "p50")
     if processes is None:
         try:
-            design = Design(duet=duet, budget_s=parse_budget(s["look"]))
+            design = Design(duet=duet, budget_s=parse_budget(b.look))
         except UserError as e:  # the look's own option, not ab's
             raise UserError(str(e).replace("--budget", "--look", 1)) from None
     else:
-        design = Design(processes=processes, repeats=s["repeats"], duet=duet)
-    settings = Settings(metric=metric, stat=stat, threshold_pct=s["threshold"], worker=s["worker"], design=design,
-                        max_looks=s["max_looks"], max_skips=s.get("max_skips", 1), build=s["build"],
-                        keep_trees=s.get("keep_trees", True))  # fmt: skip
+        design = Design(processes=processes, repeats=b.repeats, duet=duet)
+    settings = Settings(metric=metric, stat=stat, threshold_pct=b.threshold, worker=b.worker, design=design,
+                        max_looks=b.max_looks, build=b.build, **fixed)  # fmt: skip
     settings.validate()  # before the output folder is made: a refused option leaves nothing behind
     return settings
 
 
-def _inputs(s: dict[str, Any], settings: Any) -> tuple[Any, Any]:
+def _inputs(spec: Any, settings: Any) -> tuple[Any, Any]:
     """The prompts and run options of every look; UserError, before anything is checked out, when a fixed design
     (--processes) would give each look too few pairs for its statistic's interval: it could never decide."""
     from llmbench.analysis.compare import check_gate_inputs
     from llmbench.drivers import workload
     from llmbench.options import run_options_of
 
-    options = run_options_of({"max_new_tokens": s["max_new_tokens"], "warmup": s["warmup"], "ignore_eos": True})
+    options = run_options_of(spec.requests, ignore_eos=True)
     options.validate()
-    prompt_set = workload.prompt_list(workload.Workload(prompts=s["prompts"]), options, None)
+    prompt_set = workload.prompt_list(workload.Workload(prompts=spec.bisect.prompts), options, None)
     design = settings.design
     # a --look budget plans 2 or more processes a side: then only the tokens (gaps need 3) are checked here
     pairs = len(prompt_set.prompts) * design.repeats if design.budget_s is None else sys.maxsize
@@ -78,6 +81,7 @@ def _recorder(history: str | None) -> Any:
 
 @from_spec(BisectSpec)
 def bisect(
+    ctx: typer.Context,
     good: GoodArg,
     bad: Annotated[str, typer.Argument(help="A commit known to be slower (default: HEAD).")] = "HEAD",
     quiet: QuietOpt = False,
@@ -88,13 +92,14 @@ def bisect(
     from llmbench.drivers.bisect import Bisector, prepare_folder
     from llmbench.present.bisect import bisect_lines
 
+    spec, out = ctx.meta["spec"], ctx.meta["spec"].outputs
     with user_errors():
-        settings = _settings(s)
-        prompt_set, options = _inputs(s, settings)
-        on_look = _recorder(s["history"])
-        folder = prepare_folder(s["output"], s["resume"], good, bad, settings)
+        settings = _settings(spec.bisect, max_skips=spec.bisect.max_skips, keep_trees=out.keep_trees)
+        prompt_set, options = _inputs(spec, settings)
+        on_look = _recorder(out.history)
+        folder = prepare_folder(out.output, out.resume, good, bad, settings)
         with measuring(quiet) as (stop, reporter):
-            bisector = Bisector(s["repo"].resolve(), good, bad, prompt_set, options, settings, folder,
+            bisector = Bisector(spec.bisect.repo.resolve(), good, bad, prompt_set, options, settings, folder,
                                 reporter=reporter, stop=stop, on_look=on_look)  # fmt: skip
             try:
                 record = bisector.run()
@@ -109,6 +114,7 @@ def bisect(
 
 @from_spec(BisectStepSpec)
 def bisect_step(
+    ctx: typer.Context,
     good: GoodArg,
     bad: Annotated[
         Optional[str], typer.Option(help="BAD: the cutoff becomes half its measured change (else --threshold/2).")
@@ -122,8 +128,9 @@ def bisect_step(
 
     try:
         with user_errors():
-            settings = _settings(s)
-            prompt_set, options = _inputs(s, settings)
+            spec = ctx.meta["spec"]
+            settings = _settings(spec.bisect, **STEP)
+            prompt_set, options = _inputs(spec, settings)
             with measuring(quiet) as (stop, reporter):
                 state, line = step(Path(".").resolve(), good, bad, prompt_set, options, settings, reporter=reporter,
                                    stop=stop)  # fmt: skip

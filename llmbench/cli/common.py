@@ -5,7 +5,7 @@ llmbench's option types (the public API's builders, one place per options class)
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from enum import Enum
 from pathlib import Path
@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from llmbench.core.errors import UserError
-from llmbench.spec import ModelSection
 
 if TYPE_CHECKING:
     from llmbench.options import ModelOptions, RunOptions
@@ -63,24 +62,21 @@ def value(v: Any) -> Any:
     return v.value if isinstance(v, Enum) else v
 
 
-# the model options a command may declare (the spec's model section); sweep's comma lists are not these
-MODEL_PARAMS = tuple(ModelSection.model_fields)
-
-
-def model_options(params: Mapping[str, Any], swept: tuple[str, ...] = ()) -> ModelOptions:
-    """The model a command names, from its parsed flags (``ctx.params``): a flag the command does not declare,
-    or one of ``swept`` (sweep's lists, expanded per setup), keeps the spec's default."""
+def model_options(spec: Any) -> ModelOptions:
+    """The model a command names: its spec's model table (sweep's comma lists are its grid's, not these)."""
     from llmbench.options import model_options_of
 
-    return model_options_of({k: value(v) for k, v in params.items() if k in MODEL_PARAMS and k not in swept})
+    return model_options_of(spec.model)
 
 
-def run_options(params: Mapping[str, Any], **fixed: Any) -> RunOptions:
-    """A command's RunOptions from its parsed flags (``fixed``: what a command sets itself, e.g. sweep's rounds);
-    a setting the command does not declare keeps the spec's default."""
+def run_options(spec: Any, **fixed: Any) -> RunOptions:
+    """A command's RunOptions from its spec's requests, levers and reader tables, those it has (``fixed``: what a
+    command sets itself, e.g. sweep's rounds as repeats); a setting the command does not declare keeps the spec's
+    default."""
     from llmbench.options import run_options_of
 
-    return run_options_of({k: value(v) for k, v in params.items()} | fixed)
+    tables = spec.sections()
+    return run_options_of(*(getattr(spec, t) for t in ("requests", "levers", "reader") if t in tables), **fixed)
 
 
 def since_time(text: str | None) -> str | None:

@@ -29,20 +29,20 @@ def load(ctx: typer.Context, quiet: QuietOpt = False, **s: Any) -> None:
     from llmbench.options import endpoint_options_of
     from llmbench.present import terminal as display
 
-    args = dict(ctx.params)
-    output, history, requests = s["output"], s["history"], s["requests"]
+    asked = ctx.meta["spec"]
+    a, output, history = asked.arrivals, asked.outputs.output, asked.outputs.history
     with user_errors():
         spec = ld.LoadSpec(
-            rates=ld.parse_rates(s["rates"]), slos=[ld.Slo.parse(t) for t in s["slo"] or []], arrival=s["arrival"],
-            duration_s=None if requests is not None else s["duration_s"], requests=requests, seed=s["seed"],
-            workers=s["workers"], ray=s["ray"], min_attainment=s["min_attainment"],
-            one_token_passes=s["one_token_passes"], fluidity_target=s["fluidity_target"],
-            fluidity_share=s["fluidity_share"], auto_start=s["auto_start"], auto_steps=s["auto_steps"],
+            rates=ld.parse_rates(a.rates), slos=[ld.Slo.parse(t) for t in a.slo or []], arrival=a.arrival,
+            duration_s=None if a.requests is not None else a.duration_s, requests=a.requests, seed=asked.requests.seed,
+            workers=a.workers, ray=a.ray, min_attainment=a.min_attainment, one_token_passes=a.one_token_passes,
+            fluidity_target=a.fluidity_target, fluidity_share=a.fluidity_share, auto_start=a.auto_start,
+            auto_steps=a.auto_steps,
         )  # fmt: skip
         spec.validate()
-        target = endpoint_options_of(args)
-        options = run_options(s)
-        prompt_set = workload.prompt_list(workload.Workload.of(args), options, s["tokenizer"])
+        target = endpoint_options_of(asked.server, asked.model, asked.arrivals)
+        options = run_options(asked)
+        prompt_set = workload.prompt_list(workload.Workload.of(asked), options, asked.server.tokenizer)
         from llmbench.results.storage import prepare_driver_dir
 
         out_dir = prepare_driver_dir(output, "load")

@@ -37,16 +37,18 @@ def paint(ctx: typer.Context, quiet: QuietOpt = False, **s: Any) -> None:
                          "ms")  # fmt: skip
 
     with user_errors():
-        options = run_options(s)
+        spec = ctx.meta["spec"]
+        options = run_options(spec)
         options.validate()
-        target = endpoint_options_of(ctx.params)
+        target = endpoint_options_of(spec.server, spec.model)
         target.validate()
         chat_url(target.url)  # a bad URL is one line before anything is claimed
-        prompt_set = load_prompts(s["prompts"])
-        driver.check_tools(s["chromium"])
-        path = prepare_output(s["output"], s["overwrite"])
-        record = run_async(driver.paint(prompt_set, target, options, chromium=s["chromium"],
-                                        client_check=s["client_check"], output=path, on_request=progress))  # fmt: skip
+        prompt_set = load_prompts(spec.prompts.prompts)
+        driver.check_tools(spec.paint.chromium)
+        path = prepare_output(spec.outputs.output, spec.outputs.overwrite)
+        record = run_async(driver.paint(prompt_set, target, options, chromium=spec.paint.chromium,
+                                        client_check=spec.paint.client_check, output=path,
+                                        on_request=progress))  # fmt: skip
     display.out.print(display.paint_table(record))
     print_lines(display.paint_lines(record))
     display.out.print(f"wrote {path}", markup=False)

@@ -29,19 +29,20 @@ def quality(ctx: typer.Context, **s: Any) -> None:
     from llmbench.results.storage import prepare_output
     from llmbench.workloads.prompts import load_prompts
 
-    prompts = s["prompts"]
-    output, overwrite, history = s["output"], s["overwrite"], s["history"]
+    asked = ctx.meta["spec"]
+    ref, out = asked.reference, asked.outputs
+    history = out.history
     with user_errors():
-        spec = model_options(ctx.params)
+        spec = model_options(asked)
         engines.validate(spec)
-        options = run_options(s)
+        options = run_options(asked)
         options.validate()
-        path = prepare_output(output, overwrite)
+        path = prepare_output(out.output, out.overwrite)
         check_history(history)
-        prompt_set = load_prompts(prompts) if prompts is not None else None
+        prompt_set = load_prompts(ref.prompts) if ref.prompts is not None else None
         record = run_async(quality_driver(
-            spec, options, reference_dtype=s["reference_dtype"], reference_model=s["reference_model"], text=s["text"],
-            prompts=prompt_set, chunk_tokens=s["chunk_tokens"], reference_cache=s["reference_cache"], output=path,
+            spec, options, reference_dtype=ref.reference_dtype, reference_model=ref.reference_model, text=ref.text,
+            prompts=prompt_set, chunk_tokens=ref.chunk_tokens, reference_cache=ref.reference_cache, output=path,
         ))  # fmt: skip
     print_lines(display.quality_lines(record))
     display.out.print(f"wrote {path}", markup=False)

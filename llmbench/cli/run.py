@@ -22,20 +22,19 @@ def run(ctx: typer.Context, quiet: QuietOpt = False, **settings: Any) -> None:
     from llmbench.options import run_options_of
 
     spec: RunSpec = ctx.meta["spec"]
-    args = spec.flat()
     out = spec.outputs
     # --config-from RUN.json whose prompts no flag replaces: the run's own, refused when they can't be measured again
     on_line = getattr(ctx.get_parameter_source("prompts"), "name", None) == "COMMANDLINE"
     replay = None if on_line else ctx.meta.get("replay")
     with user_errors():
-        w = workload.Workload.of(args)
+        w = workload.Workload.of(spec)
         if replay is not None:
             replay.check_given(w)
-        args["trace_rows"] = workload.read_trace(w)
-        target = _run_target(args)
-        options = run_options_of(args)
-        options.validate()  # before anything loads (--think-time without --turns, ...)
-        prompt_set = workload.source(w, args["trace_rows"])
+        trace = workload.read_trace(w)
+        target = _run_target(spec, trace)
+        options = run_options_of(spec.requests, spec.levers, spec.reader)
+        options.validate()  # before anything loads (bounds the option types check again)
+        prompt_set = workload.source(w, trace)
         if replay is not None:
             replay.check_same(prompt_set)
         check_history(out.history)
@@ -62,10 +61,11 @@ def _show_run(result: Any, path: Path | None, history: str | None) -> None:
         history_line(history, [run_result(result, path)] if path else [], str(path))
 
 
-def _run_target(args: dict[str, Any]) -> Any:
+def _run_target(spec: RunSpec, trace: Any) -> Any:
     """What `run` measures: a server (--endpoint) or a model here (the spec refused the other mode's options)."""
     from llmbench.options import endpoint_options_of, model_options_of, open_loop_of
 
-    if args["endpoint"] is not None:
-        return endpoint_options_of(args, open_loop_of(args, args["trace_rows"]))
-    return model_options_of(args)
+    if spec.server.endpoint is not None:
+        open_loop = open_loop_of(spec.arrivals, spec.requests.seed, trace)
+        return endpoint_options_of(spec.server, spec.model, spec.arrivals, open_loop=open_loop)
+    return model_options_of(spec.model)

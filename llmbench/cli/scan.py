@@ -19,7 +19,7 @@ from llmbench.cli.common import (
 )
 from llmbench.cli.params import QuietOpt
 from llmbench.cli.specs import from_spec
-from llmbench.spec.commands import ScanGrid, ScanSpec
+from llmbench.spec.commands import ScanSpec
 
 
 @from_spec(ScanSpec)
@@ -31,9 +31,12 @@ def scan(ctx: typer.Context, quiet: QuietOpt = False, **s: Any) -> None:
     from llmbench.engines.hf import models
     from llmbench.present import terminal as display
 
-    engine, speculative = s["engine"], s["speculative"]
-    prompt_tokens, depth, batch, rounds, prompts_per_point, batch_prompt_tokens = (s[k] for k in ScanGrid.model_fields)
-    max_new_tokens, seed, output, history = s["max_new_tokens"], s["seed"], s["output"], s["history"]
+    asked = ctx.meta["spec"]
+    engine, speculative, g = asked.model.engine, asked.levers.speculative, asked.scan
+    prompt_tokens, depth, batch, rounds = g.prompt_tokens, g.depth, g.batch, g.rounds
+    prompts_per_point, batch_prompt_tokens = g.prompts_per_point, g.batch_prompt_tokens
+    max_new_tokens, seed = asked.requests.max_new_tokens, asked.requests.seed
+    output, history = asked.outputs.output, asked.outputs.history
     default_batch = not given(ctx, "batch")
     with user_errors():
         if engines.engine_info(engine).name != "transformers" and default_batch:
@@ -48,9 +51,9 @@ def scan(ctx: typer.Context, quiet: QuietOpt = False, **s: Any) -> None:
                          sc.parse_values(batch, "--batch"))  # fmt: skip
         sc.check_plan(points, rounds, prompts_per_point, batch_prompt_tokens,
                       {n for n in ("batch_prompt_tokens", "max_new_tokens") if given(ctx, n)})  # fmt: skip
-        options = run_options(s, ignore_eos=True, repeats=rounds)
+        options = run_options(asked, ignore_eos=True, repeats=rounds)
         options.validate()
-        spec = model_options(ctx.params)
+        spec = model_options(asked)
         engines.validate(spec)
         engines.check_levers(spec.engine, options)
         sc.check_context(points, models.context_length(spec), max_new_tokens, batch_prompt_tokens)  # before loading

@@ -22,10 +22,11 @@ def serve(ctx: typer.Context, **s: Any) -> None:
         require("llmbench serve", "serve", "fastapi", "uvicorn")
         from llmbench import serve as sv
 
-        spec = model_options(ctx.params)
-        host, port, max_queue = s["host"], s["port"], s["max_queue"]
-        app_, loaded = sv.prepare(spec, host, port, max_queue=max_queue, max_tokens=s["max_tokens"],
-                                  reasoning_tokens=s["test_reasoning_tokens"])  # fmt: skip
+        asked = ctx.meta["spec"]
+        spec, own = model_options(asked), asked.serve
+        host, port, max_queue = own.host, own.port, own.max_queue
+        app_, loaded = sv.prepare(spec, host, port, max_queue=max_queue, max_tokens=own.max_tokens,
+                                  reasoning_tokens=own.test_reasoning_tokens)  # fmt: skip
         for w in loaded.warnings:
             display.warn(w)
     url = f"http://{f'[{host}]' if ':' in host else host}:{port}"

@@ -17,7 +17,7 @@ from llmbench.cli.common import (
 )
 from llmbench.cli.params import QuietOpt
 from llmbench.cli.specs import from_spec
-from llmbench.spec.commands import SweepGrid, SweepPlan, SweepSpec
+from llmbench.spec.commands import SweepSpec
 
 # the model options sweep takes as comma lists (each setup gets its own): the base spec keeps their defaults
 SWEPT = ("dtype", "threads", "attn", "quantize", "engine", "precision")
@@ -32,16 +32,17 @@ def sweep(ctx: typer.Context, quiet: QuietOpt = False, **s: Any) -> None:
     from llmbench.present import terminal as display
     from llmbench.workloads.prompts import load_prompts
 
-    prompts, dtype, threads, attn, cache, compile, quantize, engine, precision, speculative, prefix_cache = (
-        s[k] for k in ("prompts", *SweepGrid.model_fields)
-    )
-    rounds, rank_by, quality, max_kld = (s[k] for k in SweepPlan.model_fields)
-    output, history = s["output"], s["history"]
+    asked = ctx.meta["spec"]
+    g, plan = asked.grid, asked.sweep
+    dtype, threads, attn, cache, compile, quantize = g.dtype, g.threads, g.attn, g.cache, g.compile, g.quantize
+    engine, precision, speculative, prefix_cache = g.engine, g.precision, g.speculative, g.prefix_cache
+    rounds, rank_by, quality, max_kld = plan.rounds, plan.rank_by, plan.quality, plan.max_kld
+    output, history = asked.outputs.output, asked.outputs.history
     with user_errors():
-        prompt_set = load_prompts(prompts)
-        options = run_options(ctx.params, repeats=rounds, cache=cache, compile=False, speculative=None,
+        prompt_set = load_prompts(asked.prompts.prompts)
+        options = run_options(asked, repeats=rounds, cache=cache, compile=False, speculative=None,
                               prefix_cache="none")  # fmt: skip
-        spec = model_options(ctx.params, swept=SWEPT)
+        spec = model_options(asked)
         setups, skipped = sw.plan(spec, options, dtype=dtype, threads=threads, attn=attn, cache=cache,
                                   compile_=compile, quantize=quantize, engine=engine, precision=precision,
                                   speculative=speculative, prefix_cache=prefix_cache)  # fmt: skip

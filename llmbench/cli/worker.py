@@ -10,8 +10,6 @@ from llmbench.cli.common import model_options, user_errors
 from llmbench.cli.specs import from_spec
 from llmbench.spec.commands import WorkerSpec
 
-LEVERS = ("speculative", "prefix_cache")  # this side's own lever (ab can measure speculative against plain)
-
 
 @from_spec(WorkerSpec)  # --config: the spec file a parent writes (worker_main.command)
 def worker(ctx: typer.Context, **shared: Any) -> None:
@@ -21,13 +19,15 @@ def worker(ctx: typer.Context, **shared: Any) -> None:
     from llmbench.backends import worker_main as w
     from llmbench.options import RunOptions
 
-    compile_, cache = ctx.params["compile"], ctx.params["cache"]
-    own: dict[str, Any] = {"cache": "static" if compile_ else cache, "compile": compile_}
-    for name in LEVERS:  # set: this side's own lever (ab can measure speculative against plain)
-        if ctx.params.get(name) not in (None, "none"):
-            own[name] = ctx.params[name]
+    asked = ctx.meta["spec"]
+    levers = asked.levers  # the spec resolved --compile's static cache
+    own: dict[str, Any] = {"cache": levers.cache, "compile": levers.compile}
+    if levers.speculative not in (None, "none"):  # this side's own lever (ab can measure speculative against plain)
+        own["speculative"] = levers.speculative
+    if levers.prefix_cache != "none":
+        own["prefix_cache"] = levers.prefix_cache
     with user_errors():
-        spec = model_options(ctx.params)
+        spec = model_options(asked)
         engines.validate(spec)
         RunOptions(**own).check_levers()
         if not spec.is_transformers:

@@ -19,7 +19,7 @@ given and never chooses one.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
@@ -80,9 +80,11 @@ class Workload:
     repeats: int = 1
 
     @classmethod
-    def of(cls, args: Mapping[str, Any]) -> Workload:
-        """From a command's arguments (its ``locals()``): those of these names; the others keep their defaults."""
-        return cls(**{f.name: args[f.name] for f in dataclasses.fields(cls) if f.name in args})
+    def of(cls, spec: Any) -> Workload:
+        """From a command's spec (:class:`llmbench.spec.Spec`): the settings its sections hold of these names (a
+        setting has one name in every section); the others keep their defaults."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for t in spec.sections() for k, v in getattr(spec, t) if k in names})
 
     def given(self, names: Sequence[str]) -> dict[str, Any]:
         """Those of ``names`` the user gave (not None), in order."""

@@ -401,6 +401,13 @@ class Spec(BaseModel):
         rules.check(values, given)
         return self
 
+    @classmethod
+    def defaults(cls) -> Self:
+        """The spec at its declared defaults, unvalidated, a required setting left out: what a command's keywords
+        in the API default to (``llmbench.measure_load``'s ``arrival`` is load's ``[arrivals] arrival``)."""
+        sections: dict[str, Any] = {t: sec.model_construct() for t, sec in cls.sections().items()}
+        return cls.model_construct(**sections)
+
     def given(self) -> frozenset[str]:
         """The settings given when this spec was made (an option, a file's key, a keyword) and not to their
         default: a printed config lists every setting, its defaults too."""

@@ -74,9 +74,11 @@ def test_each_source_is_named_by_its_options(prompt_file, tmp_path):
     assert workload.source(Workload(synthetic="32x4", seed=2)) == SyntheticSpec(32, 4, 2)
     groups = Workload(prefix_groups=2, prefix_tokens=16, suffix_tokens=4, num_prompts=5, group_dist="zipf", seed=1)
     assert workload.source(groups) == PrefixSpec(2, 16, 4, 5, "zipf", 1)
-    # a command's arguments, by name: the others are not the workload's
-    args = {"prompts": csv, "seed": 3, "num_prompts": 1, "model": "x", "quiet": True}
-    assert Workload.of(args) == Workload(prompts=csv, seed=3, num_prompts=1)
+    # a command's spec, its sections' settings of the workload's names: the others are not the workload's
+    from llmbench.spec import RunSpec
+
+    spec = RunSpec.of({"prompts": csv, "seed": 3, "num_prompts": 1, "model": "x"})
+    assert Workload.of(spec) == Workload(prompts=csv, seed=3, num_prompts=1)
     assert workload.as_source(["a", "b"]).prompts == ("a", "b")
     assert workload.as_source(str(prompt_file)) == listed
     spec = DatasetSpec(str(csv))
