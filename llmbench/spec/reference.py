@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmbench.spec import RunSpec, option_of
+from llmbench.spec import RunSpec, option_of, rules
 
 
 def reference() -> str:
@@ -46,6 +46,15 @@ def reference() -> str:
         "",
         "Every plan is bounded before anything loads: prompts x `repeats` x `turns` (and a sweep's setups, a scan's",
         "points, a load test's rates) at most 10,000,000 requests (`MAX_PLANNED`, [limits](limits.md)).",
+        "",
+        "Settings that go together are checked together by the spec itself (`llmbench.spec.rules`), however it is",
+        "made: flags, a config file, `--print-config`, `--config-from`, `llmbench.measure()`, `load_spec()`. A",
+        "refused combination is the same one line everywhere (exit 2; `--print-config` prints nothing). An option",
+        "counts as given when it differs from its default, so a printed config, which lists every setting, reads",
+        "back as it was. The rules (a resolution is recorded as the value used: the run JSON's `config.spec` and",
+        '`--print-config` show `cache = "static"` for `--compile`):',
+        "",
+        *(f"- {line}" for line in rules.described()),
     ]
     for table, section in RunSpec.sections().items():
         sub = schema["$defs"][section.__name__]

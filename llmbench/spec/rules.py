@@ -51,6 +51,11 @@ def resolved(values: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def described() -> list[str]:
+    """Every rule and resolution, one line each (their docstrings' first sentences): docs/config.md lists them."""
+    return [" ".join((fn.__doc__ or "").split()) for _names, fn in [*_RESOLVERS, *_RULES]]
+
+
 def resolver(*names: str) -> Callable[[Callable[[Mapping[str, Any]], dict[str, Any]]], Any]:
     """Register a resolution over ``names``: ``fn(values)`` returns the settings it sets."""
 
@@ -71,11 +76,13 @@ def _given(given: Mapping[str, str] | None, names: tuple[str, ...]) -> list[str]
 
 @resolver("compile", "cache")
 def _compile_static(v: Mapping[str, Any]) -> dict[str, Any]:
+    """`--compile` decodes on the static cache (torch.compile can't trace a growing one)."""
     return {"cache": "static"} if v["compile"] else {}  # torch.compile can't trace a growing cache
 
 
 @resolver("ignore_eos", "weights")
 def _eos_with_random(v: Mapping[str, Any]) -> dict[str, Any]:
+    """`--ignore-eos` unset is on with `--weights random` (their text is meaningless: the length is fixed)."""
     # random weights write meaningless text: their length is fixed by --max-new-tokens
     return {"ignore_eos": v["weights"] == "random"} if v["ignore_eos"] is None else {}
 
@@ -85,6 +92,7 @@ def _eos_with_random(v: Mapping[str, Any]) -> dict[str, Any]:
 
 @rule("think_time_s", "turns")
 def _think_time(v: Mapping[str, Any], _given: Mapping[str, str] | None) -> str | None:
+    """`--think-time` needs `--turns` 2 or more."""
     if v["think_time_s"] and v["turns"] == 1:
         return "--think-time is the pause between a conversation's turns: give --turns 2 or more"
     return None
@@ -92,6 +100,7 @@ def _think_time(v: Mapping[str, Any], _given: Mapping[str, str] | None) -> str |
 
 @rule("sample", "temperature", "top_p")
 def _sampling(v: Mapping[str, Any], _given: Mapping[str, str] | None) -> str | None:
+    """`--sample` needs `--temperature` and `--top-p` above 0."""
     if v["sample"] and not v["temperature"] > 0:
         return f"--temperature must be above 0 when sampling, not {v['temperature']}"
     if v["sample"] and not v["top_p"] > 0:
@@ -99,15 +108,9 @@ def _sampling(v: Mapping[str, Any], _given: Mapping[str, str] | None) -> str | N
     return None
 
 
-@rule("compile", "cache")
-def _compile_cache(v: Mapping[str, Any], _given: Mapping[str, str] | None) -> str | None:
-    if v["compile"] and v["cache"] != "static":
-        return "--compile needs --cache static: torch.compile can't trace a growing cache"
-    return None
-
-
 @rule("speculative", "prefix_cache", "cache")
 def _levers(v: Mapping[str, Any], _given: Mapping[str, str] | None) -> str | None:
+    """`--speculative` and `--prefix-cache system` exclude each other, and each needs `--cache dynamic`."""
     from llmbench.core.speculative import parse_prefix_cache, parse_speculative
 
     spec, prefix = parse_speculative(v["speculative"]), parse_prefix_cache(v["prefix_cache"])
@@ -134,6 +137,8 @@ _OPEN_LOOP = ("arrival", "requests", "duration_s", "ray")
 
 @rule("endpoint", *IN_PROCESS_ONLY, *ENDPOINT_ONLY)
 def _one_mode(v: Mapping[str, Any], given: Mapping[str, str] | None) -> str | None:
+    """With `--endpoint`, no option of a model in this process (`--dtype`, `--threads`, the levers, ...); without
+    it, no option of a server (`--concurrency`, `--rate`, ...); `--boot-timeout` only with `--server-command`."""
     if v["endpoint"] is not None:
         named = _given(given, IN_PROCESS_ONLY)
         if named:
@@ -147,6 +152,8 @@ def _one_mode(v: Mapping[str, Any], given: Mapping[str, str] | None) -> str | No
 
 @rule("rate", "trace", *_OPEN_LOOP, "workers")
 def _open_loop(v: Mapping[str, Any], given: Mapping[str, str] | None) -> str | None:
+    """`--arrival`, `--requests`, `--duration` and `--ray` only with `--rate`; none of them, nor `--workers`,
+    with `--trace`."""
     if v["trace"] is not None:
         named = _given(given, (*_OPEN_LOOP[:3], "workers", "ray"))
         return f"{', '.join(named)}: options of --rate, not --trace" if named else None
@@ -158,6 +165,8 @@ def _open_loop(v: Mapping[str, Any], given: Mapping[str, str] | None) -> str | N
 
 @rule("server_command", "rate", "trace", "concurrency", "metrics_url")
 def _server(v: Mapping[str, Any], _given: Mapping[str, str] | None) -> str | None:
+    """`--server-command` only with a closed loop; `--metrics-url` an http(s) URL; `--concurrency` only in a
+    closed loop."""
     open_loop = v["rate"] is not None or v["trace"] is not None
     if v["server_command"] is not None and open_loop:
         return ("--server-command measures the first request of a closed loop; for an open loop (--rate, --trace) "
