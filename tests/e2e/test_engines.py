@@ -246,6 +246,16 @@ def test_a_sweep_across_engines_names_a_best_per_metric_with_quality(cli, tmp_pa
     assert "KLD" in r.stdout and "best TPOT" in r.stdout
 
 
+def _worker_threads(argv: list[str]) -> int | None:
+    """The threads an engine's worker was started with: its spec file's (``llmbench worker --config FILE``)."""
+    import tomllib
+
+    if "--config" not in argv:
+        return None
+    path = Path(argv[argv.index("--config") + 1])
+    return tomllib.loads(path.read_text(encoding="utf-8"))["model"].get("threads") if path.exists() else None
+
+
 @pytest.mark.slow
 @pytest.mark.subprocess
 @needs_gguf
@@ -259,7 +269,7 @@ def test_a_sweep_goes_on_when_one_engine_crashes(many_prompts, tmp_path):
                        "--warmup", "0", "-o", out, "-q")  # fmt: skip
     try:
         wait_for_requests(out / "llamacpp-gguf-1t.json", 2, proc, timeout=300)
-        victim = next(c for c in psutil.Process(proc.pid).children() if "--threads 1" in " ".join(c.cmdline()))
+        victim = next(c for c in psutil.Process(proc.pid).children() if _worker_threads(c.cmdline()) == 1)
         os.kill(victim.pid, signal.SIGSEGV)
         _, stderr = proc.communicate(timeout=600)
     finally:
