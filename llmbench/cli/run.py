@@ -14,7 +14,7 @@ from llmbench.drivers import workload
 from llmbench.spec import RunSpec
 
 
-@from_spec(RunSpec, config_from=True)
+@from_spec(RunSpec)
 def run(ctx: typer.Context, quiet: QuietOpt = False, **settings: Any) -> None:
     """Stream every prompt through a model in this process (or a server: --endpoint), stamp every token, write a
     run JSON."""

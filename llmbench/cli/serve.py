@@ -11,7 +11,7 @@ from llmbench.cli.specs import from_spec
 from llmbench.spec.commands import ServeSpec
 
 
-@from_spec(ServeSpec, config=False)
+@from_spec(ServeSpec)
 def serve(ctx: typer.Context, **s: Any) -> None:
     """Serve a model over an OpenAI-compatible SSE endpoint, with a page at / that shows tokens, TTFT and TPOT live."""
     from llmbench.core.errors import require

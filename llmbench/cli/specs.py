@@ -98,10 +98,11 @@ def _config_options(spec: type[Spec], config_from: bool) -> list[inspect.Paramet
     return params
 
 
-def from_spec(spec: type[Spec], *, config: bool = True, config_from: bool = False) -> Callable[[F], F]:
+def from_spec(spec: type[Spec]) -> Callable[[F], F]:
     """The command's options: its spec's fields (in the spec's order), then its own parameters, then the config
-    options (none with ``config`` False: a command no one types, e.g. ab's worker). The function gets every value
-    by name and the validated spec as ``ctx.meta["spec"]``."""
+    options its spec has (``Spec.config_file``, ``Spec.config_from``). The function gets every value by name and
+    the validated spec as ``ctx.meta["spec"]``."""
+    config, config_from = spec.config_file, spec.config_from
 
     def wrap(fn: F) -> F:
         own = inspect.signature(fn, eval_str=True).parameters

@@ -66,6 +66,9 @@ class Section(BaseModel):
     # defer_build: a schema is built on first use, not at import (--help reads the fields only)
     model_config = ConfigDict(extra="forbid", validate_assignment=False, defer_build=True)
     table: ClassVar[str] = ""
+    # a table of lists, each field a comma list of a setting's values (sweep's grid): not the settings themselves,
+    # so the cross-field rules (llmbench.spec.rules) read nothing of it
+    lists: ClassVar[bool] = False
 
 
 # ------------------------------------------------------------------------------------------------ the sections
@@ -326,6 +329,9 @@ class Spec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", defer_build=True)
     command: ClassVar[str] = "run"
+    # the command's own config options: --config and --print-config (config_file), --config-from RUN.json
+    config_file: ClassVar[bool] = True
+    config_from: ClassVar[bool] = False
     # sections left out of the recorded spec and of --print-config's setup (where the result goes)
     not_setup: ClassVar[tuple[str, ...]] = ("outputs",)
 
@@ -393,8 +399,10 @@ class Spec(BaseModel):
         static cache), what they refuse is one UserError line, for every way a spec is made."""
         from llmbench.spec import rules
 
-        values, owners = self.flat(), self.fields()
-        given = {n: option_of(n, owners[n][1]) for n in self.given()}
+        owners = self.fields()
+        kept = [t for t, sec in self.sections().items() if not sec.lists]  # a grid's lists are not the settings
+        values = {k: v for t in kept for k, v in getattr(self, t).model_dump().items()}
+        given = {n: option_of(n, owners[n][1]) for n in self.given() if n in values}
         for name, value in rules.resolved(values).items():
             setattr(getattr(self, owners[name][0]), name, value)
             values[name] = value
@@ -601,6 +609,8 @@ def spec(name: str, command: str, *sections: type[Section], doc: str = "") -> ty
 
 class RunSpec(Spec):
     """``llmbench run`` and :func:`llmbench.measure`: everything one run is measured with."""
+
+    config_from: ClassVar[bool] = True
 
     prompts: PromptsSection = Field(default_factory=PromptsSection)
     model: ModelSection = Field(default_factory=ModelSection)

@@ -46,6 +46,7 @@ class SweepGrid(Section):
     """The setups a sweep crosses: each option a comma list, every combination measured."""
 
     table: ClassVar[str] = "grid"
+    lists: ClassVar[bool] = True
     dtype: str = setting("float32,bfloat16", "Comma-separated dtypes: float32,bfloat16,float16.")
     threads: Optional[str] = setting(None, "Comma-separated thread counts, e.g. 1,2.")
     attn: Optional[str] = setting(None, "Comma-separated attention kernels, e.g. eager,sdpa.")
@@ -400,6 +401,7 @@ ServeSpec = spec(
     "ServeSpec", "serve", view(ModelSection, *_SERVED), ServeSection,
     doc="``llmbench serve``: one model behind an OpenAI-compatible endpoint.",
 )  # fmt: skip
+ServeSpec.config_file = False  # a server started by hand: its few flags, no file
 
 # the measuring commands' specs (run's is llmbench.spec.RunSpec)
 SPECS = {s.command: s for s in (SweepSpec, ScanSpec, LoadTestSpec, AbSpec, QualitySpec, BisectSpec,

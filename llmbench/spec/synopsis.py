@@ -78,7 +78,9 @@ def synopsis(command: str) -> str:
     words = [term(n, fi) for n, fi in sorted(shown, key=rank)]
     head = f"llmbench {command} "
     lines, line = [], head
-    for word in [*words, "[--config FILE.toml]", "[--print-config]"]:
+    own = ["[--config FILE.toml]", "[--print-config]"] if spec.config_file else []
+    own += ["[--config-from RUN.json]"] if spec.config_from else []
+    for word in [*words, *own]:
         if len(line) + len(word) > WIDTH and line.strip() != head.strip():
             lines.append(line.rstrip())
             line = " " * len(head)

@@ -279,3 +279,13 @@ def test_the_mode_lists_are_the_sections_fields():
     assert set(IN_PROCESS_ONLY) == {*ModelSection.model_fields, *LeversSection.model_fields, "truncate",
                                     "chat_template"} - {"model"}  # fmt: skip
     assert set(ENDPOINT_ONLY) == {*ServerSection.model_fields, *ArrivalsSection.model_fields} - {"endpoint"}
+
+
+def test_a_grid_of_lists_is_no_setting_the_rules_read():
+    """sweep's grid holds comma lists under the settings' names: no rule resolves or refuses them."""
+    crossed = cli("sweep", "p.txt", "--speculative", "none,prompt-lookup", "--prefix-cache", "none,system",
+                  "--compile", "--cache", "dynamic,static", "--print-config")  # fmt: skip
+    assert crossed.returncode == 0, crossed.stderr
+    grid = tomllib.loads(crossed.stdout)["grid"]
+    assert grid["cache"] == "dynamic,static" and grid["speculative"] == "none,prompt-lookup" and grid["compile"]
+    assert tomllib.loads(cli("run", "p.txt", "--compile", "--print-config").stdout)["levers"]["cache"] == "static"
