@@ -78,10 +78,6 @@ class RunOptions:
         check_fields(ReaderSection, self)
         rules.check(dataclasses.asdict(self))
 
-    def check_levers(self) -> None:
-        """UserError for a --speculative/--prefix-cache that can't be parsed or combined."""
-        rules.check({"speculative": self.speculative, "prefix_cache": self.prefix_cache, "cache": self.cache})
-
     @property
     def lever(self) -> str | None:
         """The speculative method's label or 'prefix-cache', None for a plain run (sweep's setup names)."""

@@ -28,8 +28,7 @@ def worker(ctx: typer.Context, **shared: Any) -> None:
         own["prefix_cache"] = levers.prefix_cache
     with user_errors():
         spec = model_options(asked)
-        engines.validate(spec)
-        RunOptions(**own).check_levers()
+        engines.validate(spec)  # the levers' own rules ran when the spec was made (llmbench.spec.rules)
         if not spec.is_transformers:
             engines.check_levers(spec.engine, RunOptions(**own))
     raise typer.Exit(w.main(spec, own, ctx.meta["spec"].setup() if ctx.params.get("config") else None))

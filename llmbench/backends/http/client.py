@@ -53,6 +53,9 @@ class Stream:
     finish_reason: str | None = None
     finish_ns: int | None = None  # arrival of the event that carried finish_reason
     reasoning_ns: list[int] = field(default_factory=list)  # one per reasoning event (never a content stamp)
+    # (clock, the body's byte count) of each network read the connection received (_StampingHandler): the reads are
+    # cut at them when parsed, off the event loop (at_arrival)
+    arrivals: list[tuple[int, int]] | None = None
 
     @property
     def text(self) -> str:
@@ -192,7 +195,7 @@ async def stream_reads(session: aiohttp.ClientSession, url: str, body: dict,
                 # a relay that drops or rewrites the type (text/plain, none): read the body as SSE anyway
                 s.content_type = ctype or "no content-type"
             proto = r.connection.protocol if r.connection is not None else None
-            arrivals = proto.arrivals_of(r.content) if isinstance(proto, _StampingHandler) else None
+            s.arrivals = proto.arrivals_of(r.content) if isinstance(proto, _StampingHandler) else None
             append, clock = reads.append, time.perf_counter_ns
             async for data in r.content.iter_any():
                 append((clock(), data))
@@ -205,7 +208,7 @@ async def stream_reads(session: aiohttp.ClientSession, url: str, body: dict,
     except (aiohttp.ClientError, UnicodeDecodeError) as e:  # a malformed response: its status line, headers
         raise RequestFailed(f"malformed stream: {type(e).__name__}: {_reason(e)}") from None
     s.end_ns = time.perf_counter_ns()
-    return s, (at_arrival(reads, arrivals) if arrivals else reads)
+    return s, reads
 
 
 def at_arrival(reads: list[tuple[int, bytes]], arrivals: list[tuple[int, int]]) -> list[tuple[int, bytes]]:
@@ -234,7 +237,7 @@ def at_arrival(reads: list[tuple[int, bytes]], arrivals: list[tuple[int, int]]) 
 
 def parsed(s: Stream, reads: list[tuple[int, bytes]]) -> Stream:
     """``s`` with the events of its reads (:func:`parse_reads`); RequestFailed for a malformed or empty stream."""
-    parse_reads(s, reads)
+    parse_reads(s, at_arrival(reads, s.arrivals) if s.arrivals else reads)
     if not s.stamps_ns:
         raise RequestFailed("the stream carried no content")
     return s
