@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -71,17 +72,19 @@ def run_options(**settings: Any) -> RunOptions:
 
 
 def model_options(model: str | None = None, **settings: Any) -> ModelOptions:
-    """:class:`ModelOptions` from spec settings by name: ``model`` None is the default model, ``quantize`` "none"
-    is None; ``device_map`` may also be a dict (accelerate's), ``isolate`` runs an engine in this process (False)."""
-    device_map, isolate = settings.pop("device_map", None), settings.pop("isolate", None)
-    spec = RunSpec.of({"model": model, **_spelled(settings),
-                       "device_map": device_map if isinstance(device_map, str) else None})  # fmt: skip
-    return model_options_of(spec.model, device_map=device_map, isolate=isolate)
+    """:class:`ModelOptions` from spec settings by name: ``model`` None is the default model, ``quantize`` None is
+    "none"; ``device_map`` may also be a dict (accelerate's, kept as its JSON text), ``isolate`` runs an engine in
+    this process (False)."""
+    isolate = settings.pop("isolate", None)
+    return model_options_of(RunSpec.of({"model": model, **_spelled(settings)}).model, isolate=isolate)
 
 
 def _spelled(settings: dict[str, Any]) -> dict[str, Any]:
-    """The API's spellings as the spec's: ``quantize=None`` is "none" (ModelOptions says None for no quantization)."""
-    return {**settings, "quantize": "none"} if "quantize" in settings and settings["quantize"] is None else settings
+    """The API's spellings as the spec's: ``quantize=None`` is "none"; a ``device_map`` dict is its JSON text."""
+    out = {**settings, "quantize": "none"} if "quantize" in settings and settings["quantize"] is None else settings
+    if isinstance(out.get("device_map"), dict):
+        out = {**out, "device_map": json.dumps(out["device_map"], sort_keys=True)}
+    return out
 
 
 async def ameasure(

@@ -7,10 +7,14 @@ this process; :class:`EndpointOptions` name a server to stream from instead.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar, Optional
+
+from pydantic import ConfigDict, ValidationError, field_validator, model_validator
+from typing_extensions import Self
 
 from llmbench.core.errors import UserError
 from llmbench.spec import (
@@ -23,60 +27,63 @@ from llmbench.spec import (
     ModelSection,
     ReaderSection,
     RequestsSection,
+    Section,
     ServerSection,
     check_fields,
     check_value,
+    describe,
     rules,
+    spec,
 )
 from llmbench.spec import default as _d
 from llmbench.workloads import limits
 
-__all__ = ["DEFAULT_MODEL", "EndpointOptions", "ModelOptions", "OpenLoop", "RunOptions"]
+__all__ = ["DEFAULT_MODEL", "EndpointOptions", "ModelOptions", "OpenLoop", "Options", "RunOptions"]
 
 
-@dataclass
-class RunOptions:
-    """How each prompt is sent. Defaults follow the README."""
+class Options(Section):
+    """What the option types share: a value out of its setting's type or bounds is one UserError line naming the
+    option, whenever one is made (a spec, the API, a driver's copy)."""
 
-    # each default is the spec's (llmbench.spec): one declaration, read here
-    max_new_tokens: int = _d(RequestsSection, "max_new_tokens")
-    ignore_eos: bool = False  # resolved: the spec's None (on with random weights) is decided by run_options_of
-    warmup: int = _d(RequestsSection, "warmup")
-    repeats: int = _d(RequestsSection, "repeats")
-    sample: bool = _d(RequestsSection, "sample")
-    seed: int = _d(RequestsSection, "seed")
-    temperature: float = _d(RequestsSection, "temperature")
-    top_p: float = _d(RequestsSection, "top_p")
-    system_prompt: str | None = _d(RequestsSection, "system_prompt")
-    chat_template: bool = _d(RequestsSection, "chat_template")
-    truncate: bool = _d(RequestsSection, "truncate")  # cut prompts longer than the context (keeping their end)
-    cache: str = _d(LeversSection, "cache")  # KV cache: dynamic (grows per token) or static (preallocated)
-    compile: bool = _d(LeversSection, "compile")  # decode steps through torch.compile; needs the static cache
-    turns: int = _d(RequestsSection, "turns")  # each prompt opens a conversation (llmbench.workloads.sessions)
-    think_time_s: float = _d(RequestsSection, "think_time_s")  # a session's pause after a reply
-    speculative: str | None = _d(LeversSection, "speculative")  # none, prompt-lookup[:N[:MAX_NGRAM]], draft:MODEL[:K]
-    # none (nothing reused between requests), or system (the prompts' shared leading tokens computed once per
-    # process and reused, accounted per request)
-    prefix_cache: str = _d(LeversSection, "prefix_cache")
-    # the reader the shape of the wait is measured against (llmbench.results.reader): words a minute, or
-    # characters a second when given
-    reading_wpm: float = _d(ReaderSection, "reading_wpm")
-    reading_cps: float | None = _d(ReaderSection, "reading_cps")
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True, defer_build=True)
+    table: ClassVar[str] = "options"
 
-    def __post_init__(self) -> None:
+    @model_validator(mode="wrap")
+    @classmethod
+    def _one_line(cls, data: Any, handler: Any) -> Any:
+        try:
+            return handler(data)
+        except ValidationError as e:
+            raise UserError(describe(e, spec("Checked", "", cls))) from None
+
+    def replaced(self, **changes: Any) -> Self:
+        """A copy with ``changes``, checked and resolved again (what ``dataclasses.replace`` did)."""
+        return type(self)(**{**dict(self), **changes})
+
+    def check(self) -> None:
+        """UserError for a value changed out of bounds or against the rules since this was made (a dataset's
+        output lengths set ``max_new_tokens`` on a copy)."""
+        self.replaced()
+
+
+class RunOptions(Options, RequestsSection, LeversSection, ReaderSection):
+    """How each prompt is sent (both modes): the spec's requests, levers and reader sections, their rules
+    resolved (:mod:`llmbench.spec.rules`). Defaults follow the README."""
+
+    if TYPE_CHECKING:  # the type once resolved (below): no field of its own, the spec's is the one pydantic has
+        ignore_eos: bool = False
+
+    @model_validator(mode="after")
+    def _resolved(self) -> Self:
         # what the spec's rules resolve (the static cache of --compile), for options built without a spec too
-        for name, value in rules.resolved(dataclasses.asdict(self)).items():
+        values = self.model_dump()
+        for name, value in rules.resolved(values).items():
             setattr(self, name, value)
+            values[name] = value
         if self.ignore_eos is None:  # a command without --weights: unset stops at EOS, as a pretrained model does
-            self.ignore_eos = False
-
-    def validate(self) -> None:
-        """UserError for options no run can honour: the spec's bounds and its cross-field rules
-        (:mod:`llmbench.spec.rules`, the ones a spec applies when it is made)."""
-        check_fields(RequestsSection, self)  # types and bounds, as the spec declares them
-        check_fields(LeversSection, self)
-        check_fields(ReaderSection, self)
-        rules.check(dataclasses.asdict(self))
+            self.ignore_eos = values["ignore_eos"] = False
+        rules.check(values)
+        return self
 
     @property
     def lever(self) -> str | None:
@@ -118,8 +125,8 @@ class RunOptions:
         }
 
     def reader(self) -> dict[str, float] | None:
-        """config.reader: the reader's pace when it is not the default (None: 238 words a minute, what a run
-        recorded before the pace could be set was measured against)."""
+        """config.reader: the reader's pace, None at the default (the run's serializer writes the default's pace in
+        full: :class:`llmbench.results.schema.RunConfig`)."""
         from llmbench.results.reader import pace_record
 
         return pace_record(self.reading_wpm, self.reading_cps)
@@ -132,42 +139,38 @@ class RunOptions:
         return {"speculative": spec.record() if spec else None, "prefix_cache": None if prefix == "none" else prefix}
 
 
-@dataclass
-class ModelOptions:
-    """A model to load in this process, and how."""
+class ModelOptions(Options, ModelSection):
+    """A model to load in this process, and how: the spec's model section (no model is the default one), and
+    ``isolate``, which only the API sets. Checked further by llmbench.engines.hf.models.validate (it needs torch
+    to know the devices)."""
 
-    model: str = DEFAULT_MODEL  # a hub id, a local folder or a .gguf file
-    weights: str = _d(ModelSection, "weights")  # "pretrained" | "random"
-    device: str = _d(ModelSection, "device")
-    dtype: str = _d(ModelSection, "dtype")
-    threads: int | None = _d(ModelSection, "threads")
-    device_map: str | dict[str, Any] | None = None  # the spec's JSON text, or the API's dict
-    allow_offload: bool = _d(ModelSection, "allow_offload")
-    allow_pickle: bool = _d(ModelSection, "allow_pickle")
-    trust_remote_code: bool = _d(ModelSection, "trust_remote_code")
-    attn: str | None = _d(ModelSection, "attn")  # attention kernel: eager, sdpa, ... (None: transformers' default)
-    quantize: str | None = None  # "int8" (weight-only) or "int8-dynamic" (the spec's "none" is None here)
-    reprobe: bool = _d(ModelSection, "reprobe")  # --dtype auto: measure again instead of the cached choice
-    # the engine that generates: transformers (this process, torch), or llama.cpp, openvino, onnxruntime
-    # (llmbench.engines), each fed the same token ids
-    engine: str = _d(ModelSection, "engine")
-    precision: str | None = None  # an engine's weight format (llama.cpp q8_0, openvino int4, ...): see engines
     # an engine other than transformers runs in a worker process of its own (None: so it does), so a crash of
     # the engine (SIGILL, SIGSEGV) ends as a recorded failure with a clear line; False: in this process
-    isolate: bool | None = None
-    # checked by llmbench.engines.hf.models.validate (it needs torch to know the devices)
+    isolate: Optional[bool] = None
+    if TYPE_CHECKING:  # the type once resolved (below): no field of its own, the spec's is the one pydantic has
+        model: str = DEFAULT_MODEL
 
-    def __post_init__(self) -> None:
+    @field_validator("device_map", mode="before")
+    @classmethod
+    def _map_text(cls, v: Any) -> Any:
+        # the API may pass accelerate's dict: the spec's setting is its JSON text
+        return json.dumps(v, sort_keys=True) if isinstance(v, dict) else v
+
+    @field_validator("quantize", mode="before")
+    @classmethod
+    def _no_quantization(cls, v: Any) -> Any:
+        return "none" if v is None else v  # the API's None is the spec's "none"
+
+    @model_validator(mode="after")
+    def _default_model(self) -> Self:
         if self.model is None:  # the spec's "none given"
             self.model = DEFAULT_MODEL
-        if self.quantize == "none":  # the spec's spelling of no quantization
-            self.quantize = None
+        return self
 
-    def check_settings(self) -> None:
-        """UserError naming the option for a weights, threads or attention kernel out of the spec's type or bounds
-        (torch's int can't take a typo's 10**20 threads)."""
-        for name in ("weights", "threads", "attn"):
-            check_value(ModelSection, name, getattr(self, name))
+    @property
+    def quantization(self) -> str | None:
+        """The quantization applied, None for none (what the run records)."""
+        return None if self.quantize == "none" else self.quantize
 
     @property
     def is_transformers(self) -> bool:
@@ -285,7 +288,7 @@ def default_metrics_url(endpoint_url: str) -> str:
 def _held(cls: type, sections: Iterable[Any]) -> dict[str, Any]:
     """The fields of the option type ``cls`` that ``sections`` (a spec's, typed and validated) declare, with the
     values they hold: a setting has one name in every section and option type, so none is spelled here."""
-    names = {f.name for f in dataclasses.fields(cls)}
+    names = set(cls.model_fields) if issubclass(cls, Options) else {f.name for f in dataclasses.fields(cls)}
     return {k: v for sec in sections for k, v in sec if k in names}
 
 

@@ -64,7 +64,7 @@ class EndpointBackend:
     cancel_on_stop = True  # an HTTP stream can be dropped at once: the first stop cancels requests in flight
 
     def __init__(self, endpoint: EndpointOptions, options: RunOptions, *, label: str = "") -> None:
-        options.validate()
+        options.check()
         endpoint.validate()
         if options.lever is not None:
             raise UserError("--speculative and --prefix-cache are levers of a model in this process; a server's own "

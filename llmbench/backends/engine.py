@@ -49,7 +49,7 @@ class EngineBackend:
         label: str = "",
         on_status: Any = None,
     ) -> None:
-        options.validate()
+        options.check()
         from llmbench.engines import check_run_options
 
         check_run_options(spec.engine, options)
@@ -157,7 +157,7 @@ class EngineBackend:
         config = RunConfig(
             model=em.name,
             model_source=em.source,
-            weights=em.weights,  # type: ignore[arg-type]
+            weights=em.weights,
             device="cpu",
             dtype=em.dtype,
             dtype_reason=f"{em.engine}: {em.runner.precision().get('format')} weights",

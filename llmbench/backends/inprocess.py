@@ -78,7 +78,7 @@ class InProcessBackend:
         keep_raw: bool = False,
         batch: int = 1,
     ) -> None:
-        options.validate()
+        options.check()
         if spec is None and loaded is None:
             raise ValueError("InProcessBackend needs a ModelOptions or a loaded model")
         if batch < 1:
@@ -178,17 +178,17 @@ class InProcessBackend:
         config = RunConfig(
             model=lm.name,
             model_source=lm.source,
-            weights=lm.weights,  # type: ignore[arg-type]
+            weights=lm.weights,
             device=lm.device,
             dtype=lm.dtype,
             dtype_reason=lm.dtype_reason,
             threads=lm.threads,
             chat_template=self.uses_template,
             **o.config_fields(prompts),
-            device_map=_device_map_text(self.spec.device_map if self.spec else None),
+            device_map=self.spec.device_map if self.spec else None,  # JSON text (the API's dict too)
             truncate=o.truncate,
             attn_implementation=getattr(lm.model.config, "_attn_implementation", None),
-            cache_implementation=o.cache,  # type: ignore[arg-type]
+            cache_implementation=o.cache,
             compile=o.compile,
             quantization=lm.quantization,
             auto=models.automatic_choices(self.spec) if self.spec else list(lm.auto),
@@ -467,11 +467,3 @@ def _collector_paused() -> Iterator[None]:
     finally:
         if was_enabled:
             gc.enable()
-
-
-def _device_map_text(device_map: str | dict | None) -> str | None:
-    if device_map is None or isinstance(device_map, str):
-        return device_map
-    import json
-
-    return json.dumps(device_map, sort_keys=True)

@@ -60,7 +60,7 @@ class WorkerBackend:
         self, command: list[str], options: RunOptions, *, label: str = "", name: str | None = None,
         on_stderr: Any = None, spec_dir: Path | None = None,
     ) -> None:  # fmt: skip
-        options.validate()
+        options.check()
         if not command:
             raise UserError(f"{label}an empty worker command")
         self.command = command

@@ -235,10 +235,7 @@ def command(spec: Any, folder: Path, executable: str | None = None) -> list[str]
     --config`` reads, checked as strictly as any config file), not as flags rebuilt one by one."""
     from llmbench.spec import ModelSection
 
-    values = {name: getattr(spec, name, None) for name in ModelSection.model_fields}
-    values["quantize"] = spec.quantize or "none"  # the option types' None is the spec's "none"
-    if isinstance(spec.device_map, dict):  # the API's dict: the spec takes its JSON text
-        values["device_map"] = json.dumps(spec.device_map)
+    values = {name: getattr(spec, name) for name in ModelSection.model_fields}  # ModelOptions is the section
     path = folder / "worker.toml"
     write_spec(path, {"model": {k: v for k, v in values.items() if v is not None}})
     return [executable or sys.executable, "-m", "llmbench", "worker", "--config", str(path)]

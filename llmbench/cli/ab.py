@@ -42,7 +42,6 @@ def ab(ctx: typer.Context, quiet: QuietOpt = False, **s: Any) -> None:
         if move_anchor and not (anchor and head_ref):
             raise UserError("--move-anchor needs --anchor OLD and --head-ref NEW (the new anchor's ref)")
         options = run_options(spec)
-        options.validate()
         design = _design(ctx, d.processes, repeats, d.ttft_pairs, d.duet, d.budget, d.spawn)
         _check_cold_gate(gates, design)
         prompt_set = workload.prompt_list(workload.Workload.of(spec), options, spec.server.tokenizer)

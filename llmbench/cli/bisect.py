@@ -57,7 +57,6 @@ def _inputs(spec: Any, settings: Any) -> tuple[Any, Any]:
     from llmbench.options import run_options_of
 
     options = run_options_of(spec.requests, ignore_eos=True)
-    options.validate()
     prompt_set = workload.prompt_list(workload.Workload(prompts=spec.bisect.prompts), options, None)
     design = settings.design
     # a --look budget plans 2 or more processes a side: then only the tokens (gaps need 3) are checked here

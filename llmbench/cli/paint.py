@@ -39,7 +39,6 @@ def paint(ctx: typer.Context, quiet: QuietOpt = False, **s: Any) -> None:
     with user_errors():
         spec = ctx.meta["spec"]
         options = run_options(spec)
-        options.validate()
         target = endpoint_options_of(spec.server, spec.model)
         target.validate()
         chat_url(target.url)  # a bad URL is one line before anything is claimed

@@ -36,7 +36,6 @@ def quality(ctx: typer.Context, **s: Any) -> None:
         spec = model_options(asked)
         engines.validate(spec)
         options = run_options(asked)
-        options.validate()
         path = prepare_output(out.output, out.overwrite)
         check_history(history)
         prompt_set = load_prompts(ref.prompts) if ref.prompts is not None else None

@@ -33,7 +33,6 @@ def run(ctx: typer.Context, quiet: QuietOpt = False, **settings: Any) -> None:
         trace = workload.read_trace(w)
         target = _run_target(spec, trace)
         options = run_options_of(spec.requests, spec.levers, spec.reader)
-        options.validate()  # before anything loads (bounds the option types check again)
         prompt_set = workload.source(w, trace)
         if replay is not None:
             replay.check_same(prompt_set)

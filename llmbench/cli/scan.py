@@ -52,7 +52,6 @@ def scan(ctx: typer.Context, quiet: QuietOpt = False, **s: Any) -> None:
         sc.check_plan(points, rounds, prompts_per_point, batch_prompt_tokens,
                       {n for n in ("batch_prompt_tokens", "max_new_tokens") if given(ctx, n)})  # fmt: skip
         options = run_options(asked, ignore_eos=True, repeats=rounds)
-        options.validate()
         spec = model_options(asked)
         engines.validate(spec)
         engines.check_levers(spec.engine, options)

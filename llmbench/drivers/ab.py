@@ -250,7 +250,7 @@ async def ab(
     side, rounds, TTFT-only pairs, ABBA or duet (default: ``processes`` a side, ``options.repeats`` rounds, ABBA);
     with ``design.budget_s`` the rest of the design is chosen to fill that wall time (see
     :mod:`llmbench.drivers.ab_budget`)."""
-    options.validate()
+    options.check()
     d = design or Design(processes=processes, repeats=options.repeats)
     d.validate()
     d.check_plan(len(prompts.prompts))

@@ -121,7 +121,7 @@ class Bisector:
         pair: bool = False,
     ) -> None:
         settings.validate()
-        options.validate()
+        options.check()
         settings.design.check_plan(len(prompts.prompts))  # each look is an ab of this plan, held in memory
         self.repo, self.prompts, self.options, self.settings, self.out = repo, prompts, options, settings, out
         # pair: just GOOD and BAD (bisect-step's judge: git bisect checks out commits that need not descend

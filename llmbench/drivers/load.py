@@ -372,7 +372,7 @@ async def load(
     """Every rate of ``spec`` (or the saturation search) against ``endpoint``; load.json's record and path."""
     spec.validate()
     endpoint.validate()
-    options.validate()
+    options.check()
     driver = LoadDriver(prompts, endpoint, options, spec, prepare_driver_dir(out_dir, "load"), stop, reporter)
     search = None
     try:

@@ -179,7 +179,7 @@ async def paint(
     """Stream every prompt in headless Chromium at ``endpoint``'s origin: the paint record (written to ``output``
     when given). UserError before anything is sent for a missing Playwright or Chromium, a bad URL or a server
     that does not answer; and when every measured request failed."""
-    options.validate()
+    options.check()
     endpoint.validate()
     check_planned(("prompts", len(prompts.prompts)), ("--repeats", options.repeats))  # before Chromium starts
     url = chat_url(endpoint.url)

@@ -7,7 +7,6 @@ when the candidate *is* that setup, the same loaded model serves both (KL 0, agr
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import re
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,7 @@ DEFAULT_GREEDY_PROMPTS = 8
 
 def setup_of(spec: ModelOptions, options: RunOptions | None = None) -> dict[str, Any]:
     """The fields that make a setup, as recorded in quality.json (an engine's: engine and precision too)."""
-    setup = {"model": spec.model, "dtype": spec.dtype, "quantize": spec.quantize, "attn": spec.attn,
+    setup = {"model": spec.model, "dtype": spec.dtype, "quantize": spec.quantization, "attn": spec.attn,
              "compile": bool(options and options.compile)}  # fmt: skip
     if not spec.is_transformers:
         setup.update(engine=spec.engine, precision=spec.precision)
@@ -83,7 +82,7 @@ def greedy_ids(lm: Any, prompt: str, options: RunOptions, max_cache_len: int | N
 def evaluate(ref: q.Reference, ref_lm: Any, cand_lm: Any, prompts: PromptSet, options: RunOptions) -> dict[str, Any]:
     """Teacher-forced statistics and greedy divergences of ``cand_lm`` against the reference (generation thread)."""
     stats = q.teacher_forced(ref, cand_lm.model, cand_lm.device)
-    reference_options = dataclasses.replace(options, cache="dynamic", compile=False)
+    reference_options = options.replaced(cache="dynamic", compile=False)
     longest = max(int(_encoded(cand_lm, p, options)["input_ids"].shape[-1]) for p in prompts.prompts)
     size = longest + options.max_new_tokens
     divergences = [q.first_divergence(greedy_ids(ref_lm, p, reference_options), greedy_ids(cand_lm, p, options, size))
@@ -119,7 +118,7 @@ def evaluate_engine(ref: q.Reference, ref_lm: Any, em: Any, prompts: PromptSet, 
         stats = {"positions": 0, "kld_mean": None, "kld_p99": None, "kld_max": None, "top1_agreement": None,
                  "perplexity_candidate": None, "perplexity_reference": None,
                  "kld_method": f"none: {em.engine} exposes no logits (greedy divergence only)"}  # fmt: skip
-    reference_options = dataclasses.replace(options, cache="dynamic", compile=False)
+    reference_options = options.replaced(cache="dynamic", compile=False)
     divergences = [q.first_divergence(greedy_ids(ref_lm, p, reference_options), engine_greedy_ids(em, p, options))
                    for p in prompts.prompts]  # fmt: skip
     return {**stats, "greedy": q.greedy_summary(divergences, options.max_new_tokens)}
@@ -165,8 +164,8 @@ async def quality(
     if not candidate.is_transformers:
         return await _engine_quality(candidate, options, reference_dtype, reference_model, text_value, text_source,
                                      prompts, chunk_tokens, reference_cache, output, cached)  # fmt: skip
-    reference = dataclasses.replace(candidate, model=reference_model or candidate.model, dtype=reference_dtype,
-                                    quantize=None, attn=None)  # fmt: skip
+    reference = candidate.replaced(model=reference_model or candidate.model, dtype=reference_dtype,
+                                   quantize=None, attn=None)  # fmt: skip
     try:
         models.validate(reference)
     except UserError as e:
@@ -229,9 +228,9 @@ async def _engine_quality(
     engines.validate(candidate)
     if options.compile or options.cache != "dynamic":
         raise UserError("--compile is a transformers knob; the other engines manage their own")
-    reference = dataclasses.replace(candidate, model=reference_model or candidate.model, dtype=reference_dtype,
-                                    engine="transformers", precision=None, quantize=None, attn=None,
-                                    threads=None)  # fmt: skip
+    reference = candidate.replaced(model=reference_model or candidate.model, dtype=reference_dtype,
+                                   engine="transformers", precision=None, quantize=None, attn=None,
+                                   threads=None)  # fmt: skip
     try:
         models.validate(reference)
     except UserError as e:
@@ -281,7 +280,7 @@ def check_inputs(candidate: ModelOptions, options: RunOptions, reference_model: 
     contexts: list[int] = []
     for m in {candidate.model, reference_model or candidate.model}:
         try:
-            context = models.context_length(dataclasses.replace(candidate, model=m))
+            context = models.context_length(candidate.replaced(model=m))
         except UserError:  # a reference that can't be found: refused next, in the reference's own words
             context = None
         contexts += [context] if context else []

@@ -86,8 +86,8 @@ async def run(
     Every bad input is a UserError before anything slow (the prompt file, options, the output place, a
     resume's setup as far as it is known before loading); the rest is checked before the first request.
     """
-    options.validate()
-    options = dataclasses.replace(options)  # a dataset's output lengths set its own copy's max_new_tokens
+    options.check()
+    options = options.replaced()  # a dataset's output lengths set its own copy's max_new_tokens
     spec = workload.recorded(spec, prompts)  # the prompts measured, over a config file's
     if options.turns > 1 and resume is not None:
         raise UserError("--turns: a conversation's turns send the replies it got, which --resume can't recover")

@@ -18,7 +18,6 @@ Every point is an ordinary run JSON (``DIR/length-256.json``, ``DIR/depth-2048.j
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import itertools
 from dataclasses import dataclass
 from pathlib import Path
@@ -168,7 +167,7 @@ class Scan:
         check_context(self.points, self.lm.max_positions, self.options.max_new_tokens, self.batch_prompt_tokens)
         for p in self.points:
             new = LENGTH_NEW_TOKENS if p.kind == "length" else self.options.max_new_tokens
-            options = dataclasses.replace(self.options, max_new_tokens=new, repeats=self.options.repeats)
+            options = self.options.replaced(max_new_tokens=new, repeats=self.options.repeats)
             backend: Any
             if engine:
                 from llmbench.backends.engine import EngineBackend

@@ -135,8 +135,8 @@ class Sweep:
             base = loaded[key]
             lm = dataclasses.replace(base, threads=s.threads, load=base.load.model_copy(deep=True))
             options = setup_options(self.options, s)
-            spec = dataclasses.replace(self.spec, dtype=s.dtype or "auto", threads=s.threads, attn=s.attn,
-                                       quantize=s.quantize)  # fmt: skip
+            spec = self.spec.replaced(dtype=s.dtype or "auto", threads=s.threads, attn=s.attn,
+                                      quantize=s.quantize)  # fmt: skip
             backend = InProcessBackend(spec, options, loaded=lm, label=f"{s.label()}: ")
             if s.compile:
                 self.reporter.status(f"compiling {s.label()} ...")
@@ -155,8 +155,8 @@ class Sweep:
             src = loaded[plain]
             return dataclasses.replace(src, model=copy.deepcopy(src.model), warnings=list(src.warnings))
         self.reporter.status(f"loading {self.spec.model} as {s.label().split()[0]} ...")
-        spec = dataclasses.replace(self.spec, dtype=s.dtype or "auto", threads=s.threads, quantize=s.quantize,
-                                   attn=None)  # fmt: skip
+        spec = self.spec.replaced(dtype=s.dtype or "auto", threads=s.threads, quantize=s.quantize,
+                                  attn=None)  # fmt: skip
         lm = models.load_model(spec)
         freeze_now()
         return lm
@@ -208,7 +208,7 @@ class Sweep:
             ref_lm: LoadedModel = cached
         else:
             self.reporter.status(f"loading the float32 reference of {self.spec.model} ...")
-            spec = dataclasses.replace(self.spec, dtype="float32", threads=self.entries[0].setup.threads, quantize=None)
+            spec = self.spec.replaced(dtype="float32", threads=self.entries[0].setup.threads, quantize=None)
             ref_lm = await asyncio.wrap_future(thread.submit(models.load_model, spec))
         self.reporter.status("measuring quality against the float32 reference ...")
         setup = {"model": self.spec.model, "dtype": "float32", "quantize": None, "attn": None, "compile": False}
@@ -231,8 +231,9 @@ class Sweep:
                 continue
             await e.backend.activate()
             # greedy continuations decode as the setup does (its cache, its compiled step)
-            options = dataclasses.replace(self.options, cache=e.setup.cache, compile=e.setup.compile,
-                                          max_new_tokens=min(self.options.max_new_tokens, QUALITY_TOKENS))  # fmt: skip
+            options = self.options.replaced(
+                cache=e.setup.cache, compile=e.setup.compile,
+                max_new_tokens=min(self.options.max_new_tokens, QUALITY_TOKENS))  # fmt: skip
             result = await asyncio.wrap_future(thread.submit(dq.evaluate, ref, ref_lm, e.backend.lm, prompts, options))
             self._keep_quality(e, setup, ref.text_sha256, result)
 

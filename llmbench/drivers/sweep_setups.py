@@ -16,7 +16,7 @@ from llmbench.engines.hf import models
 from llmbench.engines.hf.quantize import forced_dtype
 from llmbench.options import ModelOptions, RunOptions
 from llmbench.workloads.limits import check_planned
-from llmbench.workloads.prompts import MAX_REQUESTS, PromptSet
+from llmbench.workloads.prompts import PromptSet
 
 MAX_SETUPS = 1_000  # setups of one sweep: each loads its model, and the rounds go round them all
 
@@ -111,8 +111,6 @@ def plan(
     ``prefix_cache``: comma lists of ``--speculative``/``--prefix-cache`` values, crossed with every setup."""
     from llmbench import engines as eng
 
-    if not 1 <= options.repeats <= MAX_REQUESTS:
-        raise UserError(f"--rounds must be 1 to {MAX_REQUESTS:,}, not {options.repeats}")
     engine_list = [eng.engine_info(e).name for e in split_list(engine, "--engine")]
     if len(set(engine_list)) != len(engine_list):
         raise UserError(f"--engine '{engine}' names an engine twice")
@@ -149,9 +147,9 @@ def plan(
         raise UserError(f"no setup to sweep: every combination was left out ({'; '.join(skipped)})")
     for s in setups:
         if s.is_transformers:
-            setup_options(options, s).validate()
-            models.validate(dataclasses.replace(spec, dtype=s.dtype or "auto", threads=s.threads, attn=s.attn,
-                                                quantize=s.quantize))  # fmt: skip
+            setup_options(options, s)  # checked as it is made
+            models.validate(spec.replaced(dtype=s.dtype or "auto", threads=s.threads, attn=s.attn,
+                                          quantize=s.quantize))  # fmt: skip
         else:
             eng.validate(engine_spec(spec, s))
     return setups, skipped
@@ -205,8 +203,8 @@ def with_levers(
 
 def setup_options(options: RunOptions, s: Setup) -> RunOptions:
     """The run options of one setup: its cache, compile and levers over the sweep's own."""
-    return dataclasses.replace(options, cache=s.cache, compile=s.compile, speculative=s.speculative,
-                               prefix_cache=s.prefix_cache)  # fmt: skip
+    return options.replaced(cache=s.cache, compile=s.compile, speculative=s.speculative,
+                            prefix_cache=s.prefix_cache)  # fmt: skip
 
 
 def check_gates(setups: list[Setup], options: RunOptions, prompts: PromptSet | None, max_kld: float | None) -> None:
@@ -239,8 +237,8 @@ def engine_precisions(items: list[str], engines: list[str]) -> dict[str, list[st
 
 def engine_spec(spec: ModelOptions, s: Setup) -> ModelOptions:
     """The model options of an engine setup."""
-    return dataclasses.replace(spec, engine=s.engine, precision=s.precision, threads=s.threads, dtype="auto",
-                               attn=None, quantize=None)  # fmt: skip
+    return spec.replaced(engine=s.engine, precision=s.precision, threads=s.threads, dtype="auto",
+                         attn=None, quantize=None)  # fmt: skip
 
 
 def _whole(text: str, option: str) -> int:

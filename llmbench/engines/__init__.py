@@ -68,12 +68,12 @@ def validate(spec: ModelOptions) -> str:
         return info.name
     if spec.device.strip().lower() not in ("auto", "cpu"):
         raise UserError(f"--engine {info.name} runs on the CPU here; --device {spec.device} is for transformers")
-    knobs = (("--dtype", spec.dtype.strip().lower() != "auto"), ("--quantize", spec.quantize), ("--attn", spec.attn),
-             ("--device-map", spec.device_map), ("--reprobe", spec.reprobe))  # fmt: skip
+    knobs = (("--dtype", spec.dtype.strip().lower() != "auto"), ("--quantize", spec.quantization),
+             ("--attn", spec.attn), ("--device-map", spec.device_map), ("--reprobe", spec.reprobe))  # fmt: skip
     for flag, given in knobs:
         if given:
             raise UserError(f"{flag} is a transformers knob; --engine {info.name} takes --precision")
-    spec.check_settings()
+    spec.check()  # the spec's types and bounds, should a caller have changed one
     source, _path = models.classify_source(spec.model, spec.weights)
     check_precision(info.name, spec.precision, source)
     return info.name

@@ -12,6 +12,7 @@ from typing import Any, Protocol
 from llmbench.core.process import cold_clock
 from llmbench.options import ModelOptions
 from llmbench.results.schema import LoadInfo
+from llmbench.spec import Weights
 
 
 @dataclass
@@ -80,7 +81,7 @@ class EngineModel:
     tokenizer: Any
     hf_config: Any  # the model's transformers config (context, layers, KV heads: the roofline and scan need it)
     name: str
-    weights: str
+    weights: Weights
     source: str
     path: str  # the files the engine loaded
     dtype: str  # a short label of the weights' precision (compare shows it beside the engine's)

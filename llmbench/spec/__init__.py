@@ -76,6 +76,7 @@ class Section(BaseModel):
 # ------------------------------------------------------------------------------------------------ the sections
 
 Dtype = Literal["auto", "float32", "bfloat16", "float16"]
+Weights = Literal["pretrained", "random"]
 
 
 class ModelSection(Section):
@@ -84,7 +85,7 @@ class ModelSection(Section):
     table: ClassVar[str] = "model"
     model: Optional[str] = setting(None, f"Hub id, local folder or .gguf file (default: {DEFAULT_MODEL}).",
                                    short="-m")  # fmt: skip
-    weights: Literal["pretrained", "random"] = setting(
+    weights: Weights = setting(
         "pretrained", "random: the real architecture with random weights (no download; timings real)."
     )
     engine: str = setting(

@@ -166,9 +166,8 @@ def test_sweep_grid_and_rounds_bounds():
     from llmbench.options import ModelOptions, RunOptions
 
     spec = ModelOptions(weights="random")
-    with pytest.raises(UserError, match="--rounds must be 1 to 1,000,000"):
-        ss.plan(spec, RunOptions(repeats=10**12), dtype="float32", threads="1", attn=None, cache="dynamic",
-                compile_=False, quantize="none")  # fmt: skip
+    with pytest.raises(UserError, match="--repeats must be 1 to 1,000,000"):  # the sweep's rounds: no plan to make
+        RunOptions(repeats=10**12)
     threads = ",".join(str(i) for i in range(1, 1002))
     with pytest.raises(UserError, match="setups"):
         ss.plan(spec, RunOptions(), dtype="float32", threads=threads, attn=None, cache="dynamic", compile_=False,

@@ -57,7 +57,7 @@ def test_pareto_keeps_the_setups_nothing_beats_on_both():
         (("--threads", "0"), "--threads must be 1 to 4,096"),
         (("--attn", "magic"), "--attn: input should be 'eager'"),
         (("--cache", "paged"), "--cache: input should be 'dynamic' or 'static'"),
-        (("--quantize", "int4"), "unknown --quantize"),
+        (("--quantize", "int4"), "--quantize: input should be 'none', 'int8' or 'int8-dynamic', not 'int4'"),
         (("--dtype", "bfloat16", "--quantize", "int8-dynamic"), "no setup to sweep"),
         (("--rounds", "0"), "--rounds"),
         (("--rank-by", "p99"), "--rank-by"),
@@ -95,7 +95,7 @@ def test_int8_dynamic_needs_float32_and_every_int8_the_cpu(tiny_model_dir):
         models.validate(ModelOptions(model=str(tiny_model_dir), device="cpu", dtype="bfloat16",
                                      quantize="int8-dynamic"))  # fmt: skip
     models.validate(ModelOptions(model=str(tiny_model_dir), device="cpu", dtype="bfloat16", quantize="int8"))
-    with pytest.raises(UserError, match="unknown --quantize"):
+    with pytest.raises(UserError, match="--quantize: input should be 'none', 'int8' or 'int8-dynamic', not 'int4'"):
         models.validate(ModelOptions(model=str(tiny_model_dir), device="cpu", dtype="float32", quantize="int4"))
 
 

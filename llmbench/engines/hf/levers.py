@@ -144,8 +144,8 @@ def load_draft(spec: Speculative, target: Any, target_spec: Any) -> Any:
     from llmbench.options import ModelOptions
 
     base = target_spec if target_spec is not None else ModelOptions(model=target.name, weights=target.weights)
-    draft_spec = dataclasses.replace(base, model=spec.draft_model, device=target.device, dtype=target.dtype,
-                            threads=target.threads, device_map=None, quantize=None, reprobe=False)  # fmt: skip
+    draft_spec = base.replaced(model=spec.draft_model, device=target.device, dtype=target.dtype,
+                               threads=target.threads, device_map=None, quantize=None, reprobe=False)  # fmt: skip
     draft = models.load_model(draft_spec)
     check_draft_vocabulary(target.model, draft.model, target.tokenizer, draft.tokenizer, str(spec.draft_model))
     return draft

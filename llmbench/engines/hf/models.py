@@ -41,7 +41,7 @@ from llmbench.engines.hf.quantize import check_quantize, forced_dtype, quantize_
 from llmbench.machine.envinfo import cpu_flags
 from llmbench.options import ModelOptions
 from llmbench.results.schema import LoadInfo, Offload
-from llmbench.spec import ModelSection, check_value
+from llmbench.spec import ModelSection, Weights, check_value
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 _DTYPE_ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "half": "float16", "float": "float32"}
@@ -56,13 +56,13 @@ _ALTERNATIVES = (
 
 def validate(spec: ModelOptions) -> str:
     """Check the cheap things of ``spec`` before any slow work; return the resolved device."""
-    spec.check_settings()  # weights, attention kernel, threads: the spec's types and bounds
+    spec.check()  # weights, attention kernel, threads: the spec's types and bounds
     device = resolve_device(spec.device)
     resolve_dtype(spec.dtype, device, probe=False)
     classify_source(spec.model, spec.weights)
     _device_map_arg(spec.device_map, device)
-    if spec.quantize is not None:
-        check_quantize(spec.quantize, device, resolve_dtype(spec.dtype, device, probe=False)[0])
+    if spec.quantization is not None:
+        check_quantize(spec.quantization, device, resolve_dtype(spec.dtype, device, probe=False)[0])
     if spec.reprobe and spec.dtype.strip().lower() != "auto":
         raise UserError(
             f"--reprobe measures the dtypes for --dtype auto; with --dtype {spec.dtype} it has nothing to do"
@@ -77,7 +77,7 @@ class LoadedModel:
     model: Any
     tokenizer: Any
     name: str  # as the user gave it (hub id, folder or .gguf path)
-    weights: str  # "pretrained" | "random"
+    weights: Weights
     source: str  # "hub" | "folder" | "gguf" | "builtin"
     device: str
     dtype: str
@@ -395,15 +395,15 @@ def load_model(spec: ModelOptions) -> LoadedModel:
     t_weights = time.perf_counter()  # from_pretrained reads and places in one call: weights_s holds both
     # Whether the weights are the files' pages (shared between processes, file-backed) or a private copy; asked of
     # the kernel, not assumed. Quantized linears are new private tensors: not mapped, whatever the file was.
-    mmapped = weights_cache.file_backed(model.parameters(), weights.files) if spec.quantize is None else False
+    mmapped = weights_cache.file_backed(model.parameters(), weights.files) if spec.quantization is None else False
     model.eval()
     if spec.attn is not None:
         set_attention(model, spec.attn)
     seconds = time.perf_counter() - t0
     quantize_s = None
-    if spec.quantize is not None:
+    if spec.quantization is not None:
         t1 = time.perf_counter()
-        model = quantize_model(model, spec.quantize)
+        model = quantize_model(model, spec.quantization)
         quantize_s = round(time.perf_counter() - t1, 3)
 
     off = _checked_offload(model, device, spec.allow_offload, warnings)
@@ -450,7 +450,7 @@ def load_model(spec: ModelOptions) -> LoadedModel:
         load=load,
         max_positions=getattr(config, "max_position_embeddings", None),
         warnings=warnings,
-        quantization=spec.quantize,
+        quantization=spec.quantization,
         auto=automatic_choices(spec),
     )
 
@@ -666,11 +666,9 @@ def set_attention(model, attn: str) -> None:
         raise UserError(f"--attn {attn}: {_first_line(e)}") from None
 
 
-def _device_map_arg(device_map: str | dict[str, Any] | None, device: str) -> Any:
+def _device_map_arg(device_map: str | None, device: str) -> Any:
     if device_map is None:
         return device  # load straight onto the device: no accelerate placement, nothing can be offloaded
-    if isinstance(device_map, dict):
-        return device_map
     text = device_map.strip()
     if text.startswith("{"):
         try:
