@@ -18,7 +18,7 @@ from llmbench.backends.endpoint import EndpointBackend
 
 async def main() -> None:
     port, max_tokens = int(sys.argv[1]), int(sys.argv[2])
-    backend = EndpointBackend(llmbench.EndpointOptions(url=f"http://127.0.0.1:{port}/v1"),
+    backend = EndpointBackend(llmbench.EndpointOptions(endpoint=f"http://127.0.0.1:{port}/v1"),
                               llmbench.RunOptions(max_new_tokens=max_tokens))  # fmt: skip
     prompts = llmbench.PromptSet.from_list(["unused"])
     await backend.start(prompts)

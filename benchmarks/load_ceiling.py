@@ -83,9 +83,9 @@ def main() -> None:
     try:
         for rate in [float(r) for r in args.rates.split(",")]:
             for workers in [int(w) for w in args.workers.split(",")]:
-                endpoint = llmbench.EndpointOptions(url=url, open_loop=llmbench.OpenLoop(
-                    rate_rps=rate, arrival="poisson", duration_s=args.seconds, seed=1, workers=workers))  # fmt: skip
-                run = asyncio.run(llmbench.ameasure(["x"], endpoint=endpoint, max_new_tokens=4, warmup=2))
+                endpoint = llmbench.EndpointOptions(endpoint=url, open_loop=llmbench.OpenLoop(
+                    rate=rate, arrival="poisson", duration_s=args.seconds, workers=workers))  # fmt: skip
+                run = asyncio.run(llmbench.ameasure(["x"], endpoint=endpoint, max_new_tokens=4, warmup=2, seed=1))
                 s = run.summary
                 late = s.send_lateness_ms
                 row = {"rate": rate, "workers": workers, "sent": len(run.requests) + len(run.failed_requests),

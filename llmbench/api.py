@@ -149,7 +149,7 @@ async def ameasure(
     elif full.server.endpoint is not None:
         if model is not None and not isinstance(model, str):
             raise UserError("with endpoint, model names the model to send (a string)")
-        open_loop = open_loop_of(full.arrivals, full.requests.seed, trace)
+        open_loop = open_loop_of(full.arrivals, trace)
         target = endpoint_options_of(full.server, full.model, full.arrivals, open_loop=open_loop)
     elif model is not None and not isinstance(model, str):
         target = model  # a LoadedModel
@@ -279,7 +279,7 @@ async def ameasure_load(
         duration_s=None if requests is not None else duration_s, requests=requests, seed=seed, workers=workers,
         min_attainment=min_attainment, one_token_passes=one_token_passes,
     )  # fmt: skip
-    target = endpoint if isinstance(endpoint, EndpointOptions) else EndpointOptions(url=endpoint)
+    target = endpoint if isinstance(endpoint, EndpointOptions) else EndpointOptions(endpoint=endpoint)
     options = options or run_options_of(_LOAD.requests, _LOAD.reader)  # the load command's request defaults
     record, _path = await ld.load(as_prompt_set(prompts), target, options, spec, output, stop=stop, reporter=reporter)
     return record

@@ -6,14 +6,12 @@ this process; :class:`EndpointOptions` name a server to stream from instead.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Optional
 
-from pydantic import ConfigDict, ValidationError, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 from typing_extensions import Self
 
 from llmbench.core.errors import UserError
@@ -23,19 +21,18 @@ from llmbench.spec import (
     EVENTS_PER_PROCESS_S,
     STREAMS_PER_PROCESS,
     ArrivalsSection,
+    ClientProcesses,
     LeversSection,
+    ModelName,
     ModelSection,
     ReaderSection,
     RequestsSection,
     Section,
     ServerSection,
-    check_fields,
-    check_value,
     describe,
     rules,
     spec,
 )
-from llmbench.spec import default as _d
 from llmbench.workloads import limits
 
 __all__ = ["DEFAULT_MODEL", "EndpointOptions", "ModelOptions", "OpenLoop", "Options", "RunOptions"]
@@ -45,7 +42,8 @@ class Options(Section):
     """What the option types share: a value out of its setting's type or bounds is one UserError line naming the
     option, whenever one is made (a spec, the API, a driver's copy)."""
 
-    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True, defer_build=True)
+    # strict, as a spec is read: "8" is no max_new_tokens, 1.5 no count
+    model_config = ConfigDict(extra="forbid", strict=True, arbitrary_types_allowed=True, defer_build=True)
     table: ClassVar[str] = "options"
 
     @model_validator(mode="wrap")
@@ -180,83 +178,68 @@ class ModelOptions(Options, ModelSection):
         return engine_info(self.engine).name == "transformers"
 
 
-@dataclass
-class OpenLoop:
-    """Open-loop arrivals (``--rate``): requests sent on a schedule drawn in advance, whatever the server does.
-    See :mod:`llmbench.workloads.arrivals`."""
+class OpenLoop(Options, ArrivalsSection):
+    """Open-loop arrivals (``--rate``): requests sent on a schedule drawn in advance, whatever the server does: the
+    spec's arrivals section, its rate given (the requests' ``seed`` draws it). ``replay``: a trace's rows
+    (:class:`llmbench.workloads.trace.Trace`) whose times are the schedule instead. See
+    :mod:`llmbench.workloads.arrivals`."""
 
-    rate_rps: float
-    arrival: str = "poisson"  # poisson | constant | gamma:CV
-    requests: int | None = None  # how many to send ...
-    duration_s: float | None = None  # ... or for how long
-    seed: int = 0
-    workers: int | None = None  # client processes sharing the schedule (local), or Ray tasks; None: auto
-    ray: str | None = None  # a Ray cluster's address ("auto", "ray://host:port"): workers run there
-    trace: Any = (
-        None  # --trace: a llmbench.workloads.trace.Trace whose rows' times are the schedule (rate_rps: their mean)
-    )
+    replay: Any = None
 
-    def validate(self) -> None:
+    @model_validator(mode="after")
+    def _schedule(self) -> Self:
         """UserError for a schedule that can't be drawn (checked again, with the rest, when it is)."""
-        from llmbench.workloads.arrivals import plan_arrivals
+        from llmbench.workloads.arrivals import check_schedule, parse_arrival
 
-        if self.trace is not None:
+        if self.replay is not None:
             if (self.workers or 1) > 1 or self.ray:
                 raise UserError("--trace replays from one client process: drop --workers/--ray")
-            return
+            return self
+        if self.rate is None:
+            raise UserError("an open loop needs --rate (requests per second)")
+        check_schedule(self.rate, self.requests, self.duration_s)
+        parse_arrival(self.arrival)
+        return self
 
-        if self.workers is not None:
-            check_value(ArrivalsSection, "workers", self.workers)
-        plan_arrivals(self.rate_rps, self.arrival, requests=self.requests, duration_s=self.duration_s, seed=self.seed)
 
+class EndpointOptions(Options, ServerSection, ModelName, ClientProcesses):
+    """An OpenAI-compatible server to stream from, instead of a model in this process: the spec's server section,
+    the model's name to send (None: ask GET /v1/models) and the client processes of a closed loop (an open loop's
+    are its ``open_loop.workers``; None: auto, :func:`client_processes`). ``url=`` is taken for ``endpoint``."""
 
-@dataclass
-class EndpointOptions:
-    """An OpenAI-compatible server to stream from, instead of a model in this process."""
+    open_loop: Optional[OpenLoop] = None  # None: closed loop, ``concurrency`` requests in flight
+    # the scrape's period (not a setting: the tests shorten it)
+    metrics_interval_s: float = Field(default=1.0, gt=0, le=limits.MAX_TIMEOUT_S, allow_inf_nan=False)
+    if TYPE_CHECKING:  # the type once checked (below): no field of its own, the spec's is the one pydantic has
+        endpoint: str = ""
 
-    url: str
-    model: str | None = None  # the name sent as "model"; None: ask GET /v1/models
-    api_key_env: str | None = None  # the environment variable holding the API key (never written anywhere)
-    concurrency: int = _d(ServerSection, "concurrency")
-    timeout_s: float = _d(ServerSection, "timeout_s")
-    tokenizer: str | None = None  # hub id, folder or .gguf, to count tokens when the server sends no usage
-    open_loop: OpenLoop | None = None  # None: closed loop, ``concurrency`` requests in flight
-    # --server-metrics: the server's Prometheus page, scraped during the measured window (None: not scraped)
-    metrics_url: str | None = None
-    metrics_interval_s: float = 1.0
-    # --server-command: the server this run starts (a command line, split as a shell would), measures from its
-    # exec to its first token, and stops; None: a server running already
-    server_command: str | None = None
-    boot_timeout_s: float = _d(ServerSection, "boot_timeout_s")
-    # a closed loop's client processes, its ``concurrency`` streams split among them (an open loop's are its
-    # ``open_loop.workers``); None: auto (:func:`client_processes`)
-    workers: int | None = None
-    server_metrics: bool = False  # scrape the server's own page (default_metrics_url) when metrics_url is None
+    @model_validator(mode="before")
+    @classmethod
+    def _url(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "url" in data and "endpoint" not in data:  # the keyword before 0.4
+            data = {("endpoint" if k == "url" else k): v for k, v in data.items()}
+        return data
 
-    def __post_init__(self) -> None:
+    @model_validator(mode="after")
+    def _resolved(self) -> Self:
+        if not self.endpoint:
+            raise UserError("no endpoint URL given")
         if self.metrics_url is None and self.server_metrics:
-            self.metrics_url = default_metrics_url(self.url)
-        if self.open_loop is not None:  # an open loop's client processes are its own
+            self.metrics_url = default_metrics_url(self.endpoint)
+        ol = self.open_loop
+        if ol is not None:  # an open loop's client processes are its own
             self.workers = None
+        if self.server_command is not None:
+            self.server_argv()
+        rules.check({"server_command": self.server_command, "metrics_url": self.metrics_url,
+                     "concurrency": self.concurrency, "rate": ol.rate if ol is not None and ol.replay is None
+                     else None, "trace": ol.replay if ol is not None else None})  # fmt: skip
+        return self
 
     @property
     def processes(self) -> int:
         """The client processes this run's requests are dealt to (1 until :func:`client_processes` resolved it)."""
         return (self.open_loop.workers if self.open_loop is not None else self.workers) or 1
-
-    def validate(self) -> None:
-        """UserError for what no server can be asked."""
-        check_fields(ServerSection, self)  # --concurrency, --timeout (NaN fails too): the spec's bounds
-        if self.server_command is not None:
-            self.server_argv()
-        ol = self.open_loop
-        rules.check({"server_command": self.server_command, "metrics_url": self.metrics_url,
-                     "concurrency": self.concurrency, "rate": ol.rate_rps if ol is not None and ol.trace is None
-                     else None, "trace": ol.trace if ol is not None else None})  # fmt: skip
-        if not 0 < self.metrics_interval_s <= limits.MAX_TIMEOUT_S:  # NaN fails this too
-            raise UserError(f"the metrics scrape interval must be above 0 s, not {self.metrics_interval_s}")
-        if ol is not None:
-            ol.validate()
 
     def server_argv(self) -> list[str]:
         """``--server-command`` as the words it runs (shlex, no shell); UserError for one that has none or whose
@@ -285,11 +268,10 @@ def default_metrics_url(endpoint_url: str) -> str:
 # ------------------------------------------------------------------------------- a spec, resolved (one place)
 
 
-def _held(cls: type, sections: Iterable[Any]) -> dict[str, Any]:
+def _held(cls: type[Options], sections: Iterable[Any]) -> dict[str, Any]:
     """The fields of the option type ``cls`` that ``sections`` (a spec's, typed and validated) declare, with the
     values they hold: a setting has one name in every section and option type, so none is spelled here."""
-    names = set(cls.model_fields) if issubclass(cls, Options) else {f.name for f in dataclasses.fields(cls)}
-    return {k: v for sec in sections for k, v in sec if k in names}
+    return {k: v for sec in sections for k, v in sec if k in cls.model_fields}
 
 
 def run_options_of(*sections: Any, **fixed: Any) -> RunOptions:
@@ -309,9 +291,7 @@ def endpoint_options_of(server: Any, *sections: Any, open_loop: OpenLoop | None 
     """The server to stream from, from a spec's server section (``endpoint``: its URL; ``server_metrics`` or
     ``metrics_url``: the page scraped) and its other sections (the model's name to send, the client processes);
     ``open_loop``: its schedule (None: a closed loop)."""
-    if not server.endpoint:
-        raise UserError("no endpoint URL given")
-    return EndpointOptions(url=server.endpoint, open_loop=open_loop, **_held(EndpointOptions, (server, *sections)))
+    return EndpointOptions(open_loop=open_loop, **_held(EndpointOptions, (server, *sections)))
 
 
 def client_processes(asked: int | None, *, streams: int | None, events_per_s: float | None,
@@ -337,14 +317,12 @@ def client_processes(asked: int | None, *, streams: int | None, events_per_s: fl
     return max(1, min(need, cpus, limits.MAX_CLIENTS))  # the CPUs this process may run on (taskset, a cgroup)
 
 
-def open_loop_of(arrivals: ArrivalsSection, seed: int, trace: Any = None) -> OpenLoop | None:
-    """``--rate``'s schedule from a spec's arrivals (or ``trace``'s rows), None for a closed loop; ``seed``: the
-    requests' seed, which draws the schedule too."""
+def open_loop_of(arrivals: ArrivalsSection, trace: Any = None) -> OpenLoop | None:
+    """``--rate``'s schedule from a spec's arrivals (or ``trace``'s rows), None for a closed loop (the requests'
+    seed draws the schedule)."""
     if trace is not None:
-        return OpenLoop(rate_rps=1.0, trace=trace)
-    a = arrivals
-    if a.rate is None:
+        return OpenLoop(replay=trace)
+    if arrivals.rate is None:
         return None
-    duration = a.duration_s if a.duration_s is not None or a.requests is not None else DEFAULT_DURATION_S
-    return OpenLoop(rate_rps=a.rate, arrival=a.arrival, requests=a.requests, duration_s=duration, seed=seed,
-                    workers=a.workers, ray=a.ray)  # fmt: skip
+    given = arrivals.duration_s is not None or arrivals.requests is not None
+    return OpenLoop(**(dict(arrivals) | ({} if given else {"duration_s": DEFAULT_DURATION_S})))

@@ -65,17 +65,17 @@ class EndpointBackend:
 
     def __init__(self, endpoint: EndpointOptions, options: RunOptions, *, label: str = "") -> None:
         options.check()
-        endpoint.validate()
+        endpoint.check()
         if options.lever is not None:
             raise UserError("--speculative and --prefix-cache are levers of a model in this process; a server's own "
                             "(vLLM's --speculative-config, its prefix caching) are its configuration")  # fmt: skip
         self.endpoint = endpoint
         self.options = options
         self.label = label
-        self.url = chat_url(endpoint.url)
+        self.url = chat_url(endpoint.endpoint)
         self.headers = api_headers(endpoint.api_key_env)
         # what a server's error body may quote back (the key, the URL's password or token): masked in failures
-        self.secrets = [*url_secrets(endpoint.url), *url_secrets(endpoint.metrics_url or ""),
+        self.secrets = [*url_secrets(endpoint.endpoint), *url_secrets(endpoint.metrics_url or ""),
                         self.headers.get("Authorization", "").removeprefix("Bearer ")]  # fmt: skip
         self.health: dict | None = None
         self.model: str | None = endpoint.model
@@ -85,11 +85,11 @@ class EndpointBackend:
         self.probing = True  # False: leave the calibration probe to another client process (--workers)
         self.arrival: Arrival | None = None  # an open loop's schedule: its record and due times (seconds)
         self.offsets: list[float] = []
-        if (ol := endpoint.open_loop) is not None and ol.trace is not None:
-            self.arrival, self.offsets = trace_arrivals(ol.trace)
-        elif ol is not None:
-            self.arrival, self.offsets = plan_arrivals(ol.rate_rps, ol.arrival, requests=ol.requests,
-                                                       duration_s=ol.duration_s, seed=ol.seed)  # fmt: skip
+        if (ol := endpoint.open_loop) is not None and ol.replay is not None:
+            self.arrival, self.offsets = trace_arrivals(ol.replay)
+        elif ol is not None and ol.rate is not None:  # (an open loop has one); drawn from the requests' --seed
+            self.arrival, self.offsets = plan_arrivals(ol.rate, ol.arrival, requests=ol.requests,
+                                                       duration_s=ol.duration_s, seed=options.seed)  # fmt: skip
         self._cpu0: float | None = None
         self._t0 = 0.0
         self.scraper: Any = None  # --server-metrics: a servermetrics.Scraper over the measured window
@@ -107,7 +107,7 @@ class EndpointBackend:
         self._switch: float | None = None  # the interpreter's switch interval before start() shortened it
         self._watch: asyncio.Task[None] | None = None
         if endpoint.server_command is not None:
-            self.server = BootedServer(endpoint.server_argv(), endpoint.url, self.headers, endpoint.boot_timeout_s)
+            self.server = BootedServer(endpoint.server_argv(), endpoint.endpoint, self.headers, endpoint.boot_timeout_s)
 
     def early_config(self, prompts: PromptSet) -> dict[str, Any]:
         o = self.options

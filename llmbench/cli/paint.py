@@ -40,8 +40,8 @@ def paint(ctx: typer.Context, quiet: QuietOpt = False, **s: Any) -> None:
         spec = ctx.meta["spec"]
         options = run_options(spec)
         target = endpoint_options_of(spec.server, spec.model)
-        target.validate()
-        chat_url(target.url)  # a bad URL is one line before anything is claimed
+        target.check()
+        chat_url(target.endpoint)  # a bad URL is one line before anything is claimed
         prompt_set = load_prompts(spec.prompts.prompts)
         driver.check_tools(spec.paint.chromium)
         path = prepare_output(spec.outputs.output, spec.outputs.overwrite)

@@ -65,6 +65,6 @@ def _run_target(spec: RunSpec, trace: Any) -> Any:
     from llmbench.options import endpoint_options_of, model_options_of, open_loop_of
 
     if spec.server.endpoint is not None:
-        open_loop = open_loop_of(spec.arrivals, spec.requests.seed, trace)
+        open_loop = open_loop_of(spec.arrivals, trace)
         return endpoint_options_of(spec.server, spec.model, spec.arrivals, open_loop=open_loop)
     return model_options_of(spec.model)

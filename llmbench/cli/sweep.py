@@ -40,8 +40,8 @@ def sweep(ctx: typer.Context, quiet: QuietOpt = False, **s: Any) -> None:
     output, history = asked.outputs.output, asked.outputs.history
     with user_errors():
         prompt_set = load_prompts(asked.prompts.prompts)
-        options = run_options(asked, repeats=rounds, cache=cache, compile=False, speculative=None,
-                              prefix_cache="none")  # fmt: skip
+        # each setup's cache, compile and levers are its own (setup_options): the base keeps the spec's defaults
+        options = run_options(asked, repeats=rounds)
         spec = model_options(asked)
         setups, skipped = sw.plan(spec, options, dtype=dtype, threads=threads, attn=attn, cache=cache,
                                   compile_=compile, quantize=quantize, engine=engine, precision=precision,

@@ -53,7 +53,7 @@ def side_backend(
             raise UserError(f"--processes spreads worker sides over processes; --{role} is a server")
         from llmbench.backends.endpoint import EndpointBackend
 
-        return EndpointBackend(EndpointOptions(url=side.strip()), options, label=label)
+        return EndpointBackend(EndpointOptions(endpoint=side.strip()), options, label=label)
     from llmbench.backends.worker import WorkerBackend
 
     try:

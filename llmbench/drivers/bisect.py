@@ -72,7 +72,7 @@ def measured_with(settings: Settings, prompts: PromptSet, options: RunOptions) -
     worker's options, the build command, the prompts' content, the run options and the ab design. Saved in
     bisect.json; looks measured with anything else are never pooled with new ones."""
     return json.loads(json.dumps({"worker": settings.worker, "build": settings.build, "prompts": prompts.sha256,
-                                  "options": asdict(options), "design": asdict(settings.design)}))  # fmt: skip
+                                  "options": options.model_dump(), "design": asdict(settings.design)}))  # fmt: skip
 
 
 def measured_with_key(settings: Settings, prompts: PromptSet, options: RunOptions) -> str:

@@ -168,7 +168,7 @@ class LoadSpec:
             raise UserError(f"--auto-steps {self.auto_steps}: expected at most {MAX_AUTO_STEPS} bisections")
         if self.rates is not None and len(self.rates) > MAX_RATES:
             raise UserError(f"--rates lists {len(self.rates)} rates: expected at most {MAX_RATES} (each is a run)")
-        self.open_loop(1.0).validate()
+        self.open_loop(1.0).check()
         for rate in self.rates or [self.auto_start]:  # each rate's schedule, checked now without drawing it
             check_schedule(rate, self.requests, self.duration_s)
         if self.rates is not None:  # every rate's schedule, all told (auto's rates are each bounded as they come)
@@ -176,8 +176,8 @@ class LoadSpec:
             check_planned((f"requests over {len(self.rates)} rates", sum(each)))
 
     def open_loop(self, rate: float) -> OpenLoop:
-        return OpenLoop(rate_rps=rate, arrival=self.arrival, requests=self.requests, duration_s=self.duration_s,
-                        seed=self.seed, workers=self.workers, ray=self.ray)  # fmt: skip
+        return OpenLoop(rate=rate, arrival=self.arrival, requests=self.requests, duration_s=self.duration_s,
+                        workers=self.workers, ray=self.ray)  # fmt: skip
 
 
 def _value(r: Any, metric: str) -> float | None:
@@ -267,7 +267,8 @@ class LoadDriver:
 
     def __init__(self, prompts: PromptSet, endpoint: EndpointOptions, options: RunOptions, spec: LoadSpec,
                  out_dir: Path, stop: Stop | None, reporter: Reporter | None) -> None:  # fmt: skip
-        self.prompts, self.endpoint, self.options, self.spec = prompts, endpoint, options, spec
+        # the schedules are drawn from the requests' seed: the load's (the API's seed keyword)
+        self.prompts, self.endpoint, self.options, self.spec = prompts, endpoint, options.replaced(seed=spec.seed), spec
         self.out_dir, self.stop, self.reporter = out_dir, stop, reporter or NullReporter()
         self.rows: dict[float, dict[str, Any]] = {}
         self.model: str | None = None
@@ -279,7 +280,7 @@ class LoadDriver:
             return self.rows[rate]
         out = prepare_output(self.out_dir / f"rate-{rate:g}.json", overwrite=False)
         self.reporter.status(f"offered rate {rate:g}/s ...")
-        endpoint = dataclasses.replace(self.endpoint, open_loop=self.spec.open_loop(rate))
+        endpoint = self.endpoint.replaced(open_loop=self.spec.open_loop(rate))
         try:
             run, _ = await run_driver(self.prompts, endpoint, self.options, output=out, stop=self.stop,
                                       reporter=self.reporter)  # fmt: skip
@@ -334,7 +335,7 @@ class LoadDriver:
             "llmbench_version": llmbench_version(),
             "created_at": utc_now(),
             "complete": complete,
-            "endpoint": redact(chat_url(self.endpoint.url)),
+            "endpoint": redact(chat_url(self.endpoint.endpoint)),
             "model": self.model,
             "arrival": self.spec.arrival,
             "seed": self.spec.seed,
@@ -371,7 +372,7 @@ async def load(
 ) -> tuple[dict[str, Any], Path]:
     """Every rate of ``spec`` (or the saturation search) against ``endpoint``; load.json's record and path."""
     spec.validate()
-    endpoint.validate()
+    endpoint.check()
     options.check()
     driver = LoadDriver(prompts, endpoint, options, spec, prepare_driver_dir(out_dir, "load"), stop, reporter)
     search = None

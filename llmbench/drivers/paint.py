@@ -180,9 +180,9 @@ async def paint(
     when given). UserError before anything is sent for a missing Playwright or Chromium, a bad URL or a server
     that does not answer; and when every measured request failed."""
     options.check()
-    endpoint.validate()
+    endpoint.check()
     check_planned(("prompts", len(prompts.prompts)), ("--repeats", options.repeats))  # before Chromium starts
-    url = chat_url(endpoint.url)
+    url = chat_url(endpoint.endpoint)
     headers = api_headers(endpoint.api_key_env)
     executable = check_tools(chromium)
     try:

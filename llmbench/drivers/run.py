@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
@@ -157,15 +156,15 @@ def _dealt(target: EndpointOptions, options: RunOptions, pending: workload.Pendi
     unshared = ("--turns runs each conversation in one process" if options.turns > 1
                 else "--resume continues one process's run" if resume is not None
                 else "--server-command measures its server's first request from one process" if target.server_command
-                else "a trace is replayed from one client process" if ol is not None and ol.trace is not None
+                else "a trace is replayed from one client process" if ol is not None and ol.replay is not None
                 else "prompts made or chosen by the tokenizer are known in one process" if pending.known is None
                 else None)  # fmt: skip
     if ol is not None:
-        events = ol.rate_rps * options.max_new_tokens
+        events = (ol.rate or 0.0) * options.max_new_tokens  # a replayed trace: one process (unshared)
         n = client_processes(ol.workers, streams=None, events_per_s=events, unshared=None if ol.ray else unshared)
-        return dataclasses.replace(target, open_loop=dataclasses.replace(ol, workers=n))
+        return target.replaced(open_loop=ol.replaced(workers=n))
     n = client_processes(target.workers, streams=target.concurrency, events_per_s=None, unshared=unshared)
-    return dataclasses.replace(target, workers=n)
+    return target.replaced(workers=n)
 
 
 def _loaded_model(spec: dict, config: Any) -> dict:
@@ -192,7 +191,7 @@ async def _shared(
     from llmbench.core.errors import RunInterrupted
     from llmbench.runner import loadgen
 
-    target.validate()
+    target.check()
     if resume is not None:
         raise UserError("--resume continues one process's run; a run over --workers or --ray can't resume")
     prompts = pending.fixed()
@@ -204,8 +203,9 @@ async def _shared(
         from llmbench.core.redact import redact_url
 
         where = f"Ray tasks on {redact_url(ol.ray)}" if ol is not None and ol.ray else "local client processes"
-        what = f"open loop at {ol.rate_rps:g}/s" if ol is not None else f"{target.concurrency} streams at a time"
-        reporter.status(f"streaming to {redact_url(target.url)}, {what} over {target.processes} {where}")
+        what = (f"{target.concurrency} streams at a time" if ol is None else "a trace replayed"
+                if ol.rate is None else f"open loop at {ol.rate:g}/s")  # fmt: skip
+        reporter.status(f"streaming to {redact_url(target.endpoint)}, {what} over {target.processes} {where}")
     spread = loadgen.run_ray if ol is not None and ol.ray else loadgen.run_local
     run, stopped = await spread(prompts, target, options, stop)
     run.config.spec = spec

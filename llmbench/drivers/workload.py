@@ -257,7 +257,7 @@ class Pending:
         from llmbench.options import EndpointOptions
 
         if isinstance(self.source, Trace) and not (isinstance(target, EndpointOptions) and target.open_loop is not None
-                                                   and target.open_loop.trace is self.source):  # fmt: skip
+                                                   and target.open_loop.replay is self.source):  # fmt: skip
             raise UserError("a trace is replayed against a server: run --endpoint URL --trace FILE")
 
     def fixed(self) -> PromptSet:

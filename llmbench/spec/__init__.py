@@ -79,12 +79,19 @@ Dtype = Literal["auto", "float32", "bfloat16", "float16"]
 Weights = Literal["pretrained", "random"]
 
 
-class ModelSection(Section):
-    """The model generated in this process, and how it is loaded."""
+class ModelName(Section):
+    """The model: loaded in this process, or the name sent to a server (its own section's first field, apart so
+    the endpoint's options take it alone)."""
 
     table: ClassVar[str] = "model"
     model: Optional[str] = setting(None, f"Hub id, local folder or .gguf file (default: {DEFAULT_MODEL}).",
                                    short="-m")  # fmt: skip
+
+
+class ModelSection(ModelName):
+    """The model generated in this process, and how it is loaded."""
+
+    table: ClassVar[str] = "model"
     weights: Weights = setting(
         "pretrained", "random: the real architecture with random weights (no download; timings real)."
     )
@@ -219,8 +226,8 @@ class PromptsSection(Section):
                                    allow_inf_nan=False)  # fmt: skip
 
 
-class ArrivalsSection(Section):
-    """When requests are sent to a server: an open loop's schedule (``--rate``)."""
+class Schedule(Section):
+    """An open loop's schedule: the arrivals section's first fields, apart so the option types compose them."""
 
     table: ClassVar[str] = "arrivals"
     rate: Optional[float] = setting(None, "With --endpoint: open loop, requests per second on a schedule drawn in "
@@ -236,6 +243,12 @@ class ArrivalsSection(Section):
         le=limits.MAX_SCHEDULE_S,
         allow_inf_nan=False,
     )
+
+
+class ClientProcesses(Section):
+    """The client processes a server's requests are dealt to (a closed loop's and an open loop's)."""
+
+    table: ClassVar[str] = "arrivals"
     workers: Optional[int] = setting(
         None,
         "With --endpoint: client processes sharing the requests, a closed loop's --concurrency streams split among "
@@ -244,6 +257,12 @@ class ArrivalsSection(Section):
         "be shared).",
         ge=1, le=limits.MAX_CLIENTS,
     )  # fmt: skip
+
+
+class ArrivalsSection(ClientProcesses, Schedule):  # fields in order: the schedule's, workers, ray
+    """When requests are sent to a server: an open loop's schedule (``--rate``)."""
+
+    table: ClassVar[str] = "arrivals"
     ray: Optional[str] = setting(None, "Open loop: run the --workers as Ray tasks on this cluster (address, 'auto' or "
                                  "'local'; pip install 'llmbench\\[ray]').")  # fmt: skip
 

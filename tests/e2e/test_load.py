@@ -53,7 +53,7 @@ def test_a_rate_sweep_holds_below_capacity_and_fails_above_with_429s(cli, server
 def test_the_saturation_search_lands_between_a_holding_and_a_failing_rate(server, tmp_path):
     spec = ld.LoadSpec(rates=None, slos=[ld.Slo("ttft_ms", 90, 400.0)], arrival="constant", duration_s=1.0,
                        auto_start=2.0, auto_steps=2)  # fmt: skip
-    record, path = asyncio.run(ld.load(PROMPTS, EndpointOptions(url=server), OPTIONS, spec, tmp_path / "auto"))
+    record, path = asyncio.run(ld.load(PROMPTS, EndpointOptions(endpoint=server), OPTIONS, spec, tmp_path / "auto"))
     sat = record["saturation"]
     lo, hi = sat["bracket_rps"]
     assert sat["method"] == "auto" and sat["rate_rps"] == lo and lo < hi

@@ -118,7 +118,7 @@ def served(qwen_tokenizer):
 
 
 def _paint(url: str, out: Path) -> dict:
-    return asyncio.run(paint(PROMPTS, EndpointOptions(url=f"{url}/v1"), OPTIONS, chromium=CHROMIUM, output=out))
+    return asyncio.run(paint(PROMPTS, EndpointOptions(endpoint=f"{url}/v1"), OPTIONS, chromium=CHROMIUM, output=out))
 
 
 @pytest.fixture(scope="module")

@@ -58,8 +58,8 @@ def test_open_loop_over_ray_tasks(qwen_tokenizer, tmp_path):
     prompts = PromptSet.from_list(["a plant dumps water at night", "某工厂夜间偷排废水"])
     out = tmp_path / "ray.json"
     with BackgroundServer(create_app(lm, max_queue=4)) as url:
-        ep = EndpointOptions(url=url, open_loop=OpenLoop(rate_rps=5.0, arrival="constant", requests=8, workers=2,
-                                                         ray="local"))  # fmt: skip
+        ep = EndpointOptions(endpoint=url, open_loop=OpenLoop(rate=5.0, arrival="constant", requests=8, workers=2,
+                                                              ray="local"))  # fmt: skip
         run, _ = asyncio.run(run_driver(prompts, ep, RunOptions(max_new_tokens=4, ignore_eos=True), output=out))
     saved = load_run(out)
     assert saved.config.endpoint.workers == 2 and saved.complete

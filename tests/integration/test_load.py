@@ -37,7 +37,7 @@ def server(qwen_tokenizer):
 
 
 def _open(url: str, rate: float, **kw) -> EndpointOptions:
-    return EndpointOptions(url=url, open_loop=OpenLoop(rate_rps=rate, **kw))
+    return EndpointOptions(endpoint=url, open_loop=OpenLoop(rate=rate, **kw))
 
 
 # -- schedules ----------------------------------------------------------------------------------------------
@@ -77,8 +77,7 @@ def test_an_open_loop_does_not_wait_for_answers_but_a_closed_loop_does(server):
     served = sorted(run.requests, key=lambda r: r.scheduled_s)
     # queued requests wait their turn: TTFT grows with the place in the queue
     assert served[-1].ttft_ms > served[0].ttft_ms + 2 * PREFILL_MS
-    closed, _ = asyncio.run(run_driver(PROMPTS, EndpointOptions(url=server), RunOptions(**{**OPTIONS.__dict__,
-                                                                                           "repeats": 3})))  # fmt: skip
+    closed, _ = asyncio.run(run_driver(PROMPTS, EndpointOptions(endpoint=server), OPTIONS.replaced(repeats=3)))
     assert not closed.failed_requests and len(closed.requests) == 9
 
 
@@ -180,8 +179,8 @@ def _prompts(tmp_path):
 def test_reasoning_is_stamped_apart_from_the_answer(qwen_tokenizer, tmp_path):
     lm = delayed_loaded(qwen_tokenizer, prefill_ms=20.0, decode_ms=15.0)
     with BackgroundServer(create_app(lm, max_queue=4, reasoning_tokens=3)) as url:
-        run, _ = asyncio.run(run_driver(PROMPTS, EndpointOptions(url=url), RunOptions(max_new_tokens=8,
-                                                                                       ignore_eos=True)))  # fmt: skip
+        run, _ = asyncio.run(run_driver(PROMPTS, EndpointOptions(endpoint=url),
+                                        RunOptions(max_new_tokens=8, ignore_eos=True)))  # fmt: skip
     for r in run.requests:
         assert r.reasoning_tokens == 3 and r.reasoning_events and r.reasoning_events <= 3
         # the first answer token comes three decode steps after the first thought

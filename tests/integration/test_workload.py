@@ -62,8 +62,8 @@ def test_a_trace_is_made_with_the_servers_tokenizer(tiny_model_dir, tmp_path):
     _mooncake(path)
     rows = trace.read(trace.TraceSpec(str(path), "mooncake"))
     options = RunOptions(max_new_tokens=50)
-    server = make_backend(EndpointOptions(url="http://127.0.0.1:9/v1", tokenizer=str(tiny_model_dir),
-                                          open_loop=OpenLoop(rate_rps=1.0, trace=rows)), options)  # fmt: skip
+    server = make_backend(EndpointOptions(endpoint="http://127.0.0.1:9/v1", tokenizer=str(tiny_model_dir),
+                                          open_loop=OpenLoop(replay=rows)), options)  # fmt: skip
     made = _prepare(rows, server, options)
     count, _tok = asyncio.run(server.counting())
     assert [count(p) for p in made.prompts.prompts] == [r.input_tokens for r in rows.rows]

@@ -218,7 +218,7 @@ def _load_folder(tmp_path, share: float = 0.99):
     spec = ld.LoadSpec(rates=[2.0, 8.0, 50.0], slos=[ld.Slo("ttft_ms", 90, 1e9)], fluidity_share=share)
     folder = tmp_path / f"load-{share:g}"
     folder.mkdir()
-    driver = ld.LoadDriver(PROMPTS, EndpointOptions(url="http://127.0.0.1:9"), RunOptions(), spec, folder, None,
+    driver = ld.LoadDriver(PROMPTS, EndpointOptions(endpoint="http://127.0.0.1:9"), RunOptions(), spec, folder, None,
                            None)  # fmt: skip
     for rate, run in ((2.0, _rate_run(2.0, [STEADY] * 9 + [PAUSED])), (8.0, _rate_run(8.0, [STEADY] * 99 + [SLOW])),
                       (50.0, _rate_run(50.0, [STEADY] * 5 + [LATE] * 2 + [PAUSED], failed=2))):  # fmt: skip

@@ -69,8 +69,8 @@ def test_a_ray_address_that_cannot_be_joined_is_said_without_its_secrets(monkeyp
 
     monkeypatch.setattr(ray, "init", no_cluster)
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
-    target = EndpointOptions(url="http://127.0.0.1:1/v1", open_loop=OpenLoop(rate_rps=1, requests=2, workers=2,
-                                                                              ray=address))  # fmt: skip
+    target = EndpointOptions(endpoint="http://127.0.0.1:1/v1", open_loop=OpenLoop(rate=1, requests=2, workers=2,
+                                                                                       ray=address))  # fmt: skip
     with pytest.raises(UserError) as e:
         import asyncio
 

@@ -63,6 +63,8 @@ def test_pareto_keeps_the_setups_nothing_beats_on_both():
         (("--rank-by", "p99"), "--rank-by"),
         # was: accepted and silently ignored (a bare list is for the engines other than transformers: none here)
         (("--precision", "q8_0"), "--precision q8_0: a weight format of --engine"),
+        # was: the grid's comma list of caches taken as the base options' one cache, refused (past that, the plan)
+        (("--cache", "dynamic,static", "--precision", "q8_0"), "--precision q8_0: a weight format of --engine"),
         (("--max-kld", "nan"), "--max-kld must be a KL divergence"),
         # was: a plan of a million requests built, then measured for days
         (("--rounds", "1000000", "--threads", "1,2"), "--rounds 1,000,000 x 4 setups x 3 prompts: 12,000,000 requests"),

@@ -151,8 +151,8 @@ def test_a_trace_is_sent_only_by_the_open_loop_it_schedules(tmp_path):
     _mooncake(path)
     rows = trace.read(trace.TraceSpec(str(path), "mooncake"))
     pending = workload.begin(rows, RunOptions())
-    pending.check_target(EndpointOptions(url="http://127.0.0.1:9/v1", open_loop=OpenLoop(rate_rps=1.0, trace=rows)))
-    for target in (EndpointOptions(url="http://127.0.0.1:9/v1"), llmbench.ModelOptions(model="m")):
+    pending.check_target(EndpointOptions(endpoint="http://127.0.0.1:9/v1", open_loop=OpenLoop(replay=rows)))
+    for target in (EndpointOptions(endpoint="http://127.0.0.1:9/v1"), llmbench.ModelOptions(model="m")):
         with pytest.raises(UserError, match="^a trace is replayed against a server: run --endpoint URL --trace FILE"):
             pending.check_target(target)
 
@@ -202,7 +202,7 @@ def test_a_dataset_is_filtered_by_the_backends_own_count(tiny, tmp_path):
 
 def test_a_server_without_its_tokenizer_is_refused_what_needs_one(tmp_path):
     options = RunOptions()
-    server = make_backend(EndpointOptions(url="http://127.0.0.1:9/v1"), options)
+    server = make_backend(EndpointOptions(endpoint="http://127.0.0.1:9/v1"), options)
     for src, option in ((SyntheticSpec(8, 2), "--synthetic"), (PrefixSpec(2, 8, 2, 3), "--prefix-groups")):
         with pytest.raises(UserError, match=f"^{option} with --endpoint needs --tokenizer"):
             _prepare(src, server, options)
