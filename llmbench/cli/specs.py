@@ -35,6 +35,8 @@ def parameter(name: str, fi: Any) -> inspect.Parameter:
     """The typer parameter of one spec field."""
     extra = fi.json_schema_extra or {}
     default = inspect.Parameter.empty if fi.is_required() else fi.default
+    if extra.get("comma") and isinstance(default, list):  # shown as it is typed: float32,bfloat16
+        default = ",".join(map(str, default))
     kwargs: dict[str, Any] = {"help": fi.description}
     if extra.get("panel"):
         kwargs["rich_help_panel"] = extra["panel"]
@@ -47,8 +49,9 @@ def parameter(name: str, fi: Any) -> inspect.Parameter:
         kwargs |= {"envvar": extra["envvar"], "show_envvar": True}
     if extra.get("hidden"):
         kwargs["hidden"] = True
+    typed = Optional[str] if extra.get("comma") else fi.annotation  # "1,2": the spec splits it (comma_items)
     return inspect.Parameter(name, KW, default=default,
-                             annotation=Annotated[fi.annotation, typer.Option(*decls, **kwargs)])  # fmt: skip
+                             annotation=Annotated[typed, typer.Option(*decls, **kwargs)])  # fmt: skip
 
 
 def section_option(section: type[Section], name: str) -> tuple[Any, Any]:
@@ -139,8 +142,17 @@ def from_spec(spec: type[Spec]) -> Callable[[F], F]:
 def _set_defaults(ctx: typer.Context, spec: type[Spec], tables: dict[str, dict[str, Any]]) -> None:
     """A config's settings as the command's defaults: a flag given on the command line still wins."""
     fields = spec.fields()
-    values = {k: str(v) if isinstance(v, Path) else v for t in tables.values() for k, v in t.items() if k in fields}
+    values = {k: _as_option(fields[k][1], v) for t in tables.values() for k, v in t.items() if k in fields}
     ctx.default_map = {**(ctx.default_map or {}), **values}
+
+
+def _as_option(fi: Any, v: Any) -> Any:
+    """A config file's value as its option's default: a path as text, a comma list's items as ``1,2``."""
+    if isinstance(v, Path):
+        return str(v)
+    if (fi.json_schema_extra or {}).get("comma") and isinstance(v, list):
+        return ",".join(map(str, v))
+    return v
 
 
 def read_config(path: Path, spec: type[Spec]) -> dict[str, dict[str, Any]]:

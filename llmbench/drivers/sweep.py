@@ -30,7 +30,6 @@ from llmbench.drivers.sweep_setups import engine_spec as engine_spec
 from llmbench.drivers.sweep_setups import expand as expand
 from llmbench.drivers.sweep_setups import plan as plan
 from llmbench.drivers.sweep_setups import setup_options as setup_options
-from llmbench.drivers.sweep_setups import split_list as split_list
 from llmbench.engines.hf import models
 from llmbench.engines.hf.generation import generation_thread
 from llmbench.engines.hf.models import LoadedModel

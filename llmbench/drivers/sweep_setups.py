@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
-
-import torch
 
 from llmbench.core.errors import UserError
 from llmbench.engines.hf import models
 from llmbench.engines.hf.quantize import forced_dtype
 from llmbench.options import ModelOptions, RunOptions
+from llmbench.spec import comma_list, default_threads
 from llmbench.workloads.limits import check_planned
 from llmbench.workloads.prompts import PromptSet
 
@@ -78,57 +78,46 @@ class Setup:
         return dataclasses.asdict(self)
 
 
-def split_list(text: str | None, option: str) -> list[str]:
-    """``"a,b"`` -> ``["a", "b"]``; empty items and duplicates are a UserError."""
-    if text is None:
-        return []
-    items = [t.strip() for t in text.split(",")]
-    if any(not t for t in items):
-        raise UserError(f"{option} '{text}' has an empty item; give a comma-separated list such as a,b")
-    if len(set(items)) != len(items):
-        raise UserError(f"{option} '{text}' lists a value twice")
-    return items
-
-
 def plan(
     spec: ModelOptions,
     options: RunOptions,
     *,
-    dtype: str,
-    threads: str | None,
-    attn: str | None,
-    cache: str,
+    dtype: list[str],
+    threads: list[int] | None,
+    attn: list[str] | None,
+    cache: list[str],
     compile_: bool,
-    quantize: str,
-    engine: str = "transformers",
+    quantize: list[str],
+    engine: Sequence[str] = ("transformers",),
     precision: list[str] | None = None,
-    speculative: str | None = None,
-    prefix_cache: str | None = None,
+    speculative: list[str] | None = None,
+    prefix_cache: list[str] | None = None,
 ) -> tuple[list[Setup], list[str]]:
-    """The CLI's comma lists -> the setups to run and why others were left out. Every knob of every setup is
-    checked here, before any model loads (UserError). ``engine``: a comma list of engines; ``precision``:
-    ``ENGINE=P1,P2`` items (or ``P1,P2`` for every engine other than transformers); ``speculative`` and
-    ``prefix_cache``: comma lists of ``--speculative``/``--prefix-cache`` values, crossed with every setup."""
+    """The sweep's grid (lists of each setting's values, as its spec typed them: ``--threads 1,2`` is ``[1, 2]``)
+    -> the setups to run and why others were left out. Every knob of every setup is checked here, before any
+    model loads (UserError). ``precision``: ``ENGINE=P1,P2`` items (or ``P1,P2`` for every engine other than
+    transformers); ``speculative`` and ``prefix_cache``: ``--speculative``/``--prefix-cache`` values, crossed with
+    every setup."""
     from llmbench import engines as eng
 
-    engine_list = [eng.engine_info(e).name for e in split_list(engine, "--engine")]
+    engine_list = [eng.engine_info(e).name for e in engine]
     if len(set(engine_list)) != len(engine_list):
-        raise UserError(f"--engine '{engine}' names an engine twice")
+        raise UserError(f"--engine '{','.join(engine)}' names an engine twice")
     check_grid(dtype, threads, attn, cache, compile_, quantize, engine_list, precision, speculative, prefix_cache)
-    thread_list = [_whole(t, "--threads") for t in split_list(threads, "--threads")] or [torch.get_num_threads()]
+    thread_list = list(threads or []) or [default_threads()]  # the spec typed and bounded each
     setups: list[Setup] = []
     skipped: list[str] = []
     if "transformers" in engine_list:
-        if "auto" in split_list(dtype, "--dtype"):
+        if "auto" in dtype:
             raise UserError("--dtype auto has no place in a sweep: list the dtypes to compare")
-        dtypes = [models.resolve_dtype(d, "cpu", probe=False)[0] for d in split_list(dtype, "--dtype")]
+        dtypes = [models.resolve_dtype(d, "cpu", probe=False)[0] for d in dtype]
         setups, skipped = expand(
             dtypes,
             thread_list,
-            list[str | None](split_list(attn, "--attn")) or [None],
-            split_list(cache, "--cache"),
+            list[str | None](attn or []) or [None],
+            list(cache),
             [False, True] if compile_ else [False],
-            [None if q == "none" else q for q in split_list(quantize, "--quantize")],
+            [None if q == "none" else q for q in quantize],
         )
     per_engine = engine_precisions(precision or [], [e for e in engine_list if e != "transformers"])
     source, _path = models.classify_source(spec.model, spec.weights)
@@ -155,33 +144,34 @@ def plan(
     return setups, skipped
 
 
-def check_grid(dtype: str, threads: str | None, attn: str | None, cache: str, compile_: bool, quantize: str,
-               engines: list[str], precision: list[str] | None, speculative: str | None,
-               prefix_cache: str | None) -> None:  # fmt: skip
+def check_grid(dtype: list[str], threads: list[int] | None, attn: list[str] | None, cache: list[str],
+               compile_: bool, quantize: list[str], engines: list[str], precision: list[str] | None,
+               speculative: list[str] | None, prefix_cache: list[str] | None) -> None:  # fmt: skip
     """UserError when the lists cross into more than :data:`MAX_SETUPS` setups (each loads a model), counted
     from the lists' lengths before any setup is made: a generous upper bound of what :func:`plan` expands."""
 
-    def n(text: str | None) -> int:
-        return max(1, len([t for t in (text or "").split(",") if t.strip()]))
+    def n(items: Sequence[Any] | None) -> int:
+        return max(1, len(items or []))
 
     levers = n(speculative) * n(prefix_cache)
     grid = n(dtype) * n(attn) * n(cache) * (2 if compile_ else 1) * n(quantize) + len(engines)
-    grid += sum(n(p.partition("=")[2] or p) for p in precision or [])
-    if n(threads) * grid * levers > MAX_SETUPS:
-        raise UserError(f"the sweep's lists cross into up to {n(threads) * grid * levers:,} setups, each loading a "
+    grid += sum(n((p.partition("=")[2] or p).split(",")) for p in precision or [])
+    crossed = n(threads) * grid * levers
+    if crossed > MAX_SETUPS:
+        raise UserError(f"the sweep's lists cross into up to {crossed:,} setups, each loading a "
                         f"model: more than a sweep runs (at most {MAX_SETUPS:,}); list fewer values")  # fmt: skip
 
 
 def with_levers(
-    setups: list[Setup], speculative: str | None, prefix_cache: str | None
+    setups: list[Setup], speculative: list[str] | None, prefix_cache: list[str] | None
 ) -> tuple[list[Setup], list[str]]:
     """Every setup crossed with every lever asked (``none`` keeps the plain one), and why combinations were left
     out: an engine without the method, a lever on a static cache, speculative decoding on a prefix cache."""
     from llmbench.core.engine_registry import engine_info
     from llmbench.core.speculative import parse_prefix_cache, parse_speculative
 
-    specs = [parse_speculative(t) for t in split_list(speculative, "--speculative")] or [None]
-    prefixes = [parse_prefix_cache(t) for t in split_list(prefix_cache, "--prefix-cache")] or ["none"]
+    specs = [parse_speculative(t) for t in speculative or []] or [None]
+    prefixes = [parse_prefix_cache(t) for t in prefix_cache or []] or ["none"]
     out: list[Setup] = []
     skipped: list[str] = []
     for s in setups:
@@ -231,7 +221,7 @@ def engine_precisions(items: list[str], engines: list[str]) -> dict[str, list[st
             raise UserError(f"--precision {item}: {targets[0]} is not among --engine {','.join(engines)}")
         for t in targets:
             out.setdefault(t, [])
-            out[t] += [v for v in split_list(values if sep else name, "--precision") if v not in out[t]]
+            out[t] += [v for v in comma_list(values if sep else name, "--precision") if v not in out[t]]
     return out
 
 
@@ -239,13 +229,6 @@ def engine_spec(spec: ModelOptions, s: Setup) -> ModelOptions:
     """The model options of an engine setup."""
     return spec.replaced(engine=s.engine, precision=s.precision, threads=s.threads, dtype="auto",
                          attn=None, quantize=None)  # fmt: skip
-
-
-def _whole(text: str, option: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise UserError(f"{option}: '{text}' is not a whole number") from None
 
 
 def expand(

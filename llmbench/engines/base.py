@@ -12,7 +12,7 @@ from typing import Any, Protocol
 from llmbench.core.process import cold_clock
 from llmbench.options import ModelOptions
 from llmbench.results.schema import LoadInfo
-from llmbench.spec import Weights
+from llmbench.spec import Weights, default_threads
 
 
 @dataclass
@@ -98,16 +98,6 @@ class EngineModel:
         from llmbench.engines.hf.generation import generation_thread
 
         return generation_thread().run(fn, *args, **kwargs)
-
-
-def default_threads() -> int:
-    """Physical cores, as torch's own default: the engines' defaults differ (llama.cpp: half the logical CPUs for
-    decode, all for prefill), and the comparison needs them alike."""
-    import os
-
-    import psutil
-
-    return psutil.cpu_count(logical=False) or os.cpu_count() or 1
 
 
 def load(spec: ModelOptions, on_status: Callable[[str], None] | None = None) -> EngineModel:

@@ -38,6 +38,22 @@ DEFAULT_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
 MAX_TOKENS = 10_000_000  # no model writes more in one answer: a bigger --max-new-tokens is a typo
 MAX_COUNT = 1_000_000  # warmup requests, repeats of the prompt list
 MAX_THREADS = 4096
+
+
+def default_threads() -> int:
+    """The one thread count a model generates with when ``--threads`` is not given, every engine alike (llama.cpp's
+    own default is half the logical CPUs for decode, all for prefill; a comparison needs them the same):
+    ``OMP_NUM_THREADS`` when set, else the physical cores, as torch's own default."""
+    import os
+
+    omp = os.environ.get("OMP_NUM_THREADS", "").strip()
+    if omp.isdigit() and 1 <= int(omp) <= MAX_THREADS:
+        return int(omp)
+    import psutil
+
+    return psutil.cpu_count(logical=False) or os.cpu_count() or 1
+
+
 DEFAULT_DURATION_S = 30.0  # an open loop given neither --duration nor --requests sends for this long
 # one client process keeps up with this many streams, or this many events a second, before a second one helps
 # (benchmarks/README.md, "the client that keeps up": 64 streams x 100 events/s on 2 cores with the server, stamps
@@ -47,9 +63,11 @@ EVENTS_PER_PROCESS_S = 3_200.0
 
 
 def setting(default: Any, help: str, *, flag: str | None = None, short: str | None = None, panel: str | None = None,
-            envvar: str | None = None, argument: bool = False, hidden: bool = False, **bounds: Any) -> Any:  # fmt: skip
+            envvar: str | None = None, argument: bool = False, hidden: bool = False, comma: bool = False,
+            **bounds: Any) -> Any:  # fmt: skip
     """A spec field: pydantic's Field with the command line's spelling kept in its JSON-schema extras (``flag``:
-    the option's declaration when it is not ``--field-name``; ``argument``: positional)."""
+    the option's declaration when it is not ``--field-name``; ``argument``: positional; ``comma``: a list given
+    as one comma-separated option on the command line, ``--threads 1,2``, and as a list in a config file)."""
     cli = {
         "flag": flag,
         "short": short,
@@ -57,6 +75,7 @@ def setting(default: Any, help: str, *, flag: str | None = None, short: str | No
         "envvar": envvar,
         "argument": argument or None,
         "hidden": hidden or None,
+        "comma": comma or None,
     }
     return Field(default, description=help, json_schema_extra={k: v for k, v in cli.items() if v is not None} or None,
                  **bounds)  # fmt: skip
@@ -77,6 +96,9 @@ class Section(BaseModel):
 
 Dtype = Literal["auto", "float32", "bfloat16", "float16"]
 Weights = Literal["pretrained", "random"]
+Attn = Literal["eager", "sdpa", "flash_attention_2", "flex_attention"]
+Quantize = Literal["none", "int8", "int8-dynamic"]
+Cache = Literal["dynamic", "static"]
 
 
 class ModelName(Section):
@@ -108,11 +130,10 @@ class ModelSection(ModelName):
     device: str = setting("auto", "auto, cpu, cuda, cuda:N or mps.")
     dtype: Dtype = setting("auto", "auto = fastest on the device.")
     reprobe: bool = setting(False, "--dtype auto: measure the dtypes again instead of this machine's cached choice.")
-    threads: Optional[int] = setting(None, "torch intra-op threads (default: torch's choice).", ge=1, le=MAX_THREADS)
-    attn: Optional[Literal["eager", "sdpa", "flash_attention_2", "flex_attention"]] = setting(
-        None, "Attention kernel (default: the model's)."
-    )
-    quantize: Literal["none", "int8", "int8-dynamic"] = setting(
+    threads: Optional[int] = setting(None, "Threads the model computes with, every engine alike (default: "
+                                     "OMP_NUM_THREADS, else the physical cores).", ge=1, le=MAX_THREADS)  # fmt: skip
+    attn: Optional[Attn] = setting(None, "Attention kernel (default: the model's).")
+    quantize: Quantize = setting(
         "none",
         "int8: int8 weights per output channel, activations in --dtype; int8-dynamic: int8 weights and "
         "activations, float32 only (CPU).",
@@ -311,7 +332,7 @@ class LeversSection(Section):
     """What makes decoding faster: the KV cache, torch.compile, speculative decoding, prefix caching."""
 
     table: ClassVar[str] = "levers"
-    cache: Literal["dynamic", "static"] = setting("dynamic", "KV cache: dynamic, or static (preallocated).")
+    cache: Cache = setting("dynamic", "KV cache: dynamic, or static (preallocated).")
     compile: bool = setting(False, "torch.compile the decode step (static cache).")
     speculative: Optional[str] = setting(
         None,
@@ -408,8 +429,8 @@ class Spec(BaseModel):
                 if key not in fields:
                     raise UserError(f"{where}: [{table}] {key}: no such key{_close(key, fields)}")
                 try:
-                    kept: Any = _adapter(fields[key]).validate_python(_located(key, fields[key], value, base),
-                                                                      strict=True)  # fmt: skip
+                    located = _located(key, fields[key], value, base, label=f"{where}: [{table}] {key}")
+                    kept: Any = _adapter(fields[key]).validate_python(located, strict=True)
                 except ValidationError as e:
                     raise UserError(describe(e, cls, where, loc=(table, key))) from None
                 out.setdefault(table, {})[key] = kept
@@ -474,8 +495,11 @@ def _is_path(annotation: Any) -> bool:
     return annotation is Path or Path in getattr(annotation, "__args__", ())
 
 
-def _located(name: str, fi: Any, value: Any, base: Path | None) -> Any:
-    """A config file's value as its field takes it: a path (a TOML string) as a Path, relative to ``base``."""
+def _located(name: str, fi: Any, value: Any, base: Path | None, label: str | None = None) -> Any:
+    """A config file's value as its field takes it: a path (a TOML string) as a Path, relative to ``base``; a comma
+    list's text (``--threads 1,2``) as its items (``label``: what an error names, the option by default)."""
+    if (fi.json_schema_extra or {}).get("comma") and isinstance(value, str):
+        return comma_items(label or option_of(name, fi), fi, value)
     if _is_path(fi.annotation) and isinstance(value, str):
         path = Path(value).expanduser()
         return base / path if base is not None and not path.is_absolute() else path
@@ -484,6 +508,37 @@ def _located(name: str, fi: Any, value: Any, base: Path | None) -> Any:
         if not path.is_absolute() and (base / path).exists():  # a folder beside the file; else a hub id as given
             return str(base / path)
     return value
+
+
+def comma_list(text: str, option: str) -> list[str]:
+    """``"a, b"`` -> ``["a", "b"]``; an empty item or one listed twice is one UserError line naming ``option``."""
+    items = [t.strip() for t in text.split(",")]
+    if any(not t for t in items):
+        raise UserError(f"{option} '{text}' has an empty item; give a comma-separated list such as a,b")
+    if len(set(items)) != len(items):
+        raise UserError(f"{option} '{text}' lists a value twice")
+    return items
+
+
+def comma_items(option: str, fi: Any, text: str) -> list[Any]:
+    """``"1,2"`` as the list field ``fi``'s items, each of its item type (``[1, 2]``; bounds are the field's to
+    check); an empty item, a value listed twice or one not of the type is one UserError line naming ``option``."""
+    import typing
+
+    items = comma_list(text, option)
+    ann = fi.annotation
+    listed = ann if typing.get_origin(ann) is list else next(a for a in typing.get_args(ann)
+                                                             if typing.get_origin(a) is list)  # fmt: skip
+    item = typing.get_args(listed)[0]
+    if typing.get_origin(item) is Annotated:  # a bounded item: its type here, the field checks the bounds
+        item = typing.get_args(item)[0]
+    try:
+        return [TypeAdapter(item).validate_python(t) for t in items]
+    except ValidationError as e:
+        err = e.errors(include_url=False)[0]
+        said = _EXPECTED.get(err["type"]) or err["msg"].lower()
+        where = f" (in '{text}')" if len(items) > 1 else ""
+        raise UserError(f"{option}: {said}, not {err.get('input')!r}{where}") from None
 
 
 def _plain(name: str, v: Any) -> Any:
@@ -536,7 +591,7 @@ def describe(e: ValidationError, spec: type[Spec], where: str = "", loc: tuple[s
     (``loc``: where the value was, when the error does not say)."""
     fields = spec.fields()
     err = e.errors(include_url=False)[0]
-    at = [str(p) for p in (*loc, *err["loc"])]
+    at = [str(p) for p in (*loc, *err["loc"]) if not isinstance(p, int)]  # a list's item: its field
     key = at[-1] if at else ""
     if where:
         name = f"{where}: [{at[0]}] {'.'.join(at[1:])}" if len(at) > 1 else f"{where}: [{key}]"
@@ -558,6 +613,7 @@ def describe(e: ValidationError, spec: type[Spec], where: str = "", loc: tuple[s
 _EXPECTED = {
     "int_type": "expected an integer",
     "int_from_float": "expected an integer",
+    "int_parsing": "expected an integer",
     "float_type": "expected a number",
     "bool_type": "expected true or false",
     "string_type": "expected a string",

@@ -4,18 +4,24 @@ command's own tables, declared here once (see :mod:`llmbench.spec`)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import ClassVar, Literal, Optional
+from typing import Annotated, ClassVar, Literal, Optional
+
+from pydantic import Field
 
 from llmbench.spec import (
     DATASET,
     DEFAULT_DURATION_S,
     MAX_COUNT,
+    MAX_THREADS,
     ArrivalsSection,
+    Attn,
+    Cache,
     Dtype,
     LeversSection,
     ModelSection,
     OutputsSection,
     PromptsSection,
+    Quantize,
     ReaderSection,
     RequestsSection,
     Section,
@@ -47,24 +53,31 @@ class SweepGrid(Section):
 
     table: ClassVar[str] = "grid"
     lists: ClassVar[bool] = True
-    dtype: str = setting("float32,bfloat16", "Comma-separated dtypes: float32,bfloat16,float16.")
-    threads: Optional[str] = setting(None, "Comma-separated thread counts, e.g. 1,2.")
-    attn: Optional[str] = setting(None, "Comma-separated attention kernels, e.g. eager,sdpa.")
-    cache: str = setting("dynamic", "Comma-separated KV caches: dynamic,static.")
+    # each a list of the setting of the same name (the model's, the levers'), comma-separated on the command line
+    dtype: list[Dtype] = setting(["float32", "bfloat16"], "Comma-separated dtypes: float32,bfloat16,float16.",
+                                 comma=True)  # fmt: skip
+    threads: Optional[list[Annotated[int, Field(ge=1, le=MAX_THREADS)]]] = setting(
+        None, "Comma-separated thread counts, e.g. 1,2 (default: one, the model's default).", comma=True
+    )
+    attn: Optional[list[Attn]] = setting(None, "Comma-separated attention kernels, e.g. eager,sdpa.", comma=True)
+    cache: list[Cache] = setting(["dynamic"], "Comma-separated KV caches: dynamic,static.", comma=True)
     compile: bool = setting(False, "Also sweep torch.compile'd decoding.")
-    quantize: str = setting("none", "Comma-separated: none,int8,int8-dynamic.")
-    engine: str = setting("transformers", "Comma-separated engines: transformers,llama.cpp,openvino,onnxruntime.")
+    quantize: list[Quantize] = setting(["none"], "Comma-separated: none,int8,int8-dynamic.", comma=True)
+    engine: list[str] = setting(["transformers"], "Comma-separated engines: transformers,llama.cpp,openvino,"
+                                "onnxruntime.", comma=True)  # fmt: skip
     precision: Optional[list[str]] = setting(
         None,
         "ENGINE=P1,P2 (repeatable), e.g. llama.cpp=q8_0,q4_k_m; a bare P1,P2 applies to every engine but "
         "transformers (default: each engine's 8-bit, a .gguf as is).",
     )
-    speculative: Optional[str] = setting(
+    speculative: Optional[list[str]] = setting(
         None,
         "Comma-separated --speculative values, e.g. none,prompt-lookup:3 (crossed with every setup; a setup "
         "whose greedy output differs from the plain run's can't be best).",
+        comma=True,
     )
-    prefix_cache: Optional[str] = setting(None, "Comma-separated --prefix-cache values: none,system.")
+    prefix_cache: Optional[list[str]] = setting(None, "Comma-separated --prefix-cache values: none,system.",
+                                                comma=True)  # fmt: skip
 
 
 class SweepPlan(Section):

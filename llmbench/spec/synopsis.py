@@ -38,6 +38,8 @@ def _kind(annotation: Any) -> str:
         return "|".join(str(c) for c in typing.get_args(inner))
     if typing.get_origin(inner) is list:
         return _kind(typing.get_args(inner)[0]) + " ..."
+    if typing.get_origin(inner) is typing.Annotated:  # a bounded item: its type
+        return _kind(typing.get_args(inner)[0])
     name = getattr(inner, "__name__", str(inner))
     return {"str": "TEXT", "int": "INT", "float": "NUMBER", "Path": "PATH"}.get(name, name.upper())
 
@@ -58,6 +60,9 @@ def term(name: str, fi: Any) -> str:
         return f"[{flag}]"
     if fi.is_required():
         return f"{flag} {_kind(fi.annotation)}"
+    if extra.get("comma"):  # one option, its items comma-separated: the default's, or the item's kind
+        shown = ",".join(map(str, fi.default)) if fi.default else f"{_kind(fi.annotation).removesuffix(' ...')},..."
+        return f"[{flag} {shown}]"
     if fi.default is None:
         return f"[{flag} {_kind(fi.annotation)}]"
     choices = _kind(fi.annotation).split("|")

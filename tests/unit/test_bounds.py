@@ -168,7 +168,7 @@ def test_sweep_grid_and_rounds_bounds():
     spec = ModelOptions(weights="random")
     with pytest.raises(UserError, match="--repeats must be 1 to 1,000,000"):  # the sweep's rounds: no plan to make
         RunOptions(repeats=10**12)
-    threads = ",".join(str(i) for i in range(1, 1002))
+    threads = list(range(1, 1002))
     with pytest.raises(UserError, match="setups"):
         ss.plan(spec, RunOptions(), dtype="float32", threads=threads, attn=None, cache="dynamic", compile_=False,
                 quantize="none")  # fmt: skip

@@ -5,9 +5,10 @@ import torch
 
 import llmbench
 from llmbench.core.errors import UserError
-from llmbench.drivers.sweep import Setup, best_of, expand, pareto, split_list
+from llmbench.drivers.sweep import Setup, best_of, expand, pareto
 from llmbench.engines.hf import models
 from llmbench.options import ModelOptions
+from llmbench.spec import comma_list
 
 
 def test_expand_makes_every_valid_combination_and_says_what_it_left_out():
@@ -27,10 +28,10 @@ def test_expand_makes_every_valid_combination_and_says_what_it_left_out():
 
 
 def test_lists_are_checked():
-    assert split_list("a, b", "--x") == ["a", "b"]
+    assert comma_list("a, b", "--x") == ["a", "b"]
     for bad in ("a,,b", "a,a", ","):
-        with pytest.raises(UserError):
-            split_list(bad, "--x")
+        with pytest.raises(UserError, match="^--x '"):
+            comma_list(bad, "--x")
 
 
 def test_pareto_keeps_the_setups_nothing_beats_on_both():
@@ -53,8 +54,15 @@ def test_pareto_keeps_the_setups_nothing_beats_on_both():
     [
         (("--dtype", "float32,auto"), "--dtype auto"),
         (("--dtype", "float32,float32"), "twice"),
-        (("--threads", "1,x"), "not a whole number"),
-        (("--threads", "0"), "--threads must be 1 to 4,096"),
+        (("--threads", "1,x"), "--threads: expected an integer, not 'x' (in '1,x')"),
+        (("--threads", "0"), "--threads must be at least 1, not 0"),
+        (("--threads", "2,5000"), "--threads must be at most 4,096, not 5000"),
+        (("--threads", "1,,2"), "--threads '1,,2' has an empty item"),
+        (("--threads", "2,2"), "--threads '2,2' lists a value twice"),
+        (
+            ("--dtype", "float32,float64"),
+            "--dtype: input should be 'auto', 'float32', 'bfloat16' or 'float16', not 'float64' (in 'float32,float64')",
+        ),
         (("--attn", "magic"), "--attn: input should be 'eager'"),
         (("--cache", "paged"), "--cache: input should be 'dynamic' or 'static'"),
         (("--quantize", "int4"), "--quantize: input should be 'none', 'int8' or 'int8-dynamic', not 'int4'"),

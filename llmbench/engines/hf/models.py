@@ -41,7 +41,7 @@ from llmbench.engines.hf.quantize import check_quantize, forced_dtype, quantize_
 from llmbench.machine.envinfo import cpu_flags
 from llmbench.options import ModelOptions
 from llmbench.results.schema import LoadInfo, Offload
-from llmbench.spec import ModelSection, Weights, check_value
+from llmbench.spec import ModelSection, Weights, check_value, default_threads
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 _DTYPE_ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "half": "float16", "float": "float32"}
@@ -192,10 +192,11 @@ def dtype_warnings(dtype: str, device: str) -> list[str]:
 
 
 def configure_threads(threads: int | None) -> int:
-    """Set torch's intra-op threads when asked; return the count in force."""
+    """Set torch's intra-op threads: as asked, else the one default every engine takes
+    (:func:`llmbench.spec.default_threads`); return the count in force."""
     if threads is not None:
         check_value(ModelSection, "threads", threads)
-        torch.set_num_threads(threads)
+    torch.set_num_threads(threads if threads is not None else default_threads())
     return torch.get_num_threads()
 
 
