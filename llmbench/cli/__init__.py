@@ -8,39 +8,41 @@ this one holds the app, its registrations (in the order ``llmbench --help`` list
 from __future__ import annotations
 
 import errno
+import importlib
 import sys
-from typing import Annotated
+import types
+from collections.abc import Collection
+from typing import Annotated, Any
 
 import typer
 
-from llmbench.cli import (
-    ab,
-    bisect,
-    common,
-    compare,
-    engines,
-    files,
-    history,
-    load,
-    paint,
-    prompts,
-    quality,
-    run,
-    scan,
-    serve,
-    sweep,
-    worker,
-)
+from llmbench.cli import common
 from llmbench.core.version import __version__
 
-app = typer.Typer(
-    help="Measure how long a language model makes a person wait: time to first token (TTFT) and time per "
-    "output token (TPOT).",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
+# Every command: its name -> (module, attribute), in the order `llmbench --help` lists them. A command's module
+# (and the spec it is generated from) is imported only when the command runs or shows its help: `llmbench
+# --help` lists the commands from their summaries (llmbench.cli.listing, generated from them and held by a test).
+COMMANDS: dict[str, tuple[str, str]] = {
+    "run": ("run", "run"),
+    "sweep": ("sweep", "sweep"),
+    "scan": ("scan", "scan"),
+    "load": ("load", "load"),
+    "quality": ("quality", "quality"),
+    "serve": ("serve", "serve"),
+    "paint": ("paint", "paint"),
+    "compare": ("compare", "compare"),
+    "ab": ("ab", "ab"),
+    "worker": ("worker", "worker"),
+    "bisect": ("bisect", "bisect"),
+    "bisect-step": ("bisect", "bisect_step"),
+    "engines": ("engines", "engines"),
+    "trend": ("history", "trend"),
+    "show": ("show", "show"),
+    "export": ("files", "export"),
+    "report": ("files", "report"),
+    "prompts": ("prompts", "prompts"),  # the prompt sets llmbench ships
+    "history": ("history", "history_app"),  # a group: Typer lists groups after the commands
+}
 
 
 def _version(value: bool) -> None:
@@ -49,7 +51,6 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
 def _root(
     version: Annotated[
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
@@ -58,26 +59,42 @@ def _root(
     """llmbench: TTFT and TPOT you can defend."""
 
 
-# in the order `llmbench --help` lists them (a group after the commands)
-app.command()(run.run)
-app.command()(sweep.sweep)
-app.command()(scan.scan)
-app.command()(load.load)
-app.command()(quality.quality)
-app.command()(serve.serve)
-app.command()(paint.paint)
-app.command()(compare.compare)
-app.command()(ab.ab)
-app.command()(worker.worker)
-app.command()(bisect.bisect)
-app.command(name="bisect-step")(bisect.bisect_step)
-app.command()(engines.engines)
-app.add_typer(history.history_app, name="history")
-app.command()(history.trend)
-app.command()(files.show)
-app.command()(files.export)
-app.command()(files.report)
-prompts.register(app)  # llmbench prompts: the prompt sets llmbench ships
+def build(names: Collection[str] | None = None) -> typer.Typer:
+    """The app with the commands ``names`` (None: every one), each imported from its module; the others listed by
+    their summaries only (what ``llmbench --help`` shows: :mod:`llmbench.cli.listing`)."""
+    made = typer.Typer(
+        help="Measure how long a language model makes a person wait: time to first token (TTFT) and time per "
+        "output token (TPOT).",
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+        context_settings={"help_option_names": ["-h", "--help"]},
+    )
+    made.callback()(_root)
+    for name, (module, attribute) in COMMANDS.items():
+        if names is not None and name not in names:
+            from llmbench.cli.listing import SUMMARIES
+
+            made.command(name=name, help=SUMMARIES[name], add_help_option=False)(_listed_only)
+            continue
+        command = getattr(importlib.import_module(f"llmbench.cli.{module}"), attribute)
+        if isinstance(command, typer.Typer):
+            made.add_typer(command, name=name)
+        else:
+            made.command(name=name)(command)
+    return made
+
+
+def _listed_only() -> None:  # never runs: a command that runs is built from its own module (build's names)
+    raise AssertionError("a command listed by its summary only was run")
+
+
+def __getattr__(name: str) -> Any:
+    """``app``: every command, imported (the tests' CliRunner, the docs' generators); built once."""
+    if name == "app":
+        globals()["app"] = made = build()
+        return made
+    raise AttributeError(name)
 
 
 def _bare_history(argv: list[str]) -> list[str]:
@@ -117,6 +134,7 @@ def main() -> None:
 
     arm_cold_start()  # this process was started for the command: its first load's clock starts at its start
     argv = sys.argv[1:]
+    _rich_on_first_use()  # before typer's rich help is first imported (it is, lazily, on --help or an error)
     code = _run(argv)
     # the work is done and written: a signal while the interpreter shuts down (handlers back to default) must not
     # turn a finished command into a kill (-15, -2)
@@ -149,7 +167,8 @@ def _run(argv: list[str]) -> int:
     """Run the command; its exit code, each failure said in one line on stderr."""
     common.said.clear()  # a process may run several commands (the API's tests, a notebook)
     try:
-        code = app(args=_bare_history(argv), standalone_mode=False)
+        name = _command(argv)
+        code = build({name} if name in COMMANDS else ())(args=_bare_history(argv), standalone_mode=False)
     except _Terminated:
         typer.echo("llmbench: terminated by SIGTERM (nothing unfinished was written)", err=True)
         return 143
@@ -197,3 +216,43 @@ def _run(argv: list[str]) -> int:
         # Typer turns a Ctrl-C in a command without a stop flag (quality, history) into a silent exit 130
         typer.echo("llmbench: interrupted (nothing unfinished was written)", err=True)
     return code if isinstance(code, int) else 0
+
+
+def _rich_on_first_use() -> None:
+    """typer's rich help imports ``rich.markdown`` (markdown-it) and ``rich.traceback`` (pygments, attrs) whatever the
+    markup mode, about 60 ms of a 0.3 s ``--help``; llmbench's help is rich markup and its errors are one line. A
+    stand-in module each loads the real one the first time anything of it is used (its class made or asked for
+    an attribute, any other name read)."""
+    for module, cls_name in (("rich.markdown", "Markdown"), ("rich.traceback", "Traceback")):
+        if module not in sys.modules:
+            sys.modules[module] = _StandIn(module, cls_name)
+            setattr(sys.modules["rich"] if "rich" in sys.modules else importlib.import_module("rich"),
+                    module.rpartition(".")[2], sys.modules[module])  # fmt: skip
+
+
+class _StandIn(types.ModuleType):
+    """A module not yet imported: the real one is, on first use (:func:`_rich_on_first_use`)."""
+
+    def __init__(self, name: str, cls_name: str) -> None:
+        super().__init__(name)
+        real = self.real
+
+        class _Late(type):
+            def __getattr__(cls, attr: str) -> Any:  # a classmethod (Traceback.from_exception)
+                return getattr(getattr(real(), cls_name), attr)
+
+        def made(cls: type, *args: Any, **kwargs: Any) -> Any:
+            return getattr(real(), cls_name)(*args, **kwargs)
+
+        setattr(self, cls_name, _Late(cls_name, (), {"__new__": made}))
+
+    def real(self) -> types.ModuleType:
+        """The real module, imported now (in this stand-in's place)."""
+        if sys.modules.get(self.__name__) is self:
+            del sys.modules[self.__name__]
+        return importlib.import_module(self.__name__)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):  # the import system's questions (__path__: a package?) are no use
+            raise AttributeError(name)
+        return getattr(self.real(), name)

@@ -13,7 +13,6 @@ from llmbench.cli.compare import render_verdict
 from llmbench.cli.params import QuietOpt
 from llmbench.cli.specs import from_spec
 from llmbench.core.errors import UserError
-from llmbench.drivers import workload
 from llmbench.spec.commands import AbSpec
 
 
@@ -23,6 +22,7 @@ def ab(ctx: typer.Context, quiet: QuietOpt = False, **s: Any) -> None:
     gate on the pair."""
     from llmbench.analysis.compare import check_gate_inputs, compare_runs, gate_options
     from llmbench.analysis.gate import gate
+    from llmbench.drivers import workload
     from llmbench.drivers.ab import ab as ab_driver
 
     spec = ctx.meta["spec"]

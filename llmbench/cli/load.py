@@ -17,7 +17,6 @@ from llmbench.cli.common import (
 )
 from llmbench.cli.params import QuietOpt
 from llmbench.cli.specs import from_spec
-from llmbench.drivers import workload
 from llmbench.spec.commands import LoadTestSpec
 
 
@@ -26,6 +25,7 @@ def load(ctx: typer.Context, quiet: QuietOpt = False, **s: Any) -> None:
     """A server under open-loop load, rate by rate: latency percentiles, 429s, goodput under SLOs, fluidity and
     stalls, the saturation point and the fluid capacity."""
     from llmbench.drivers import load as ld
+    from llmbench.drivers import workload
     from llmbench.options import endpoint_options_of
     from llmbench.present import terminal as display
 

@@ -11,7 +11,7 @@ import typer
 
 from llmbench.cli.specs import section_option
 from llmbench.spec import OutputsSection
-from llmbench.spec.commands import GateSection
+from llmbench.spec.gate import GateSection
 
 
 class CompareFormat(str, Enum):

@@ -1,6 +1,6 @@
 """``llmbench prompts``: the prompt sets llmbench ships, which PROMPTS may name (``llmbench run env_violations``).
 
-Registered on the app by :func:`register`; imports nothing heavy (no torch, no transformers).
+Listed in llmbench.cli.COMMANDS; imports nothing heavy (no torch, no transformers).
 """
 
 from __future__ import annotations
@@ -9,11 +9,6 @@ import json
 from typing import Annotated
 
 import typer
-
-
-def register(app: typer.Typer) -> None:
-    """Add the ``prompts`` command to ``app``."""
-    app.command("prompts")(prompts)
 
 
 def prompts(

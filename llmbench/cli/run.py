@@ -10,7 +10,6 @@ import typer
 from llmbench.cli.common import check_history, history_line, measuring, run_async, user_errors
 from llmbench.cli.params import QuietOpt
 from llmbench.cli.specs import from_spec
-from llmbench.drivers import workload
 from llmbench.spec import RunSpec
 
 
@@ -18,6 +17,7 @@ from llmbench.spec import RunSpec
 def run(ctx: typer.Context, quiet: QuietOpt = False, **settings: Any) -> None:
     """Stream every prompt through a model in this process (or a server: --endpoint), stamp every token, write a
     run JSON."""
+    from llmbench.drivers import workload
     from llmbench.drivers.run import run as run_driver
     from llmbench.options import run_options_of
 

@@ -13,7 +13,6 @@ from typing import Any
 from rich import box
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
 from llmbench.core.redact import redact_url, scrub
@@ -51,7 +50,7 @@ def info(message: str) -> None:
 class ProgressReporter:
     """The loop's reporter on a terminal: status lines, warnings, and a bar over warm-ups and requests."""
 
-    def __init__(self, progress: Progress, quiet: bool = False) -> None:
+    def __init__(self, progress: Any, quiet: bool = False) -> None:  # a rich Progress
         self.progress = progress
         self.quiet = quiet
         self.warned: set[str] = set()  # a driver's many runs (a scan's rounds, a sweep's setups) say it once
@@ -87,6 +86,15 @@ def reporter(quiet: bool = False) -> Iterator[ProgressReporter]:
     and competed with the model's threads during generation (on 2 cores: TPOT +1.8% [-2.3, +5.3], 12 rounds,
     benchmarks/side_costs.py progress). Drawn between requests, it can't touch a timed one.
     """
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
     progress = Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
@@ -874,10 +882,12 @@ def machine_lines(run: Any) -> list[str]:
 def workload_line(config: Any) -> str | None:
     """What was sent, for a dataset's run (see :func:`llmbench.workloads.dataset.describe`); None for a prompt list or
     synthetic prompts (their name says it)."""
-    from llmbench.workloads.dataset import describe
-
     src = getattr(config, "prompt_source", None)
-    return describe(src) if src else None
+    if not src:
+        return None
+    from llmbench.workloads.dataset import describe  # a dataset's run only
+
+    return describe(src)
 
 
 def cache_lines(run: Any) -> list[str]:

@@ -8,11 +8,10 @@ into a :class:`RequestResult`.
 from __future__ import annotations
 
 import hashlib
+import statistics
 from collections.abc import Iterable, Sequence
 from itertools import pairwise
 from typing import Any
-
-import numpy as np
 
 from llmbench.results.schema import RequestResult, RequestScalars, Stats, Summary
 
@@ -169,6 +168,8 @@ def shape_summary(requests: Sequence[Any]) -> dict[str, Any]:
 
 def describe(values: Iterable[float]) -> Stats | None:
     """n, mean, p50/p90/p99 (linear interpolation), min, max and sample std (ddof=1); None when empty."""
+    import numpy as np  # here: show and compare of a run whose summary is written need none (~45 ms to import)
+
     a = np.asarray(list(values), dtype=float)
     if a.size == 0:
         return None
@@ -389,7 +390,7 @@ def engine_figures(requests: Sequence[RequestResult]) -> dict:
     return {
         "engine_ttft_ms": describe(r.engine_ttft_ms for r in timed if r.engine_ttft_ms is not None),
         "engine_tpot_ms": describe(r.engine_tpot_ms for r in timed if r.engine_tpot_ms is not None),
-        "tpot_vs_engine_pct": round(100 * (float(np.median(ratios)) - 1), 3) if ratios else None,
+        "tpot_vs_engine_pct": round(100 * (statistics.median(ratios) - 1), 3) if ratios else None,
         # --prefix-cache's own reuse is accounted (cached_tokens): only reuse beyond it counts
         "prompt_reuse_requests": sum(
             r.engine_prompt_tokens_evaluated < r.prompt_tokens - (r.cached_tokens or 0)  # type: ignore[operator]
@@ -453,5 +454,5 @@ def cold_start(run: Any) -> dict[str, Any] | None:
         "convert_cached": all(bool(s.get("cached")) for s in steps) if steps else None,
         "weights_cache_hit": (load.weights_cache or {}).get("hit"),
         "first_ttft_ms": first,
-        "ttft_p50_ms": float(np.median(ttfts)) if ttfts else None,
+        "ttft_p50_ms": float(statistics.median(ttfts)) if ttfts else None,
     }

@@ -40,7 +40,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # numpy is imported where used: the spec reads this module's pace, and --help the spec
     import numpy as np
 
-WORDS_PER_MINUTE = 238.0  # Brysbaert (2019): adults' silent reading of non-fiction, English
+# Brysbaert (2019): adults' silent reading of non-fiction, English. The pace of a run that recorded none (written
+# before the pace could be set): the spec's --reading-wpm default is declared there, and every run records its own
+WORDS_PER_MINUTE = 238.0
 # a pace's bounds (the spec's --reading-wpm/--reading-cps, and a run's config.reader read back): a reader of 30 to
 # 3,000 words a minute, up to 1,000 characters a second; slower is no reading, faster no person
 MIN_WPM, MAX_WPM, MAX_CPS = 30.0, 3000.0, 1000.0

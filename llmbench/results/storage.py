@@ -351,9 +351,10 @@ def load_run(path: str | Path, *, scalars_only: bool = False, request_fields: tu
         raise UserError(f"{p} is not a valid run JSON") from None  # _diagnose found nothing more precise
     if isinstance(run, Run):
         merge_journal(run, p)  # a killed run's last requests are in its journal (no journal: nothing to do)
-        from llmbench.results.metrics import fill_shape
+        if _shapeless([*run.requests, *run.ttft_requests]):  # a run from before the shape of the wait gets it now
+            from llmbench.results.metrics import fill_shape
 
-        fill_shape(run)  # a run from before the shape of the wait gets it now
+            fill_shape(run)
     elif _shapeless(run.requests):  # the shape needs the stamps and texts: such a run is read whole, once
         return load_run(p)
     return run  # type: ignore[return-value]  # RunScalars has every field a scalar reader uses

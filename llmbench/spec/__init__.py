@@ -32,7 +32,6 @@ from typing_extensions import Self
 from llmbench.core.errors import UserError
 from llmbench.results import reader
 from llmbench.workloads import limits
-from llmbench.workloads.sessions import MAX_TURNS
 
 DEFAULT_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
 MAX_TOKENS = 10_000_000  # no model writes more in one answer: a bigger --max-new-tokens is a typo
@@ -307,7 +306,7 @@ class RequestsSection(Section):
                                   "raw prompt text).", flag="--chat-template/--no-chat-template")  # fmt: skip
     truncate: bool = setting(False, "Cut prompts longer than the context.")
     turns: int = setting(1, "Each prompt opens a conversation of this many turns, each sending the conversation so far "
-                         "with the model's replies.", panel=_SESSIONS, ge=1, le=MAX_TURNS)  # fmt: skip
+                         "with the model's replies.", panel=_SESSIONS, ge=1, le=limits.MAX_TURNS)  # fmt: skip
     think_time_s: float = setting(0.0, "Seconds a session waits after a reply before its next turn.",
                                   flag="--think-time", panel=_SESSIONS, ge=0, le=limits.MAX_WAIT_S,
                                   allow_inf_nan=False)  # fmt: skip
@@ -318,7 +317,7 @@ class ReaderSection(Section):
 
     table: ClassVar[str] = "reader"
     reading_wpm: float = setting(
-        reader.WORDS_PER_MINUTE,
+        238.0,  # Brysbaert (2019); a run records the pace it used (reader.WORDS_PER_MINUTE: a run that recorded none)
         "A reader's pace, words a minute (Brysbaert 2019: adults read non-fiction silently at 238): the stalls, "
         "Andes' QoE and Etalon's fluidity of every answer are measured against it.",
         panel=_READER, ge=reader.MIN_WPM, le=reader.MAX_WPM, allow_inf_nan=False,

@@ -31,6 +31,7 @@ from llmbench.spec import (
     spec,
     view,
 )
+from llmbench.spec.gate import GateSection
 from llmbench.workloads import limits
 
 _PROMPT_FILE = ('Prompt file: one prompt a line (.txt) or {"prompt": ...} a line (.jsonl). Blank lines and # '
@@ -38,7 +39,6 @@ _PROMPT_FILE = ('Prompt file: one prompt a line (.txt) or {"prompt": ...} a line
 _DATA = ('Prompt file: one prompt a line (.txt) or {"prompt": ...} a line (.jsonl); or a dataset: ShareGPT .json, '
          ".jsonl, .csv, .parquet, a save_to_disk folder (see Datasets).")  # fmt: skip
 _LOADING = ("device_map", "allow_offload", "allow_pickle", "trust_remote_code")
-Stat = Literal["mean", "p50", "p90", "gaps"]
 
 
 def _folder(command: str) -> type[Section]:
@@ -222,31 +222,6 @@ class AbDesign(Section):
         "weights' place), fork (forked from process 0, loaded once: ~0.1 s a start; they share its hash seed and "
         "weights, only a heap padding differs; the workers need --threads 1 on the CPU), auto (fork where both "
         "sides can).",
-    )
-
-
-class GateSection(Section):
-    """What fails the job: a significant regression past a threshold, or a run too noisy to see one."""
-
-    table: ClassVar[str] = "gate"
-    fail_on_regression: Optional[float] = setting(
-        None, "Exit 1 when TTFT, TPOT or E2E regresses significantly by more than PCT % (0: by anything)."
-    )
-    fail_on: Optional[list[str]] = setting(
-        None,
-        "METRIC=PCT, e.g. tpot_ms=5 or load_s=10 (the load over ab's processes); the shape of the wait in its own "
-        "unit, worse by (a base may have none): reader_stall_ms=200, reader_stalls=1, reader_longest_stall_ms=300, "
-        "andes_qoe=0.05, fluidity=0.1 (repeatable).",
-    )
-    gate_stat: Stat = setting(
-        "p50",
-        "Statistic the gates test: the median by default, robust to a pair a burst hit; gaps: TPOT from "
-        "per-token gaps paired by position (TTFT, E2E: the median).",
-    )
-    require_mdc: Optional[float] = setting(
-        None,
-        "Exit 1 when the gated metrics' minimum detectable change is above PCT %: the run could not have seen "
-        "a regression that small.",
     )
 
 

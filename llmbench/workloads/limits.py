@@ -6,6 +6,7 @@ import math
 
 MAX_PROMPT_TOKENS = 10_000_000  # no model reads (or writes) more: the longest contexts are 10M tokens
 MAX_REQUESTS = 1_000_000  # prompts made, turns expanded, arrivals drawn, requests planned
+MAX_TURNS = 1_000  # turns of one conversation (--turns): more outgrow any context long before their end
 # requests of one plan, every count that multiplies it multiplied (a plan is held in memory whole): prompts, repeats,
 # turns, rates, grid points, setups, processes. Checked by :func:`check_planned` before anything loads or starts.
 MAX_PLANNED = 10_000_000

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from llmbench.core.errors import UserError
+from llmbench.workloads import limits
 from llmbench.workloads.prompts import PromptSet, check_whole
 
 FOLLOW_UPS = (
@@ -31,9 +32,6 @@ FOLLOW_UPS = (
 )
 
 
-MAX_TURNS = 1_000  # a conversation of more turns outgrows any context long before its end
-
-
 def expand(prompts: PromptSet, turns: int) -> PromptSet:
     """Each prompt -> ``turns`` prompts, the user messages of its conversation's turns in order (the data's own
     later turns, ``prompts.followups``, where it has them; else :data:`FOLLOW_UPS`).
@@ -42,7 +40,7 @@ def expand(prompts: PromptSet, turns: int) -> PromptSet:
     prefix group's later prompt is warm from its first turn); later turns are warm (their conversation so far
     was sent). A dataset's output length is its first turn's; later turns ask for the run's own
     (``source["default_output_tokens"]``, the --max-new-tokens before the dataset's largest length raised it)."""
-    check_whole("--turns", turns, high=MAX_TURNS, what=" turns")
+    check_whole("--turns", turns, high=limits.MAX_TURNS, what=" turns")
     if turns == 1:
         return prompts
     check_whole("--turns x prompts", turns * len(prompts.prompts), what=" requests a round")

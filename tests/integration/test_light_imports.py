@@ -75,10 +75,19 @@ def test_light_commands_import_nothing_heavy(cli, endpoint, prompt_file, tmp_pat
     assert "Usage" in r.stdout and "env_violations" in r.stdout  # --help and prompts spoke
     assert load_run(light).config.mode == "endpoint"
     # --help and compare --help do not even import numpy (~80 ms here): the spec they read names the reader's pace
+    # and --help alone imports no command module, no spec and no pydantic: it lists the commands' summaries
     helps = ("import sys\nfrom llmbench.cli import main\nfor argv in (['--help'], ['compare', '--help']):\n"
              "    sys.argv = ['llmbench', *argv]\n    try:\n        main()\n    except SystemExit:\n        pass\n"
+             "    print(sorted(m for m in ('pydantic', 'llmbench.spec', 'llmbench.cli.run') if m in sys.modules))\n"
+             "print('markdown_it' in sys.modules or 'pygments' in sys.modules)\n"  # rich's, loaded on first use:
+             "import rich.markdown, rich.traceback\nprint(type(rich.markdown.Markdown('# x')).__module__, "
+             "rich.traceback.Traceback.from_exception.__qualname__)\n"
              "print('numpy' in sys.modules)")  # fmt: skip
     h = subprocess.run([sys.executable, "-c", helps], capture_output=True, text=True, timeout=120)
     assert h.returncode == 0 and h.stdout.strip().endswith("False"), h.stderr[-2000:]
+    lines = h.stdout.strip().splitlines()
+    said = [x for x in lines if x.startswith("[")]  # after each help's own text
+    assert said == ["[]", "['llmbench.spec', 'pydantic']"], said  # compare imports its own spec only
+    assert lines[-3:-1] == ["False", "rich.markdown Traceback.from_exception"], lines[-3:]
     v = cli("--version", process=True)  # the real console entry, in a fresh process
     assert v.returncode == 0 and v.stdout.startswith("llmbench ")

@@ -73,8 +73,27 @@ def test_every_option_a_user_had_is_still_there(name):
     assert set(OPTIONS[name]) <= now, sorted(set(OPTIONS[name]) - now)
 
 
+def _summaries() -> dict[str, str]:
+    """Each command's listed help (what llmbench.cli.listing holds), read from the commands (all imported)."""
+    from llmbench.cli import COMMANDS
+
+    group = typer.main.get_command(app)
+    return {name: (group.commands[name].help or "").split("\n\n")[0].strip() for name in COMMANDS}  # type: ignore[attr-defined]
+
+
+def _write_listing() -> None:
+    """llmbench/cli/listing.py's SUMMARIES from the commands."""
+    import llmbench.cli.listing as listing
+
+    path = Path(listing.__file__)
+    head = path.read_text(encoding="utf-8").partition("SUMMARIES: dict[str, str] = ")[0]
+    body = "".join(f"    {json.dumps(k)}: {json.dumps(v, ensure_ascii=False)},\n" for k, v in _summaries().items())
+    path.write_text(f"{head}SUMMARIES: dict[str, str] = {{\n{body}}}\n", encoding="utf-8")
+
+
 def _remake(monkeypatch) -> None:
-    """Write help_baseline.json from today's commands."""
+    """Write help_baseline.json and llmbench/cli/listing.py from today's commands."""
+    _write_listing()
     out = {}
     for path in _commands(typer.main.get_command(app), []):
         if path[:1] == ["prompts"]:
@@ -90,3 +109,18 @@ if __name__ == "__main__":
     os.environ.update(ENV)
     with pytest.MonkeyPatch.context() as mp:
         _remake(mp)
+
+
+def test_the_root_help_lists_every_command_without_importing_one(monkeypatch):
+    """`llmbench --help` is built from the summaries alone (no command module, no spec, no pydantic: the start a
+    user waits for) and shows exactly what the app with every command shows; the summaries are the commands' own
+    (regenerated with the baseline: ``python -m tests.unit.test_help``)."""
+    from llmbench.cli import COMMANDS, build, listing
+
+    assert _summaries() == listing.SUMMARIES, "regenerate: python -m tests.unit.test_help"
+    assert list(listing.SUMMARIES) == list(COMMANDS)
+    monkeypatch.setattr(typer.rich_utils, "FORCE_TERMINAL", False)
+    monkeypatch.setattr(typer.rich_utils, "MAX_WIDTH", None)
+    full, listed = (CliRunner().invoke(a, ["--help"], env=ENV) for a in (build(), build(())))
+    assert listed.exit_code == full.exit_code == 0 and listed.output == full.output
+    assert BASELINE["llmbench"]["help"] == listed.output  # the baseline's root help, as users saw it

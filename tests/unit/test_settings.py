@@ -191,7 +191,7 @@ def test_an_internal_error_is_said_even_when_a_variable_is_malformed(env, monkey
     def boom(**kw):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(cli, "app", boom)
+    monkeypatch.setattr(cli, "build", lambda names=None: boom)
     env.setenv("LLMBENCH_HISTORY_TIMEOUT_S", "soon")
     assert cli._run(["compare"]) == 1
     assert "internal error: RuntimeError: boom (set LLMBENCH_DEBUG=1" in capsys.readouterr().err
