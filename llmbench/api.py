@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -76,15 +75,7 @@ def model_options(model: str | None = None, **settings: Any) -> ModelOptions:
     "none"; ``device_map`` may also be a dict (accelerate's, kept as its JSON text), ``isolate`` runs an engine in
     this process (False)."""
     isolate = settings.pop("isolate", None)
-    return model_options_of(RunSpec.of({"model": model, **_spelled(settings)}).model, isolate=isolate)
-
-
-def _spelled(settings: dict[str, Any]) -> dict[str, Any]:
-    """The API's spellings as the spec's: ``quantize=None`` is "none"; a ``device_map`` dict is its JSON text."""
-    out = {**settings, "quantize": "none"} if "quantize" in settings and settings["quantize"] is None else settings
-    if isinstance(out.get("device_map"), dict):
-        out = {**out, "device_map": json.dumps(out["device_map"], sort_keys=True)}
-    return out
+    return model_options_of(RunSpec.of({"model": model, **settings}).model, isolate=isolate)
 
 
 async def ameasure(
@@ -123,7 +114,9 @@ async def ameasure(
     from llmbench.drivers import workload
     from llmbench.drivers.run import run as run_driver
 
-    named = _spelled(settings)
+    named = dict(settings)
+    if device_map is not None:  # a dict is kept as its JSON text (the spec's model section)
+        named["device_map"] = device_map
     if isinstance(model, str):
         named["model"] = model
     if isinstance(endpoint, str):
@@ -154,7 +147,7 @@ async def ameasure(
     elif model is not None and not isinstance(model, str):
         target = model  # a LoadedModel
     else:
-        target = model_options_of(full.model, device_map=device_map or full.model.device_map, isolate=isolate)
+        target = model_options_of(full.model, isolate=isolate)
     # the one prompt-source ladder: a dataset is chosen once the model is loaded
     source = workload.as_source(prompts) if prompts is not None else workload.source(w, trace)
     run, path = await run_driver(

@@ -6,12 +6,11 @@ this process; :class:`EndpointOptions` name a server to stream from instead.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, ClassVar, Optional
 
-from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationError, model_validator
 from typing_extensions import Self
 
 from llmbench.core.errors import UserError
@@ -147,17 +146,6 @@ class ModelOptions(Options, ModelSection):
     isolate: Optional[bool] = None
     if TYPE_CHECKING:  # the type once resolved (below): no field of its own, the spec's is the one pydantic has
         model: str = DEFAULT_MODEL
-
-    @field_validator("device_map", mode="before")
-    @classmethod
-    def _map_text(cls, v: Any) -> Any:
-        # the API may pass accelerate's dict: the spec's setting is its JSON text
-        return json.dumps(v, sort_keys=True) if isinstance(v, dict) else v
-
-    @field_validator("quantize", mode="before")
-    @classmethod
-    def _no_quantization(cls, v: Any) -> Any:
-        return "none" if v is None else v  # the API's None is the spec's "none"
 
     @model_validator(mode="after")
     def _default_model(self) -> Self:

@@ -25,7 +25,16 @@ import copy
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    create_model,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import PydanticUndefined
 from typing_extensions import Self
 
@@ -142,6 +151,19 @@ class ModelSection(ModelName):
     allow_offload: bool = setting(False, "Run even when weights are offloaded to disk/CPU (recorded).")
     allow_pickle: bool = setting(False, "Allow pickle (.bin) weights in a folder.")
     trust_remote_code: bool = setting(False, "Run the model repo's own code.")
+
+    @field_validator("device_map", mode="before")
+    @classmethod
+    def _map_text(cls, v: Any) -> Any:
+        # the API may pass accelerate's dict: the setting is its JSON text (what a run records)
+        import json
+
+        return json.dumps(v, sort_keys=True) if isinstance(v, dict) else v
+
+    @field_validator("quantize", mode="before")
+    @classmethod
+    def _no_quantization(cls, v: Any) -> Any:
+        return "none" if v is None else v  # the API's None
 
 
 class ServerSection(Section):
