@@ -221,9 +221,7 @@ class Sweep:
                     continue  # a setup whose engine failed: nothing to vouch for
                 self.reporter.status(f"quality of {e.setup.label()} ...")
                 spec = engine_spec(self.spec, e.setup)
-                options = dataclasses.replace(
-                    self.options, max_new_tokens=min(self.options.max_new_tokens, QUALITY_TOKENS)
-                )
+                options = self.options.replaced(max_new_tokens=min(self.options.max_new_tokens, QUALITY_TOKENS))
                 result = await asyncio.wrap_future(thread.submit(dq.evaluate_engine_spec, ref, ref_lm, spec, prompts,
                                                                  options))  # fmt: skip
                 self._keep_quality(e, setup, ref.text_sha256, result)

@@ -96,3 +96,23 @@ def test_a_default_is_the_spec_s_wherever_it_is_read():
     assert opts.RunOptions().max_new_tokens == requests["max_new_tokens"].default
     assert inspect.signature(llmbench.measure_load).parameters["seed"].default == requests["seed"].default
     assert opts.EndpointOptions(endpoint="http://h/v1").timeout_s == sp.ServerSection.model_fields["timeout_s"].default
+
+
+def test_no_option_type_is_copied_as_a_dataclass():
+    """``dataclasses.replace`` of an option type raises at run time (they are pydantic models): a copy is
+    ``replaced()``, which checks and resolves it again. Read from the code, by the names options travel under."""
+    from pathlib import Path
+
+    names = {"options", "spec", "target", "endpoint", "candidate", "reference", "ol", "open_loop"}
+    found = []
+    for path in Path(opts.__file__).parent.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (
+                isinstance(node, ast.Call)
+                and node.args
+                and ast.unparse(node.func) in ("replace", "dataclasses.replace")
+            ):
+                first = ast.unparse(node.args[0]).removeprefix("self.")
+                if first in names:
+                    found.append(f"{path.name}:{node.lineno} {ast.unparse(node)[:60]}")
+    assert not found, found
