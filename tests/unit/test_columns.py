@@ -1,0 +1,95 @@
+"""A run's requests as Arrow columns (issue 61, llmbench.results.columns): every field a column, a round trip that
+loses nothing, a killed writer's finished batches readable, a sidecar that is not its run's refused in one line."""
+
+from __future__ import annotations
+
+import pytest
+
+pa = pytest.importorskip("pyarrow")
+
+from llmbench.core.errors import UserError  # noqa: E402
+from llmbench.results import columns  # noqa: E402
+from llmbench.results.schema import RequestResult  # noqa: E402
+from tests.helpers import synthetic_run  # noqa: E402
+
+
+def _requests(n: int = 7) -> list[RequestResult]:
+    run = synthetic_run(n=n, tokens=9, noise=0.2, seed=3)
+    reqs = run.requests
+    # optional fields of every kind set on some requests: an endpoint's, a session's, text beyond ASCII
+    reqs[1] = reqs[1].model_copy(update={"server_send_ms": [float(x) for x in reqs[1].token_times_ms],
+                                         "tokens_from": "usage", "cold": True, "turn": 2, "send_lateness_ms": -0.25,
+                                         "output_text": "某工厂夜间偷排废水 é ✓"})  # fmt: skip
+    return reqs
+
+
+def test_every_field_of_a_request_is_a_column():
+    schema = columns.arrow_schema()
+    assert schema.names == list(RequestResult.model_fields)
+    assert schema.field("token_times_ms").type == pa.list_(pa.float64())
+    assert schema.field("text_offsets").type == pa.list_(pa.int32())
+    assert schema.field("output_text").type == pa.large_string()
+    assert schema.field("prompt_index").type == pa.int64() and schema.field("cold").type == pa.bool_()
+
+
+def test_requests_round_trip_through_a_stream_file(tmp_path):
+    reqs = _requests()
+    path = tmp_path / f"run{columns.SUFFIX}"
+    w = columns.ColumnWriter(path)
+    w.add(reqs[:3])
+    w.add([])  # nothing: no empty batch
+    w.add(reqs[3:])
+    w.close()
+    table, cut = columns.read_table(path)
+    assert not cut and table.num_rows == len(reqs) == w.rows
+    back = columns.requests_of(table)
+    assert [r.model_dump() for r in back] == [r.model_dump() for r in reqs]
+    assert back[1].output_text == "某工厂夜间偷排废水 é ✓" and back[1].server_send_ms == reqs[1].server_send_ms
+    only, _ = columns.read_table(path, columns=["ttft_ms"])
+    assert only.column_names == ["ttft_ms"] and only.column(0).to_pylist() == [r.ttft_ms for r in reqs]
+
+
+def test_a_second_writer_of_the_same_file_is_refused(tmp_path):
+    path = tmp_path / "run.arrow"
+    first = columns.ColumnWriter(path)
+    with pytest.raises(FileExistsError):
+        columns.ColumnWriter(path)
+    first.close()
+
+
+def test_a_killed_writer_leaves_every_finished_batch(tmp_path):
+    reqs = _requests(9)
+    path = tmp_path / "run.arrow"
+    w = columns.ColumnWriter(path)
+    w.add(reqs[:4])
+    w.add(reqs[4:7])
+    size = path.stat().st_size
+    w.add(reqs[7:])  # the batch being written when the process died: cut in its middle below
+    data = path.read_bytes()
+    w.close()
+    path.write_bytes(data[: size + (len(data) - size) // 2])
+    table, cut = columns.read_table(path)
+    assert cut and table.num_rows == 7
+    assert [r.prompt_index for r in columns.requests_of(table)] == [r.prompt_index for r in reqs[:7]]
+    path.write_bytes(data[:size])  # killed between two batches: no end marker, nothing cut
+    table, cut = columns.read_table(path)
+    assert table.num_rows == 7 and not cut
+
+
+def test_a_sidecar_that_is_not_its_runs_is_one_line(tmp_path):
+    reqs = _requests()
+    path = tmp_path / "run.arrow"
+    w = columns.ColumnWriter(path)
+    w.add(reqs)
+    w.close()
+    sha = columns.file_sha256(path)
+    columns.check(path, sha, len(reqs))  # its own: fine
+    for args, message in (((sha, len(reqs) + 1), "requests, the run says"), (("0" * 64, len(reqs)), "not the columns")):
+        with pytest.raises(UserError, match=message) as e:
+            columns.check(path, *args)
+        assert "\n" not in str(e.value)
+    with pytest.raises(UserError, match="missing"):
+        columns.check(tmp_path / "gone.arrow", sha, 1)
+    (tmp_path / "junk.arrow").write_bytes(b"not arrow at all")
+    with pytest.raises(UserError, match="not a run's columns file"):
+        columns.read_table(tmp_path / "junk.arrow")
