@@ -13,10 +13,11 @@ help, narrowed. The spec is what a user asks for; :func:`llmbench.options.run_op
 it into the option types the drivers run (``ignore_eos`` left unset is on with random weights, ``--compile``
 implies the static cache, ...), in one place.
 
-Why one module of 660-odd lines (over 600): the sections, and the one reading of a setting from every place it comes
-from (an option, a config file, a run's record: strict, paths from the file's folder; what was given, and the rules
-applied when a spec is made), change together. The rules themselves (:mod:`.rules`), the commands' views
-(:mod:`.commands`), the docs' reference (:mod:`.reference`) and synopses (:mod:`.synopsis`) are modules of their own.
+Why one module of 760-odd lines (over 600): the sections, and the one reading of a setting from every place it comes
+from (an option, a comma list, a config file, a run's record: strict, paths from the file's folder; what was given,
+and the rules applied when a spec is made), change together. The rules themselves (:mod:`.rules`), the commands'
+views (:mod:`.commands`), the gate's section (:mod:`.gate`), the docs' reference (:mod:`.reference`) and synopses
+(:mod:`.synopsis`) are modules of their own.
 """
 
 from __future__ import annotations
