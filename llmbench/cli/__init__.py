@@ -71,17 +71,19 @@ def build(names: Collection[str] | None = None) -> typer.Typer:
         context_settings={"help_option_names": ["-h", "--help"]},
     )
     made.callback()(_root)
-    for name, (module, attribute) in COMMANDS.items():
-        if names is not None and name not in names:
-            from llmbench.cli.listing import SUMMARIES
+    from llmbench.cli.listing import SUMMARIES
 
-            made.command(name=name, help=SUMMARIES[name], add_help_option=False)(_listed_only)
+    for name, (module, attribute) in COMMANDS.items():
+        # the listing's line: the summary's words rewrapped (rich markup keeps a docstring's line breaks)
+        short = " ".join(SUMMARIES[name].split())
+        if names is not None and name not in names:
+            made.command(name=name, short_help=short, add_help_option=False)(_listed_only)
             continue
         command = getattr(importlib.import_module(f"llmbench.cli.{module}"), attribute)
         if isinstance(command, typer.Typer):
-            made.add_typer(command, name=name)
+            made.add_typer(command, name=name, short_help=short)
         else:
-            made.command(name=name)(command)
+            made.command(name=name, short_help=short)(command)
     return made
 
 
