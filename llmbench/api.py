@@ -255,7 +255,7 @@ async def ameasure_load(
     duration_s: float | None = DEFAULT_DURATION_S,
     requests: int | None = None,
     arrival: str = _LOAD.arrivals.arrival,
-    seed: int = _LOAD.requests.seed,
+    seed: int | None = None,
     workers: int | None = _LOAD.arrivals.workers,
     min_attainment: float = _LOAD.arrivals.min_attainment,
     one_token_passes: bool = _LOAD.arrivals.one_token_passes,
@@ -264,16 +264,19 @@ async def ameasure_load(
 ) -> dict[str, Any]:
     """``endpoint`` under open-loop load at each of ``rates`` (None: search for the saturation point) against
     ``slos`` (``"ttft_ms:p90=1000"``, ...): the load.json record (written into the folder ``output``, with a
-    run file per rate). See ``llmbench load``."""
+    run file per rate). See ``llmbench load``. ``seed``: the requests' seed, which draws the schedules too (None:
+    ``options``' own)."""
     from llmbench.drivers import load as ld
 
+    options = options or run_options_of(_LOAD.requests, _LOAD.reader)  # the load command's request defaults
+    if seed is not None:
+        options = options.replaced(seed=seed)
     spec = ld.LoadSpec(
         rates=sorted(rates) if rates is not None else None, slos=[ld.Slo.parse(s) for s in slos], arrival=arrival,
-        duration_s=None if requests is not None else duration_s, requests=requests, seed=seed, workers=workers,
+        duration_s=None if requests is not None else duration_s, requests=requests, seed=options.seed, workers=workers,
         min_attainment=min_attainment, one_token_passes=one_token_passes,
     )  # fmt: skip
     target = endpoint if isinstance(endpoint, EndpointOptions) else EndpointOptions(endpoint=endpoint)
-    options = options or run_options_of(_LOAD.requests, _LOAD.reader)  # the load command's request defaults
     record, _path = await ld.load(as_prompt_set(prompts), target, options, spec, output, stop=stop, reporter=reporter)
     return record
 

@@ -94,7 +94,8 @@ def test_the_api_spellings_are_kept():
 def test_a_default_is_the_spec_s_wherever_it_is_read():
     requests = sp.RequestsSection.model_fields
     assert opts.RunOptions().max_new_tokens == requests["max_new_tokens"].default
-    assert inspect.signature(llmbench.measure_load).parameters["seed"].default == requests["seed"].default
+    arrival = sp.ArrivalsSection.model_fields["arrival"].default
+    assert inspect.signature(llmbench.measure_load).parameters["arrival"].default == arrival
     assert opts.EndpointOptions(endpoint="http://h/v1").timeout_s == sp.ServerSection.model_fields["timeout_s"].default
 
 
@@ -116,3 +117,21 @@ def test_no_option_type_is_copied_as_a_dataclass():
                 if first in names:
                     found.append(f"{path.name}:{node.lineno} {ast.unparse(node)[:60]}")
     assert not found, found
+
+
+def test_measure_load_keeps_the_options_seed_unless_one_is_given(monkeypatch):
+    """The schedules are drawn from the requests' seed: ``seed`` given sets it, else the options' own stays (their
+    sampling seed is not reset to the default)."""
+    from llmbench.drivers import load as ld
+
+    seen = []
+
+    async def load(prompts, target, options, spec, output, **kw):
+        seen.append((options.seed, spec.seed))
+        return {}, None
+
+    monkeypatch.setattr(ld, "load", load)
+    for kw, want in (({}, (7, 7)), ({"seed": 3}, (3, 3))):
+        llmbench.measure_load(["a"], "http://127.0.0.1:9/v1", ["ttft_ms:p90=100"], rates=[1.0], output="x",
+                              options=opts.RunOptions(seed=7), **kw)  # fmt: skip
+        assert seen[-1] == want
