@@ -32,6 +32,8 @@ from llmbench.core.errors import UserError
 from llmbench.results.schema import RequestResult
 
 SUFFIX = ".arrow"
+# the values one list column of a batch may hold: an Arrow list's offsets are int32 (ColumnWriter splits a batch)
+BATCH_VALUES = 2**31 - 1
 # narrower than the field's type says, where the values can't need more (character offsets of one answer)
 NARROW = {"text_offsets": pa.list_(pa.int32())}
 
@@ -74,8 +76,11 @@ def _column(values: list[Any], kind: pa.DataType) -> pa.Array:
         return pa.array(values, type=kind)
     import numpy as np
 
-    lengths = np.fromiter((0 if v is None else len(v) for v in values), dtype=np.int32, count=len(values))
-    offsets = pa.array(np.concatenate([[0], np.cumsum(lengths, dtype=np.int32)]), type=pa.int32())
+    lengths = np.fromiter((0 if v is None else len(v) for v in values), dtype=np.int64, count=len(values))
+    ends = np.cumsum(lengths)
+    if len(ends) and ends[-1] > BATCH_VALUES:  # ColumnWriter splits before this; a caller of to_batch must too
+        raise ValueError(f"{int(ends[-1]):,} values in one list column of a batch: more than its int32 offsets hold")
+    offsets = pa.array(np.concatenate([[0], ends]).astype(np.int32), type=pa.int32())
     flat = pa.array(list(chain.from_iterable(v for v in values if v is not None)), type=kind.value_type)
     missing = pa.array([v is None for v in values]) if any(v is None for v in values) else None
     return pa.ListArray.from_arrays(offsets, flat, type=kind, mask=missing)
@@ -103,7 +108,8 @@ class ColumnWriter:
         """Append ``requests`` (nothing for none) and make them durable."""
         if not requests:
             return
-        self._writer.write_batch(to_batch(requests))
+        for part in _parts(requests):
+            self._writer.write_batch(to_batch(part))
         self._file.flush()
         os.fsync(self._file.fileno())
         self.rows += len(requests)
@@ -112,6 +118,20 @@ class ColumnWriter:
         """End the stream (its end marker) and close the file."""
         self._writer.close()
         self._file.close()
+
+
+def _parts(requests: Sequence[RequestResult]) -> list[Sequence[RequestResult]]:
+    """``requests`` in runs whose list columns each hold at most :data:`BATCH_VALUES` values (a request's longest
+    list is its stamps)."""
+    parts, start, held = [], 0, 0
+    for i, r in enumerate(requests):
+        n = max(len(r.token_times_ms), len(r.server_send_ms or ()), len(r.text_offsets or ()))
+        if held + n > BATCH_VALUES and i > start:
+            parts.append(requests[start:i])
+            start, held = i, 0
+        held += n
+    parts.append(requests[start:])
+    return parts
 
 
 def read_table(path: str | Path, columns: Iterable[str] | None = None) -> tuple[pa.Table, bool]:
@@ -124,6 +144,9 @@ def read_table(path: str | Path, columns: Iterable[str] | None = None) -> tuple[
         reader = ipc.open_stream(pa.memory_map(str(path), "r"))
     except (OSError, pa.ArrowInvalid) as e:
         raise UserError(f"{path}: not a run's columns file ({str(e).splitlines()[0]})") from None
+    missing = [c for c in columns or () if c not in reader.schema.names]
+    if missing:
+        raise UserError(f"{path}: no column {', '.join(missing)} (columns: {', '.join(reader.schema.names)})")
     while True:
         try:
             batch = reader.read_next_batch()

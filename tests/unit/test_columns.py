@@ -93,3 +93,22 @@ def test_a_sidecar_that_is_not_its_runs_is_one_line(tmp_path):
     (tmp_path / "junk.arrow").write_bytes(b"not arrow at all")
     with pytest.raises(UserError, match="not a run's columns file"):
         columns.read_table(tmp_path / "junk.arrow")
+
+
+def test_a_batch_too_big_for_int32_offsets_is_split_and_a_missing_column_is_one_line(tmp_path, monkeypatch):
+    reqs = _requests(5)  # 9 stamps each
+    monkeypatch.setattr(columns, "BATCH_VALUES", 20)  # two requests' stamps a batch
+    path = tmp_path / "run.arrow"
+    w = columns.ColumnWriter(path)
+    w.add(reqs)
+    w.close()
+    import pyarrow.ipc as ipc
+
+    sizes = [b.num_rows for b in ipc.open_stream(str(path))]
+    assert sizes == [2, 2, 1]
+    with pytest.raises(ValueError, match="int32 offsets"):
+        columns.to_batch(reqs)  # unsplit: refused, never wrapped around
+    table, _ = columns.read_table(path)
+    assert [r.model_dump() for r in columns.requests_of(table)] == [r.model_dump() for r in reqs]
+    with pytest.raises(UserError, match="no column nope"):
+        columns.read_table(path, columns=["ttft_ms", "nope"])
