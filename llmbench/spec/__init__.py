@@ -55,7 +55,7 @@ def default_threads() -> int:
     ``OMP_NUM_THREADS`` when set, else the physical cores, as torch's own default."""
     import os
 
-    omp = os.environ.get("OMP_NUM_THREADS", "").strip()
+    omp = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()  # "4,2": nested levels, the outer one
     if omp.isdigit() and 1 <= int(omp) <= MAX_THREADS:
         return int(omp)
     import psutil

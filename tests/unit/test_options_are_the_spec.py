@@ -135,3 +135,12 @@ def test_measure_load_keeps_the_options_seed_unless_one_is_given(monkeypatch):
         llmbench.measure_load(["a"], "http://127.0.0.1:9/v1", ["ttft_ms:p90=100"], rates=[1.0], output="x",
                               options=opts.RunOptions(seed=7), **kw)  # fmt: skip
         assert seen[-1] == want
+
+
+@pytest.mark.parametrize(("omp", "want"), [("3", 3), ("4,2", 4), (" 2 ", 2), ("", None), ("0", None), ("-1", None),
+                                           ("abc", None), ("1e3", None), ("99999", None)])  # fmt: skip
+def test_the_one_thread_default_reads_omp_num_threads_or_the_physical_cores(monkeypatch, omp, want):
+    import psutil
+
+    monkeypatch.setenv("OMP_NUM_THREADS", omp)
+    assert sp.default_threads() == (want or psutil.cpu_count(logical=False) or 1)
