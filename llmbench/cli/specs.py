@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional, TypeVar
 import typer
 
 from llmbench.core.errors import UserError
-from llmbench.spec import Section, Spec, option_of, read_toml
+from llmbench.spec import Section, Spec, is_comma, option_of, read_toml
 
 if TYPE_CHECKING:
     from llmbench.drivers.workload import Replay
@@ -150,7 +150,7 @@ def _as_option(fi: Any, v: Any) -> Any:
     """A config file's value as its option's default: a path as text, a comma list's items as ``1,2``."""
     if isinstance(v, Path):
         return str(v)
-    if (fi.json_schema_extra or {}).get("comma") and isinstance(v, list):
+    if is_comma(fi) and isinstance(v, list):
         return ",".join(map(str, v))
     return v
 

@@ -455,6 +455,8 @@ class Spec(BaseModel):
                     kept: Any = _adapter(fields[key]).validate_python(located, strict=True)
                 except ValidationError as e:
                     raise UserError(describe(e, cls, where, loc=(table, key))) from None
+                if kept == [] and is_comma(fields[key]):  # no option spells it
+                    raise UserError(f"{where}: [{table}] {key}: an empty list; leave the key out for the default")
                 out.setdefault(table, {})[key] = kept
         return out
 
@@ -520,7 +522,7 @@ def _is_path(annotation: Any) -> bool:
 def _located(name: str, fi: Any, value: Any, base: Path | None, label: str | None = None) -> Any:
     """A config file's value as its field takes it: a path (a TOML string) as a Path, relative to ``base``; a comma
     list's text (``--threads 1,2``) as its items (``label``: what an error names, the option by default)."""
-    if (fi.json_schema_extra or {}).get("comma") and isinstance(value, str):
+    if is_comma(fi) and isinstance(value, str):
         return comma_items(label or option_of(name, fi), fi, value)
     if _is_path(fi.annotation) and isinstance(value, str):
         path = Path(value).expanduser()
@@ -530,6 +532,11 @@ def _located(name: str, fi: Any, value: Any, base: Path | None, label: str | Non
         if not path.is_absolute() and (base / path).exists():  # a folder beside the file; else a hub id as given
             return str(base / path)
     return value
+
+
+def is_comma(fi: Any) -> bool:
+    """True for a list setting given as one comma-separated option (``setting(..., comma=True)``)."""
+    return bool((fi.json_schema_extra or {}).get("comma"))
 
 
 def comma_list(text: str, option: str) -> list[str]:

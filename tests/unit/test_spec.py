@@ -320,3 +320,5 @@ def test_a_setting_has_one_type_in_every_command():
     assert item(SPEC_OF["sweep"].fields()["threads"][1].annotation) is int
     printed = cli("sweep", "p.txt", "--threads", "1, 2", "--dtype", "bfloat16", "--print-config")
     assert tomllib.loads(printed.stdout)["grid"]["threads"] == [1, 2], printed.stderr
+    with pytest.raises(llmbench.UserError, match=r"\[grid\] threads: an empty list; leave the key out"):
+        SPEC_OF["sweep"].checked({"grid": {"threads": []}}, where="g.toml")
