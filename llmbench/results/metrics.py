@@ -148,7 +148,7 @@ def _reshape(requests: Sequence[Any], reader: dict[str, Any] | None) -> Sequence
 def fill_shape(run: Any) -> int:
     """A run recorded before the shape of the wait: each request's shape (its text spread evenly over its events:
     it kept no offsets) and the summary's, in place. Returns the requests filled (0: nothing was missing)."""
-    todo = [r for r in (*run.requests, *run.ttft_requests) if r.andes_qoe is None and r.token_times_ms]
+    todo = [r for r in (*run.requests, *run.ttft_requests) if r.shapeless()]
     _reshape(todo, run.config.reader)
     if todo and run.summary is not None:
         for name, stats in shape_summary(run.requests).items():

@@ -517,6 +517,11 @@ class RequestResult(_Model):
     decode_chars_per_s: float | None = None  # visible characters after the first event / (last - first stamp)
     decode_words_per_s: float | None = None
 
+    def shapeless(self) -> bool:
+        """True when recorded before the shape of the wait: stamps, but no reader's figures
+        (:func:`llmbench.results.metrics.fill_shape` computes them)."""
+        return self.andes_qoe is None and bool(self.token_times_ms)
+
     @model_validator(mode="after")
     def _invariants(self) -> RequestResult:
         stamps = self.output_tokens if self.chunks is None else self.chunks

@@ -351,7 +351,7 @@ def load_run(path: str | Path, *, scalars_only: bool = False, request_fields: tu
         raise UserError(f"{p} is not a valid run JSON") from None  # _diagnose found nothing more precise
     if isinstance(run, Run):
         merge_journal(run, p)  # a killed run's last requests are in its journal (no journal: nothing to do)
-        if _shapeless([*run.requests, *run.ttft_requests]):  # a run from before the shape of the wait gets it now
+        if any(r.shapeless() for r in (*run.requests, *run.ttft_requests)):  # from before the shape of the wait
             from llmbench.results.metrics import fill_shape
 
             fill_shape(run)
