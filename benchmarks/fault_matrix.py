@@ -13,6 +13,11 @@ purpose (``fault_server.py``), injects the fault, and reports:
 - **history**: with ``--history``, after the fault and a later ``history add`` of what the command wrote, every
   result row has its metrics and no run is recorded twice.
 
+Commands: run (in-process), run-columns (the same past the line between one file and two: JSON plus a columns file,
+appended a batch per group commit), run-endpoint, sweep, scan, load, ab, quality, history add. A columns file
+truncated or altered after the fact is refused in one line (tests/unit/test_run_columns.py): the disk lost what it
+held, which no writer can keep.
+
 Faults: sigint, sigterm, sigkill (when a random number of requests is on disk); disk-full (the output folder
 is a small tmpfs); read-only (a read-only tmpfs from the start) and read-only-mid (remounted read-only mid-run);
 db-locked (another writer holds the SQLite history's write lock longer than the busy timeout); pg-stopped (the
@@ -184,6 +189,7 @@ class Command:
     resume: Callable[[Ctx, Path], list[str]] | None = None
     history: bool = True  # takes --history
     endpoint: bool = False
+    env: dict[str, str] = field(default_factory=dict)  # set for the command and its resume
 
 
 def _model(ctx: Ctx) -> list[str]:
@@ -205,6 +211,13 @@ COMMANDS: dict[str, Command] = {
         Command("run", lambda ctx, out: ["run", str(ctx.prompts), *_model(ctx), "--max-new-tokens", str(TOKENS),
                                          "--warmup", "0", "-o", str(out / "run.json")],
                 lambda out: [out / "run.json"], PROMPTS,
+                resume=lambda ctx, out: ["run", str(ctx.prompts), *_model(ctx), "--max-new-tokens", str(TOKENS),
+                                         "--warmup", "0", "--resume", str(out / "run.json")]),
+        # every run past the line (LLMBENCH_COLUMNS_FROM=0): its requests a columns file beside the JSON, appended
+        # a batch per group commit, the pending ones in the journal; a SIGKILL may land mid-batch
+        Command("run-columns", lambda ctx, out: ["run", str(ctx.prompts), *_model(ctx), "--max-new-tokens",
+                                                 str(TOKENS), "--warmup", "0", "-o", str(out / "run.json")],
+                lambda out: [out / "run.json"], PROMPTS, env={"LLMBENCH_COLUMNS_FROM": "0"},
                 resume=lambda ctx, out: ["run", str(ctx.prompts), *_model(ctx), "--max-new-tokens", str(TOKENS),
                                          "--warmup", "0", "--resume", str(out / "run.json")]),
         Command("run-endpoint", lambda ctx, out: ["run", str(ctx.prompts), "--endpoint", ctx.server_url,
@@ -242,6 +255,7 @@ COMMANDS: dict[str, Command] = {
 FAULTS: dict[str, tuple[str, ...]] = {
     "run": ("none", "sigint", "sigterm", "sigkill", "disk-full", "read-only", "read-only-mid", "db-locked",
             "pg-stopped"),
+    "run-columns": ("none", "sigint", "sigkill", "disk-full", "read-only-mid"),
     "run-endpoint": ("none", "sigint", "sigterm", "sigkill", "sse-stall", "sse-reset", "sse-malformed"),
     "sweep": ("none", "sigint", "sigterm", "sigkill", "disk-full", "read-only", "db-locked"),
     "scan": ("none", "sigint", "sigterm", "sigkill", "disk-full", "read-only", "db-locked"),
@@ -252,7 +266,7 @@ FAULTS: dict[str, tuple[str, ...]] = {
     "quality": ("none", "sigint", "sigterm", "sigkill", "disk-full", "read-only", "db-locked"),
     "history-add": ("none", "sigint", "sigterm", "sigkill", "disk-full", "read-only", "db-locked", "pg-stopped"),
 }  # fmt: skip
-QUICK = {("run", "sigint"), ("run", "sigkill"), ("run", "disk-full"), ("run", "db-locked"),
+QUICK = {("run", "sigint"), ("run", "sigkill"), ("run", "disk-full"), ("run", "db-locked"), ("run-columns", "sigkill"),
          ("run-endpoint", "sse-reset"), ("run-endpoint", "sse-stall"), ("ab", "worker-killed"), ("ab", "sigterm"),
          ("sweep", "sigkill"), ("history-add", "sigkill")}  # fmt: skip
 
@@ -345,14 +359,28 @@ def on_disk(path: Path) -> set[tuple]:
 
     keys: set[tuple] = set()
     with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-        for r in json.loads(path.read_bytes())["requests"]:
+        head = json.loads(path.read_bytes())
+        for r in head["requests"]:
             keys.add((r["prompt_index"], r["repeat"], r.get("session", 0)))
+        if head.get("columns"):  # version 2: the requests a columns file holds (a batch being written: not yet)
+            keys |= _in_columns(path.parent / head["columns"]["file"])
     with contextlib.suppress(OSError):
         for line in journal_path(path).read_bytes().split(b"\n")[:-1]:
             with contextlib.suppress(ValueError, KeyError, TypeError):
                 r = json.loads(line)["request"]
                 keys.add((r["prompt_index"], r["repeat"], r.get("session", 0)))
     return keys
+
+
+def _in_columns(path: Path) -> set[tuple]:
+    from llmbench.core.errors import UserError
+    from llmbench.results.columns import read_table
+
+    try:
+        table, _ = read_table(path, ["prompt_index", "repeat", "session"])
+    except UserError:
+        return set()
+    return set(zip(*(table.column(c).to_pylist() for c in ("prompt_index", "repeat", "session")), strict=True))
 
 
 def _json_ok(p: Path) -> bool:
@@ -428,12 +456,12 @@ def _env(history_url: str | None) -> dict[str, str]:
     return env
 
 
-def llmbench(argv: list[str], history_url: str | None) -> subprocess.Popen:
+def llmbench(argv: list[str], history_url: str | None, env: dict[str, str] | None = None) -> subprocess.Popen:
     args = [*argv, "-q"] if argv[0] not in ("history", "quality") else argv  # those two print no progress
     if history_url is not None:
         args += ["--history", history_url]
     return subprocess.Popen([sys.executable, "-m", "llmbench", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=_env(history_url), cwd=ROOT)  # fmt: skip
+                            text=True, env={**_env(history_url), **(env or {})}, cwd=ROOT)  # fmt: skip
 
 
 def clear_line(stderr: str, code: int | None) -> tuple[bool | None, str]:
@@ -523,7 +551,7 @@ def run_case(ctx: Ctx, name: str, fault: str, mountable: str | None) -> Outcome:
     with contextlib.ExitStack() as stack:
         history_url = _history_for(ctx, command, fault, out, stack)
         _prepare(ctx, command, fault, out, stack)
-        proc = llmbench(command.argv(ctx, out), history_url)
+        proc = llmbench(command.argv(ctx, out), history_url, command.env)
         injector = Injector(ctx, command, fault, out) if fault in MID_RUN else None
         o.finished, hung = watch(proc, injector, lambda: durable(command, out, ctx, history_url), 400)
         _stdout, stderr = proc.communicate()
@@ -614,7 +642,7 @@ def _resume(ctx: Ctx, command: Command, out: Path, history_url: str | None, o: O
         return "n/a"  # nothing to resume: the fault did not stop it
     if not files or not all(p.is_file() for p in files):
         return "n/a" if o.kept == 0 else "no file"
-    proc = llmbench(command.resume(ctx, out), None)
+    proc = llmbench(command.resume(ctx, out), None, command.env)
     _, stderr = proc.communicate(timeout=400)
     if proc.returncode != 0:
         o.notes.append(f"resume: {stderr.strip().splitlines()[-1][:200] if stderr.strip() else proc.returncode}")

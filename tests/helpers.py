@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from llmbench.results.metrics import ids_sha256, request_result, summarize
-from llmbench.results.schema import SCHEMA_VERSION, Environment, RequestResult, Run, RunConfig
+from llmbench.results.schema import Environment, RequestResult, Run, RunConfig
 from llmbench.results.storage import journal_path
 
 
@@ -175,7 +175,7 @@ def synthetic_run(
     )
     env = Environment(python="3.11", platform="test", cpu_model="test cpu")
     return Run(
-        schema_version=SCHEMA_VERSION,
+        schema_version=1,  # a run whose requests are inline (SCHEMA_VERSION 2 names a columns file)
         llmbench_version="0",
         run_id="r",
         created_at="2026-01-01T00:00:00Z",

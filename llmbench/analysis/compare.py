@@ -6,7 +6,9 @@ Requests pair by (prompt_index, repeat) when both runs used the same prompt file
 With b_i, n_i pair i's figures and N processes (``ab --processes``; else the bootstrap):
 
     p90, unpaired p50:  change = stat(n) / stat(b) - 1;  percentile bootstrap (scipy.stats.bootstrap's
-        resamples, in numpy), paired: one index set for both runs
+        resamples, in numpy), paired: one index set for both runs; from 20,000 pairs (requests a side) on,
+        sectioning instead: 16 random sections' ln ratios, t around the whole sample's
+        (:func:`variance.sectioned_change`: the bootstrap's n x B resamples would set the time and the memory)
     mean:  change = mean(n) / mean(b) - 1;  Student t, the jackknife's (unpaired: Welch's) standard error
         (:func:`variance.mean_ratio_interval`)
     processes (any statistic but the paired median): each one's change c_p, Student t over them:
@@ -409,17 +411,14 @@ def check_gate_inputs(
 
 def _requests(run: Run | RunScalars, metric: str) -> list[Any]:
     """The requests ``metric``'s rows read: TTFT's pool ab's one-token ``ttft_requests`` in."""
-    return [*run.requests, *(getattr(run, "ttft_requests", None) or [])] if metric == "ttft_ms" else run.requests
+    extra = (getattr(run, "ttft_requests", None) or []) if metric == "ttft_ms" else []
+    return [*run.requests, *extra] if extra else run.requests  # the run's own list: its keys are computed once
 
 
-def _values(run: Run | RunScalars, metric: str) -> dict[tuple[int, int], float]:
-    out = {}
-    for r in _requests(run, metric):
-        # decode tokens/s = (n - 1) / (last - first) == 1000 / tpot_ms
-        v = (1000.0 / r.tpot_ms if r.tpot_ms else None) if metric == "decode_tokens_per_s" else getattr(r, metric, None)
-        if v is not None:
-            out[(r.prompt_index, r.repeat)] = float(v)
-    return out
+def _series(run: Run | RunScalars, metric: str, keys: variance.KeyMemo) -> tuple[np.ndarray, np.ndarray]:
+    """(keys, values) of ``metric``'s population in ``run`` (:func:`_requests`), arrays."""
+    requests = _requests(run, metric)
+    return variance.series(requests, metric, keys(requests))
 
 
 def _stat(name: str):
@@ -442,7 +441,7 @@ def change_intervals(
     same ones each separate call would draw: every call seeds its generator alike), so a 10,000-pair compare
     indexes its arrays once per metric instead of once per statistic."""
     simple = len(base) < 2 or len(new) < 2 or (clusters is not None and paired and len(np.unique(clusters)) > 1)
-    if simple or (np.ptp(base) == 0 and np.ptp(new) == 0):
+    if simple or (np.ptp(base) == 0 and np.ptp(new) == 0) or _sectioned(base, new):
         return {s: change_interval(base, new, s, paired, seed, clusters) for s in stats}
     b, n = _resampled(base, new, paired, seed)
     alpha = (1 - CONFIDENCE) / 2
@@ -497,11 +496,18 @@ def change_interval(
     # compare ~0.45 s, more than its arithmetic.
     if stat == "mean":
         return (point, *variance.mean_ratio_interval(base, new, paired))
+    if _sectioned(base, new):
+        return (point, *variance.sectioned_change(base, new, float(stat[1:]) / 100, paired, seed))
     b, n = _resampled(base, new, paired, seed)
     dist = 100.0 * (f(n, axis=-1) / f(b, axis=-1) - 1.0)
     alpha = (1 - CONFIDENCE) / 2
     low, high = np.quantile(dist, [alpha, 1 - alpha])
     return point, float(low), float(high)
+
+
+def _sectioned(base: np.ndarray, new: np.ndarray) -> bool:
+    """Large samples: a quantile's interval by sectioning (:func:`variance.sectioned_change`), not the bootstrap."""
+    return min(len(base), len(new)) >= variance.SECTIONED_FROM
 
 
 def _cluster_interval(base: np.ndarray, new: np.ndarray, clusters: np.ndarray, f, seed: int) -> tuple[float, float]:
@@ -581,18 +587,26 @@ def _bad_figure(r: Any) -> str | None:
         return f"output_tokens {r.output_tokens!r}"
     stamps = getattr(r, "token_times_ms", None)  # read only for the gaps
     # from ttft_ms, non-decreasing, to a finite end: then every stamp is finite (NaN fails every comparison)
-    if stamps and not (stamps[0] == r.ttft_ms and stamps[-1] <= _MAX_MS and _rising(stamps)):
+    if (
+        stamps is not None
+        and len(stamps)
+        and not (stamps[0] == r.ttft_ms and stamps[-1] <= _MAX_MS and _rising(stamps))
+    ):
         return "token_times_ms (not a finite, non-decreasing list from ttft_ms)"
     return None
 
 
-def _check_requests(run: Run | RunScalars, name: str) -> None:
+def _check_requests(run: Run | RunScalars, name: str, keys: variance.KeyMemo | None = None) -> None:
     """UserError naming ``name``'s first request whose figures no run records, or a (prompt_index, repeat) it
     holds twice: compare would otherwise compute from it (a negative TPOT read as -125%, "faster"; a duplicate
-    silently dropped from the pairs)."""
-    seen: set[tuple[int, int]] = set()
+    silently dropped from the pairs). In arrays first (a million requests in a second); the requests are walked
+    one by one only to name the first bad one, or for their stamps."""
     for kind in ("requests", "ttft_requests"):  # ttft_requests' keys are their own: none is a request's too
         requests: list[Any] = getattr(run, kind, None) or []  # RequestResult or a scalar reader's rows
+        stamped = bool(requests) and getattr(requests[0], "token_times_ms", None) is not None
+        if requests and not stamped and _plausible(requests, keys or variance.KeyMemo()):
+            continue
+        seen: set[tuple[int, int]] = set()
         for i, r in enumerate(requests):
             key = (r.prompt_index, r.repeat)
             if key in seen:
@@ -605,6 +619,25 @@ def _check_requests(run: Run | RunScalars, name: str) -> None:
                                 "figure a run records (a corrupted or hand-edited file?)")  # fmt: skip
 
 
+def _plausible(requests: list[Any], memo: variance.KeyMemo) -> bool:
+    """:func:`_bad_figure` (stamps aside) and the keys' uniqueness, over arrays: True when every request passes."""
+    try:
+        ttft, e2e, tpot, tokens = (np.array([getattr(r, f) for r in requests], dtype=float)
+                                   for f in ("ttft_ms", "e2e_ms", "tpot_ms", "output_tokens"))  # fmt: skip
+        if any(type(r.output_tokens) is not int for r in requests):
+            return False
+    except (TypeError, ValueError):  # not numbers: the walk names the first
+        return False
+
+    def times(a: np.ndarray) -> np.ndarray:
+        return np.isfinite(a) & (a >= _MIN_MS) & (a <= _MAX_MS)
+
+    ok = times(ttft) & times(e2e) & (e2e >= ttft) & (np.isnan(tpot) | times(tpot)) & (tokens >= 1)
+    ok &= tokens <= _MAX_TOKENS
+    keys = memo(requests)
+    return bool(ok.all()) and np.unique(keys).size == keys.size
+
+
 def compare_runs(
     base: Run | RunScalars,
     new: Run | RunScalars,
@@ -614,26 +647,26 @@ def compare_runs(
 ) -> Comparison:
     """Compare two runs: a row per (metric, stat), comparability, outputs and the machine. Gate it with
     :meth:`Comparison.gate`."""
+    memo = variance.KeyMemo()
     for name, run in ((base_name, base), (new_name, new)):
         if not run.requests:
             raise UserError(f"{name} has no finished requests: nothing to compare")
-        _check_requests(run, name)
+        _check_requests(run, name, memo)
     paired = base.config.prompt_sha256 == new.config.prompt_sha256
     rows: list[Row] = []
     logs: dict[tuple[str, str], tuple[np.ndarray, np.ndarray | None]] = {}  # (metric, stat): each pair's ln(n/b)
     processes = {(r.prompt_index, r.repeat): r.process for r in _requests(base, "ttft_ms")
                  if getattr(r, "process", None) is not None}  # fmt: skip
     for metric in (m for m in METRICS if m not in PROCESS_METRICS):
-        bv, nv = _values(base, metric), _values(new, metric)
+        bs, ns = _series(base, metric, memo), _series(new, metric, memo)
         clusters = None
         if paired:
-            keys = sorted(bv.keys() & nv.keys())
-            b = np.array([bv[k] for k in keys])
-            n = np.array([nv[k] for k in keys])
+            encoded, b, n = variance.matched(bs, ns)
+            keys = [variance.key_pair(k) for k in encoded] if processes else []  # ab's few pairs: their processes
             if processes and all(k in processes for k in keys):
                 clusters = np.array([processes[k] for k in keys])
         else:
-            b, n = np.array(list(bv.values())), np.array(list(nv.values()))
+            b, n = bs[1], ns[1]
         if len(b) == 0 or len(n) == 0:
             continue
         units = variance.units(clusters)
@@ -661,10 +694,10 @@ def compare_runs(
     for metric in PROCESS_METRICS:  # rows of information unless gated (a load's few samples: no word unasked)
         if (got := process_change(base, new, metric)) is not None:
             rows.append(_row(metric, "mean", *got[:5], got[5], got[5], got[5], kind="cold_start"))
-    compared, changed, note = _outputs(base, new, paired)
+    compared, changed, note = _outputs(base, new, paired, memo)
     comp = Comparison(
         base=base_name, new=new_name, paired=paired, n_base=len(base.requests), n_new=len(new.requests),
-        n_pairs=len(_keys(base.requests) & _keys(new.requests)) if paired else 0,
+        n_pairs=len(np.intersect1d(memo(base.requests), memo(new.requests))) if paired else 0,
         config_diffs=differences(base.config.model_dump(), new.config.model_dump(), must_match(COMPARE)),
         env_diffs=differences(base.environment.model_dump(), new.environment.model_dump(),
                               must_match(ENV, Environment)),
@@ -672,7 +705,7 @@ def compare_runs(
     )  # fmt: skip
     comp.quality, comp.quality_note = _quality(base, new)
     comp.forked = any(_forked(r) for r in (base, new))
-    comp.shape = shape.shape_rows(base, new, paired)
+    comp.shape = shape.shape_rows(base, new, paired, memo)
     comp.workload = _workload(base, new)
     comp.levers = {who: d for who, run in (("base", base), ("new", new)) if (d := lever_summary(run)) is not None}
     comp.cold = {who: d for who, run in (("base", base), ("new", new)) if (d := cold_start(run)) is not None}
@@ -762,8 +795,14 @@ def _pair_gaps(b: Any, n: Any) -> tuple[float, float] | None:
     """(base, head) mean gap of one pair over the token positions both reached (see :func:`_gaps_row`); None when
     the pair can't say: no stamps, fewer than 3 tokens on a side, or a side that measured no decode time (every
     token in one event)."""
-    bt, nt = getattr(b, "token_times_ms", None) or [], getattr(n, "token_times_ms", None) or []
-    if not bt or not nt or min(b.output_tokens, n.output_tokens) < GAPS_MIN_TOKENS:
+    bt, nt = getattr(b, "token_times_ms", None), getattr(n, "token_times_ms", None)  # lists, or numpy views
+    if (
+        bt is None
+        or nt is None
+        or not len(bt)
+        or not len(nt)
+        or min(b.output_tokens, n.output_tokens) < GAPS_MIN_TOKENS
+    ):
         return None
     if len(bt) == b.output_tokens and len(nt) == n.output_tokens:  # a stamp per token: positions are tokens
         m = min(len(bt), len(nt)) - 1
@@ -809,6 +848,8 @@ def _gaps_row(
     slowed for a while weighs alike on both sides). ``base``: base's median mean gap;
     ``new``: base times (1 + change), so the table's change = new / base - 1 holds. With the row, its pairs' logs
     and processes (for :mod:`~llmbench.analysis.variance`); None without stamps, or with fewer than 2 usable pairs."""
+    if not all(hasattr(run.requests[0], "token_times_ms") for run in (base, new)):  # a scalar read without stamps
+        return None
     by_key = [_by_key(run, "tpot_ms") for run in (base, new)]
     kept, gb, gn = [], [], []
     for k in sorted(by_key[0].keys() & by_key[1].keys()):
@@ -827,22 +868,23 @@ def _gaps_row(
         logs, clusters)  # fmt: skip
 
 
-def _outputs(base: Run | RunScalars, new: Run | RunScalars, paired: bool) -> tuple[int, int, str]:
+def _outputs(
+    base: Run | RunScalars, new: Run | RunScalars, paired: bool, keys: variance.KeyMemo
+) -> tuple[int, int, str]:
     if not paired:
         return 0, 0, "different prompt files: outputs not compared"
     if base.config.mode != new.config.mode:  # token-id hashes in-process, text hashes over HTTP
         return 0, 0, f"{base.config.mode} vs {new.config.mode} run: outputs not compared"
-    b = {(r.prompt_index, r.repeat): r.output_token_ids_sha256 for r in base.requests}
-    n = {(r.prompt_index, r.repeat): r.output_token_ids_sha256 for r in new.requests}
-    keys = b.keys() & n.keys()
-    changed = sum(b[k] != n[k] for k in keys)
+    b, n = ((keys(run.requests), np.array([r.output_token_ids_sha256 for r in run.requests])) for run in (base, new))
+    common, hb, hn = variance.matched(b, n)
+    changed = int(np.count_nonzero(hb != hn))
     if base.config.sampling.do_sample or new.config.sampling.do_sample:
         note = "sampled decoding: outputs are not expected to match"
     elif changed:
         note = "greedy decoding gave different tokens: a correctness change (model, weights, dtype or code)"
     else:
         note = "greedy decoding gave the same tokens for every request"
-    return len(keys), changed, note
+    return int(common.size), changed, note
 
 
 QUALITY_FIELDS = ("kld_mean", "kld_p99", "top1_agreement")

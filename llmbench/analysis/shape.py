@@ -65,21 +65,22 @@ class ShapeRow:
         return self.difference * -SHAPE_METRICS[self.metric][1]
 
 
-def shape_rows(base: Any, new: Any, paired: bool) -> list[ShapeRow]:
+def shape_rows(base: Any, new: Any, paired: bool, memo: variance.KeyMemo | None = None) -> list[ShapeRow]:
     """A row per shape metric both runs have (a run records them since issue 46; older runs get them when read)."""
     rows = []
+    memo = memo or variance.KeyMemo()
+    keys = [memo(run.requests) for run in (base, new)]
     for metric, (_, _, unit) in SHAPE_METRICS.items():
-        bv, nv = _values(base, metric), _values(new, metric)
-        if not bv or not nv:
+        bs, ns = variance.series(base.requests, metric, keys[0]), variance.series(new.requests, metric, keys[1])
+        if not bs[0].size or not ns[0].size:
             continue
         if paired:
-            keys = sorted(bv.keys() & nv.keys())
-            if not keys:
+            _, b, n = variance.matched(bs, ns)
+            if not b.size:
                 continue
-            b, n = np.array([bv[k] for k in keys]), np.array([nv[k] for k in keys])
             low, high = paired_interval(n - b)
         else:
-            b, n = np.array(list(bv.values())), np.array(list(nv.values()))
+            b, n = bs[1], ns[1]
             low, high = welch_interval(b, n)
         few = variance.too_few(min(b.size, n.size), "difference", "pairs" if paired else "requests")
         if few is not None:
@@ -107,10 +108,6 @@ def check_threshold(metric: str, value: float) -> float:
         raise UserError(f"--fail-on {metric}: expected how much worse a request may get, in "
                         f"{SHAPE_METRICS[metric][2]}, a number from 0 to {top:g}, not {value:g}")  # fmt: skip
     return v
-
-
-def _values(run: Any, metric: str) -> dict[tuple[int, int], float]:
-    return {(r.prompt_index, r.repeat): float(v) for r in run.requests if (v := getattr(r, metric, None)) is not None}
 
 
 def paired_interval(d: np.ndarray) -> tuple[float, float]:

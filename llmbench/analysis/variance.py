@@ -44,6 +44,7 @@ Python: :func:`t_quantile`).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from functools import lru_cache
 from statistics import NormalDist
 from typing import Any
@@ -168,9 +169,11 @@ def order_ranks(n: int, q: float = 0.5, confidence: float = CONFIDENCE) -> tuple
     if n < 1 or not 0 < q < 1:
         return None
     tail = (1 - confidence) / 2
-    pmf = [math.exp(math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * math.log(q)
-                    + (n - i) * math.log1p(-q)) for i in range(n + 1)]  # fmt: skip
-    cdf = np.cumsum(pmf)
+    # ln C(n, i) as a running sum of ln((n - i + 1) / i): a million pairs in milliseconds (lgamma a term: seconds)
+    i = np.arange(1, n + 1, dtype=float)
+    log_choose = np.concatenate([[0.0], np.cumsum(np.log(n - i + 1) - np.log(i))])
+    below_count = np.arange(n + 1, dtype=float)
+    cdf = np.cumsum(np.exp(log_choose + below_count * math.log(q) + (n - below_count) * math.log1p(-q)))
     # the lower bound x_(j) (0-based j) is below the quantile unless B <= j: P(B <= j) <= tail
     below = np.nonzero(cdf <= tail)[0]
     above = np.nonzero(1 - cdf[:-1] <= tail)[0]  # x_(k) is above it unless B >= k + 1: P(B > k) <= tail
@@ -210,6 +213,88 @@ def mean_ratio_interval(base: np.ndarray, new: np.ndarray, paired: bool) -> tupl
         df = max(1, round((vb + vn) ** 2 / (vb**2 / (base.size - 1) + vn**2 / (new.size - 1)))) if vb + vn else 1
     half = t_quantile(df, CONFIDENCE) * se
     return 100.0 * (r - half - 1.0), 100.0 * (r + half - 1.0)
+
+
+# A (prompt_index, repeat) as one int64 that sorts as the pair does: prompt_index * 2^32 + repeat + 2^31 (both
+# are 32-bit, RequestResult's Index): pairing a million requests is then one sorted intersection, not a dict.
+_KEY_SHIFT = 2**32
+_KEY_BIAS = 2**31
+
+
+def request_keys(requests: Sequence[Any]) -> np.ndarray:
+    """Each request's (prompt_index, repeat) encoded as one int64 (see :data:`_KEY_SHIFT`), in their order."""
+    return np.fromiter((r.prompt_index * _KEY_SHIFT + r.repeat + _KEY_BIAS for r in requests), dtype=np.int64,
+                       count=len(requests))  # fmt: skip
+
+
+class KeyMemo:
+    """Each requests list's :func:`request_keys`, computed once: compare reads one run's requests for many rows."""
+
+    def __init__(self) -> None:
+        self._memo: dict[int, tuple[Sequence[Any], np.ndarray]] = {}
+
+    def __call__(self, requests: Sequence[Any]) -> np.ndarray:
+        got = self._memo.get(id(requests))
+        if got is None or got[0] is not requests or len(got[1]) != len(requests):
+            got = self._memo[id(requests)] = (requests, request_keys(requests))  # held: its id stays its own
+        return got[1]
+
+
+def key_pair(key: int) -> tuple[int, int]:
+    """The (prompt_index, repeat) of an encoded key."""
+    prompt, repeat = divmod(int(key), _KEY_SHIFT)
+    return prompt, repeat - _KEY_BIAS
+
+
+def series(requests: Sequence[Any], metric: str, keys: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(keys, values) of the requests that have ``metric`` (a None is left out), in their order; ``keys``: the
+    requests' :func:`request_keys`, when the caller has them. ``decode_tokens_per_s`` is 1000 / tpot_ms ((n - 1)
+    / (last - first)), none where TPOT is 0 or missing."""
+    name = "tpot_ms" if metric == "decode_tokens_per_s" else metric
+    values = np.array([getattr(r, name, None) for r in requests], dtype=float)  # None: nan
+    if metric == "decode_tokens_per_s":
+        with np.errstate(divide="ignore", invalid="ignore"):
+            values = np.where(values > 0, 1000.0 / values, np.nan)
+    keys = request_keys(requests) if keys is None else keys
+    keep = ~np.isnan(values)
+    return keys[keep], values[keep]
+
+
+def matched(base: tuple[np.ndarray, np.ndarray], new: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, ...]:
+    """(keys, base values, new values) of the pairs both series hold, by key ascending (a run's keys are unique)."""
+    keys, ib, inew = np.intersect1d(base[0], new[0], assume_unique=True, return_indices=True)
+    return keys, base[1][ib], new[1][inew]
+
+
+# From this many pairs (or requests a side, unpaired) a quantile's change is sectioned, not bootstrapped: the
+# bootstrap draws B resamples of n (B x n values a side: 150 x 1,000,000 is 1.2 GB, and a partition of each), where
+# sectioning sorts the sample once in k parts. Each section then holds 1,250 or more: its quantile near normal
+# (16 sections covered 93-96% at 20,000 pairs, 32 sections 93-95%, 64 sections 92-95%: larger sections, truer).
+SECTIONED_FROM = 20_000
+SECTIONS = 16
+
+
+def sectioned_change(
+    base: np.ndarray, new: np.ndarray, q: float, paired: bool, seed: int = 0, sections: int = SECTIONS,
+    confidence: float = CONFIDENCE,
+) -> tuple[float, float]:  # fmt: skip
+    """(low %, high %) of the change of the ``q`` quantile, Q(new) / Q(base) - 1, by sectioning (Asmussen & Glynn,
+    *Stochastic Simulation*, 2007, III.5): the pairs (each side's requests, unpaired) dealt at random into k
+    sections, each section's L_j = ln Q(new_j) - ln Q(base_j), and around the whole sample's L
+
+        L +- t_{0.975, k-1} sd(L_j) / sqrt(k)
+
+    (a section holds n/k of the data, so Var L_j ~ k Var L). O(n) work and memory at any n; its coverage at large n
+    is in benchmarks/README.md ("Interval coverage at large n")."""
+    rng = np.random.default_rng(seed)
+    order_b = rng.permutation(base.size)
+    order_n = order_b if paired else rng.permutation(new.size)
+    parts_b = np.array_split(base[order_b], sections)
+    parts_n = np.array_split(new[order_n], sections)
+    per = np.array([math.log(np.quantile(pn, q) / np.quantile(pb, q)) for pb, pn in zip(parts_b, parts_n, strict=True)])
+    point = math.log(float(np.quantile(new, q)) / float(np.quantile(base, q)))
+    low, high = t_interval(point, per, confidence) if np.ptp(per) > 0 else (point, point)
+    return 100.0 * math.expm1(low), 100.0 * math.expm1(high)
 
 
 def stats_with_intervals(values: list[float], metric: str) -> list[dict[str, Any]]:

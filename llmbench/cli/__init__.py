@@ -40,6 +40,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "show": ("show", "show"),
     "export": ("files", "export"),
     "report": ("files", "report"),
+    "convert": ("files", "convert"),
     "prompts": ("prompts", "prompts"),  # the prompt sets llmbench ships
     "history": ("history", "history_app"),  # a group: Typer lists groups after the commands
 }

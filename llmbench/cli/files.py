@@ -45,8 +45,8 @@ def export(
         require("llmbench export", "export", "pandas")
         from llmbench.present import export as ex
 
-        # the request table needs no token stamps: read without them (a 10,000 x 256 run 4x faster)
-        run = load_run(run_file) if tokens else load_run(run_file, scalars_only=True, request_fields=ex.REQUEST_FIELDS)
+        # each table reads the fields it shows: the request table no token stamps (a 10,000 x 256 run 4x faster)
+        run = load_run(run_file, scalars_only=True, request_fields=ex.TOKEN_FIELDS if tokens else ex.REQUEST_FIELDS)
         path = prepare_output(output, overwrite)
         rows = ex.export(run, path, fmt.value, tokens)
     typer.echo(f"wrote {rows} rows to {path}")
@@ -68,7 +68,7 @@ def report(
         from llmbench.core.errors import require
 
         require("llmbench report", "report", "matplotlib")
-        from llmbench.present.html import build_load_report, build_report, build_scan_report
+        from llmbench.present.html import REPORT_FIELDS, build_load_report, build_report, build_scan_report
 
         first = kind_of(runs[0], among=("scan", "load")) if len(runs) == 1 else None
         scan_record = first.record if first is not None and first.kind == "scan" else None
@@ -83,13 +83,48 @@ def report(
             write_text(path, page)
             typer.echo(f"wrote {path} ({path.stat().st_size / 1024:.0f} KiB)")
             return
-        loaded = [(_short_name(p, runs), load_run(p)) for p in runs]
+        loaded = [(_short_name(p, runs), load_run(p, scalars_only=True, request_fields=REPORT_FIELDS)) for p in runs]
         for name, run in loaded:
             if not run.requests:
                 raise UserError(f"{name} has no finished requests: nothing to report")
         path = prepare_output(output, overwrite)
         write_text(path, build_report(loaded))
     typer.echo(f"wrote {path} ({path.stat().st_size / 1024:.0f} KiB)")
+
+
+def convert(
+    run_file: Annotated[Path, typer.Argument(help="A run JSON: one file, or JSON plus columns.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="The run JSON to write.")],
+    columns: Annotated[
+        bool,
+        typer.Option(
+            "--columns/--one-file",
+            help="Write the requests as columns beside the JSON (what a large "
+            "run gets), or inline: one file, for sharing and for llmbench before 0.3.0.",
+        ),
+    ] = False,
+    overwrite: OverwriteOpt = False,
+) -> None:
+    """Write a run as one JSON file (for sharing and older readers), or as JSON plus an Arrow columns file.
+
+    A run is written as one file up to a million token stamps, and as JSON plus columns past that (docs/schema.md).
+    The columns file is named in the JSON by its sha256: copy the two together."""
+    from llmbench.results.storage import convert_run, prepare_output
+
+    with user_errors():
+        path = prepare_output(output, overwrite)
+        run = convert_run(run_file, path, columns=columns)
+    size = path.stat().st_size
+    form = "one file, schema version 1" if not columns else "JSON plus columns, schema version 2"
+    typer.echo(f"wrote {path} ({form}; {len(run.requests) + len(run.ttft_requests)} requests, {size / 1e6:.1f} MB"
+               f"{_sidecar_size(path) if columns else ''})")  # fmt: skip
+
+
+def _sidecar_size(path: Path) -> str:
+    from llmbench.results.storage import named_sidecar
+
+    name = named_sidecar(path)
+    return f" + {name}, {(path.parent / name).stat().st_size / 1e6:.1f} MB" if name else ""
 
 
 def _short_name(path: Path, others: list[Path]) -> str:

@@ -23,6 +23,7 @@ SUMMARIES: dict[str, str] = {
     "show": "The summary table of a saved run (or a scan's curves and fits, a load test's rates, a paint's requests).",
     "export": "A tidy table of a run (pandas): one row per request, or per token with --tokens; or a trace.",
     "report": "One self-contained HTML file: tables, token timelines, ITL histogram, TTFT vs prompt length, compare; for a\nscan.json, its curves with their fits.",
+    "convert": "Write a run as one JSON file (for sharing and older readers), or as JSON plus an Arrow columns file.",
     "prompts": "The prompt sets llmbench ships: give a name as PROMPTS (run, sweep, load, ab...) instead of a file. A file\nof that name in the current folder wins.",
     "history": "The history database: results over time, per machine (see --history).",
 }

@@ -37,7 +37,7 @@ def show(
                 display.out.print(display.paint_table(record))
                 print_lines(display.paint_lines(record))
             return
-        run = load_run(run_file, scalars_only=True)  # the summary table needs no token stamps
+        run = load_run(run_file, scalars_only=True, requests=False)  # the summary table reads the summary alone
     for w in run.warnings:
         display.warn(w)
     print_summary(run, machine=True)

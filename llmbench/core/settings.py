@@ -68,6 +68,14 @@ class Settings(BaseSettings):
         does="How long a history writer waits for another writer's lock before it fails in one line (empty or "
         "blanks: the default).",
     )
+    columns_from: int = _var(
+        "LLMBENCH_COLUMNS_FROM",
+        1_000_000,
+        accepts="a whole number, 0 or more (0: every run as columns; empty or blanks: the default)",
+        does="The line between one run file and two: a run whose requests hold more token stamps than this is "
+        "written as JSON plus an Arrow columns file beside it (schema version 2); up to it, as one JSON file. Read "
+        "at each run: workers inherit it.",
+    )
     cache_dir: Path | None = _var(
         "LLMBENCH_CACHE",
         None,
@@ -164,6 +172,16 @@ class Settings(BaseSettings):
         if not math.isfinite(value) or value <= 0:
             raise ValueError("not a finite number above 0")
         return value
+
+    @field_validator("columns_from", mode="before")
+    @classmethod
+    def _stamps(cls, v: Any) -> Any:
+        text = str(v).strip()
+        if not text:
+            return 1_000_000
+        if not text.isdigit():  # no sign, no fraction, no exponent: a count
+            raise ValueError("not a whole number, 0 or more")
+        return int(text)
 
     @field_validator(
         "history", "llama_cpp_converter", "optimum_cli", "git_commit", "xdg_cache_home", "xdg_data_home",

@@ -56,6 +56,7 @@ def requests_frame(run: Run) -> pd.DataFrame:
 
 # The request fields (besides RequestScalars') the request table needs: a reader skips the token stamps
 REQUEST_FIELDS = ("session", "truncated_tokens", "tokenize_ms", "started_s", "output_text")
+TOKEN_FIELDS = ("token_times_ms",)  # the token table's: the stamps alone (a large run's as views of its file)
 
 
 def tokens_frame(run: Run) -> pd.DataFrame:
@@ -64,7 +65,8 @@ def tokens_frame(run: Run) -> pd.DataFrame:
     import numpy as np
 
     counts = np.array([len(r.token_times_ms) for r in run.requests], dtype=np.int64)
-    times = np.fromiter((t for r in run.requests for t in r.token_times_ms), dtype=float, count=int(counts.sum()))
+    stamps = [np.asarray(r.token_times_ms, dtype=float) for r in run.requests]  # lists, or a large run's views
+    times = np.concatenate(stamps) if stamps else np.array([], dtype=float)
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]]) if counts.size else np.array([], dtype=np.int64)
     token_index = np.arange(times.size) - np.repeat(starts, counts)
     itl = np.empty(times.size)

@@ -65,6 +65,10 @@ Schema history (bump ``SCHEMA_VERSION`` on any change a reader of the old versio
     dict-shaped record (config.reader/speculative/prompt_source/..., cpu, machine.gpu, server_metrics, quality)
     checked key by key (llmbench.results.records); config.spec names the prompts measured, local paths absolute,
     none for prompts passed in memory (config.prompt_file "<list>") (0.3.0, issue 66).
+  2 (llmbench 0.3.0, issue 61): a large run's requests and ttft_requests are columns in an Arrow IPC stream beside
+    the JSON (``columns``: its file name, rows and sha256; the JSON's lists are empty). A version-1 reader would
+    read such a run as one without requests, so it is refused there. Runs under the line (1,000,000 token stamps;
+    LLMBENCH_COLUMNS_FROM) are still written as version 1, one file; ``llmbench convert`` moves a run either way.
 
 No torch here: compare, show and the endpoint client read and write runs without it. Why one module of
 800-odd lines (over 600): the schema is one versioned contract (the version, its history and every model it covers
@@ -80,7 +84,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_valid
 
 from llmbench.results import records as rec
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # the newest; a run without columns is still written as 1 (older readers read it)
+SCHEMA_VERSIONS = (1, 2)
 
 # The bounds a measured value is read back with: a malformed file (a negative or NaN time, a negative count) is
 # refused in one line when read, never shown as a figure. Times are milliseconds since the request's start.
@@ -705,6 +710,38 @@ class FailedRequest(_Model):
     scheduled_s: Finite | None = None  # open-loop runs: when it was due
 
 
+class Columns(_Model):
+    """Where a version-2 run's requests are (llmbench.results.columns): one row per request, ab's one-token
+    requests among them (``ttft_only``)."""
+
+    file: str  # a file name in the JSON's own folder (no folder part: the two are copied together)
+    format: Literal["arrow-ipc-stream"] = "arrow-ipc-stream"
+    rows: Count | None = None  # None (with sha256) while the run was being written: a killed run's stream
+    sha256: str | None = None
+    size_bytes: Count | None = None  # the file's size (a reader that needs no request checks this alone)
+
+    @field_validator("file")
+    @classmethod
+    def _plain_name(cls, v: str) -> str:
+        if not v or v != v.strip() or "/" in v or "\\" in v or v.startswith(".") or not v.endswith(".arrow"):
+            raise ValueError(f"{v!r} is not a columns file name beside the run (NAME.arrow, no folder)")
+        return v
+
+    @model_validator(mode="after")
+    def _both_or_neither(self) -> Columns:
+        if not (self.rows is None) == (self.sha256 is None) == (self.size_bytes is None):
+            raise ValueError("rows, sha256 and size_bytes are given together (all null while the run was written)")
+        if self.sha256 is not None and (len(self.sha256) != 64 or set(self.sha256) - set("0123456789abcdef")):
+            raise ValueError("sha256 is 64 lowercase hex digits")
+        return self
+
+
+def _columns_match_version(run: Any) -> Any:
+    if (run.schema_version == 2) != (run.columns is not None):
+        raise ValueError("schema_version 2 names its columns file (columns); version 1 holds its requests inline")
+    return run
+
+
 class Session(_Model):
     """One invocation that contributed requests (a resumed run has several)."""
 
@@ -715,11 +752,12 @@ class Session(_Model):
 
 
 class Run(_Model):
-    schema_version: Literal[1]  # == SCHEMA_VERSION; a file of another version is refused, never misread
+    schema_version: Literal[1, 2]  # SCHEMA_VERSIONS; a file of another version is refused, never misread
     llmbench_version: str
     run_id: str
     created_at: str  # ISO 8601, UTC
     complete: bool
+    columns: Columns | None = None  # version 2: the requests are in this file beside the JSON, not in it
     config: RunConfig
     environment: Environment
     load: LoadInfo | None = None
@@ -742,6 +780,10 @@ class Run(_Model):
     # endpoint runs with --server-metrics: the server's Prometheus page over the window (servermetrics.summarize)
     server_metrics: rec.ServerMetrics | None = None
     server_boot: ServerBoot | None = None  # endpoint runs with --server-command: the server's cold start
+
+    @model_validator(mode="after")
+    def _versions(self) -> Any:
+        return _columns_match_version(self)
 
 
 class _Lean(BaseModel):
@@ -780,11 +822,12 @@ class RequestScalars(_Lean):
 class RunScalars(_Lean):
     """A run without per-token data (``load_run(..., scalars_only=True)``)."""
 
-    schema_version: Literal[1]
+    schema_version: Literal[1, 2]
     llmbench_version: str
     run_id: str
     created_at: str
     complete: bool
+    columns: Columns | None = None
     config: RunConfig
     environment: Environment
     load: LoadInfo | None = None
@@ -798,6 +841,10 @@ class RunScalars(_Lean):
     server_metrics: rec.ServerMetrics | None = None
     server_boot: ServerBoot | None = None
     client: ClientStats | None = None  # compare says whose client fell behind
+
+    @model_validator(mode="after")
+    def _versions(self) -> Any:
+        return _columns_match_version(self)
 
 
 def must_match(purpose: str, model: type[BaseModel] = RunConfig, prefix: str = "") -> tuple[str, ...]:

@@ -1,8 +1,20 @@
-"""Run files on disk: atomic snapshots, the append-only journal, reading (with a killed run's journal merged).
+"""Run files on disk: atomic snapshots, the append-only journal, the columns of a large run, reading (with a
+killed run's journal merged).
 
 A run is saved so that a crash at any instant loses at most the request in flight, in O(n) total work:
-every finished request (or recorded failure) is one fsynced journal line carrying the run's id, and the whole
+every finished request (or recorded failure) is one journal line carrying the run's id, and the whole
 JSON is rewritten atomically on a geometric schedule. No torch here.
+
+**One file, or JSON plus columns** (issue 61). A run whose requests hold up to :func:`columns_from` token
+stamps (about 18 MB of JSON: every run of the shipped prompt sets, 4,000 requests of 256 tokens) is one version-1
+JSON file, as every release wrote it: what a user shares and any older reader opens. Past the line, the requests
+move into an Arrow IPC stream beside the JSON (:mod:`llmbench.results.columns`, schema version 2: the JSON names
+the file with its rows and sha256), where a reader maps the columns it needs instead of parsing every stamp, and
+the writer appends a batch per group commit instead of rewriting the file. ``llmbench convert`` moves a run
+either way. While columns are written, each request is one journal line (written, not fsynced: a killed process
+loses nothing the kernel has), and every :data:`GROUP_ROWS` requests or :data:`GROUP_S` seconds they are appended
+to the stream as one batch and fsynced, and the journal emptied: a power loss loses at most the requests since the
+last group commit.
 
 Two writers never share a path. Every output is *claimed* before any slow work (:func:`claim`): an exclusive
 ``flock`` on a hidden sidecar (``.<name>.lock``, holding the writer's pid) held for the rest of the process, and
@@ -12,9 +24,10 @@ path appeared meanwhile, whoever made it), so an existing file is never replaced
 ``--overwrite`` or ``--resume``. Default names are claimed the same way, so two runs started in the same second
 get two files.
 
-Why one module of 600-odd lines (over 600): the claim, the journal, the snapshots and the readers (which merge a
-killed run's journal, and give a run from before the shape of the wait its shape) are one on-disk contract; split,
-a reader could drift from what the writer writes.
+Why one module of 800-odd lines (over 600): the claim, the journal, the snapshots, the group commits to columns and
+the readers (which merge a killed run's journal, check a run's columns file, and give a run from before the shape of
+the wait its shape) are one on-disk contract; split, a reader could drift from what the writer writes. (The columns'
+own format is :mod:`llmbench.results.columns`.)
 """
 
 from __future__ import annotations
@@ -38,7 +51,8 @@ from llmbench.results.schema import (
     LOAD_VERSION,
     PAINT_VERSION,
     SCAN_VERSION,
-    SCHEMA_VERSION,
+    SCHEMA_VERSIONS,
+    Columns,
     FailedRequest,
     RequestResult,
     RequestScalars,
@@ -51,12 +65,84 @@ _UMASK = os.umask(0)
 os.umask(_UMASK)
 
 
-def save_run(run: Run, path: str | Path) -> None:
-    """Write ``run`` to ``path`` atomically: a temp file in the same folder, fsync, then rename.
+def columns_from() -> int:
+    """The line between one JSON file and JSON plus columns, in token stamps (see the module's docstring):
+    ``LLMBENCH_COLUMNS_FROM``, 1,000,000 by default."""
+    from llmbench.core.settings import settings
 
-    A reader (or a crash at any instant) sees either the previous complete file or the new one.
+    return settings().columns_from
+
+
+# A group commit of a run written as columns: this many requests, or this many seconds, whichever comes first
+GROUP_ROWS = 1024
+GROUP_S = 1.0
+
+
+def stamps_of(run: Run) -> int:
+    """The token stamps a run holds (its requests' and ab's one-token requests'): what the line is drawn on."""
+    return sum(len(r.token_times_ms) for r in run.requests) + len(run.ttft_requests)
+
+
+def save_run(run: Run, path: str | Path, *, columns: bool | None = None) -> None:
+    """Write ``run`` to ``path`` atomically: a temp file in the same folder, fsync, then rename. A reader (or a
+    crash at any instant) sees either the previous complete file or the new one.
+
+    ``columns``: its requests in a columns file beside the JSON (schema version 2), or inline (version 1); None:
+    by the line (:func:`columns_from`). The columns file is new, written before the JSON that names it;
+    the one the replaced JSON named goes after.
     """
-    write_atomic(path, run.model_dump_json(exclude_none=False).encode("utf-8"))
+    path = Path(path)
+    previous = named_sidecar(path)
+    if columns if columns is not None else stamps_of(run) > columns_from():
+        from llmbench.results.columns import ColumnWriter, sidecar_name
+
+        writer = ColumnWriter(path.parent / sidecar_name(path), run.run_id)
+        try:
+            items = [*run.requests, *run.ttft_requests]
+            for start in range(0, len(items), GROUP_ROWS * 4):  # bounded memory: a batch at a time
+                writer.add(items[start : start + GROUP_ROWS * 4], sync=False)
+            ref = writer.close()
+            write_atomic(path, dumped(run, ref))
+        except BaseException:
+            writer.abandon()
+            raise
+    else:
+        ref = None
+        write_atomic(path, dumped(run, None))
+    if previous is not None and (ref is None or previous != ref.file):
+        with contextlib.suppress(OSError):  # the JSON no longer names it: a stale file is harmless
+            (path.parent / previous).unlink()
+
+
+def convert_run(source: str | Path, output: str | Path, *, columns: bool) -> Run:
+    """``llmbench convert``: the run at ``source`` (either form; a killed run's journal merged) written to
+    ``output`` (claimed by the caller) as one version-1 JSON file, or as JSON plus columns; the run, as written."""
+    run = load_run(source)
+    save_run(run, output, columns=columns)
+    return run
+
+
+def dumped(run: Run, columns: Columns | None) -> bytes:
+    """The run's JSON: version 1 with its requests inline, or version 2 naming ``columns`` (its lists empty)."""
+    if columns is None:
+        shell = run.model_copy(update={"schema_version": 1, "columns": None})
+    else:
+        shell = run.model_copy(update={"schema_version": 2, "columns": columns, "requests": [], "ttft_requests": []})
+    return shell.model_dump_json(exclude_none=False).encode("utf-8")
+
+
+def named_sidecar(path: str | Path) -> str | None:
+    """The columns file the run JSON at ``path`` names (None: none, or no such file). Read from the file's head:
+    ``columns`` comes before the setup in every JSON llmbench writes."""
+    import re
+
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return None
+    found = re.search(rb'"columns":\{"file":"([A-Za-z0-9._-]+\.arrow)"', head)
+    return found.group(1).decode() if found else None
 
 
 def write_atomic(path: str | Path, data: bytes) -> None:
@@ -210,12 +296,18 @@ def journal_line(run_id: str, item: RequestResult | FailedRequest) -> bytes:
 class RunWriter:
     """Saves a run so that a crash at any instant loses at most the request in flight, in O(n) total work.
 
-    Every finished request or recorded failure is appended to ``<path>.journal`` (one JSON line with the run's
-    id, fsync): O(1) each. The full JSON is rewritten atomically (a *snapshot*) after each of the first
-    ``always`` requests, then whenever the requests since the last snapshot reach ``growth`` (10%) of its size:
-    snapshot sizes grow geometrically, so all of them together write about 1 + 1/growth = 11 times the final
-    file, not n times. Each snapshot empties the journal. ``close()`` writes the final JSON and removes the
-    journal. Readers (:func:`load_run`, ``--resume``) merge a journal left by a killed run.
+    One JSON file (under the line, :func:`columns_from`): every finished request or recorded failure is
+    appended to ``<path>.journal`` (one JSON line with the run's id, fsync): O(1) each. The full JSON is rewritten
+    atomically (a *snapshot*) after each of the first ``always`` requests, then whenever the requests since the
+    last snapshot reach ``growth`` (10%) of its size: snapshot sizes grow geometrically, so all of them together
+    write about 1 + 1/growth = 11 times the final file, not n times. Each snapshot empties the journal.
+
+    Past the line (or with ``columns``), the requests so far move into a columns file, and from then on each is a
+    journal line written without fsync and a group commit appends them to the columns (see the module's
+    docstring); the JSON, small now, is rewritten only when a failure must be kept.
+
+    ``close()`` writes the final JSON and removes the journal. Readers (:func:`load_run`, ``--resume``) merge a
+    journal left by a killed run.
     """
 
     def __init__(
@@ -226,6 +318,7 @@ class RunWriter:
         growth: float = 0.1,
         always: int = 20,
         clock: Callable[[], float] | None = None,
+        columns: bool | None = None,
     ) -> None:
         self.path = Path(path)
         self.journal = journal_path(path)
@@ -235,29 +328,59 @@ class RunWriter:
         self.snapshot_seconds = 0.0
         self.snapshots = 0
         self.journal_seconds = 0.0
-        self.snapshot(run)
+        self.group_commits = 0
+        self._auto = columns is None
+        self._line = columns_from() if self._auto else 0
+        self._stamps = stamps_of(run)
+        self._previous = named_sidecar(self.path)  # a resumed run's columns: rewritten into a new file
+        self._columns: Any = None  # the ColumnWriter, once the requests are columns
+        self._ref: Columns | None = None
+        self._pending: list[RequestResult] = []
+        self._failed_since = False
+        self._committed_at = self._clock()
+        self._jfd: int | None = None
+        self._broken: OSError | None = None  # a group commit that failed: the stream may end mid-batch
+        if columns or (self._auto and self._stamps > self._line):
+            self._to_columns(run)
+        else:
+            self.snapshot(run)
+
+    @property
+    def columns(self) -> bool:
+        """True once the requests are written as columns."""
+        return self._columns is not None
 
     def snapshot(self, run: Run) -> None:
-        """Rewrite the whole JSON atomically and empty the journal (it is all in the snapshot now)."""
+        """Rewrite the whole JSON atomically and empty the journal (it is all in the snapshot now). Written as
+        columns: every request so far committed first, then the JSON that names the file."""
         t = self._clock()
-        save_run(run, self.path)
-        with open(self.journal, "wb") as f:
-            os.fsync(f.fileno())
+        if self._columns is not None:
+            self._commit(run, json=True)
+        else:
+            save_run(run, self.path, columns=False)
+            with open(self.journal, "wb") as f:
+                os.fsync(f.fileno())
         self._last_n = len(run.requests) + len(run.ttft_requests) + len(run.failed_requests)
         self.snapshot_seconds += self._clock() - t
         self.snapshots += 1
 
     def add(self, run: Run, item: RequestResult | FailedRequest, summarize: Callable[[], None] | None = None) -> bool:
-        """Record ``item`` (already appended to ``run``); returns True when a snapshot was written.
-
-        ``summarize`` refreshes ``run.summary`` before a snapshot (it is O(n), so only then).
-        """
+        """Record ``item`` (already appended to ``run``); returns True when a snapshot (or a group commit) was
+        written. ``summarize`` refreshes ``run.summary`` before a snapshot (it is O(n), so only then; a run
+        written as columns gets its summary at close)."""
+        if self._columns is not None:
+            return self._add_column(run, item)
         t = self._clock()
         with open(self.journal, "ab") as f:
             f.write(journal_line(run.run_id, item))
             f.flush()
             os.fsync(f.fileno())
         self.journal_seconds += self._clock() - t
+        if isinstance(item, RequestResult):
+            self._stamps += len(item.token_times_ms)
+            if self._auto and self._stamps > self._line:
+                self._to_columns(run)
+                return True
         n = len(run.requests) + len(run.ttft_requests) + len(run.failed_requests)
         if n <= self.always or n - self._last_n >= self.growth * self._last_n:
             if summarize:
@@ -266,23 +389,86 @@ class RunWriter:
             return True
         return False
 
+    def _to_columns(self, run: Run) -> None:
+        """Every request so far into a new columns file, the JSON naming it (version 2), the journal emptied."""
+        from llmbench.results.columns import ColumnWriter, sidecar_name
+
+        self._columns = ColumnWriter(self.path.parent / sidecar_name(self.path), run.run_id)
+        self._ref = Columns(file=self._columns.path.name)  # rows and sha256 come at close
+        self._pending = [*run.requests, *run.ttft_requests]
+        self._commit(run, json=True)
+        self._jfd = os.open(self.journal, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666 & ~_UMASK)
+        if self._previous is not None and self._previous != self._ref.file:
+            with contextlib.suppress(OSError):  # its requests are all in the new file, which the JSON names
+                (self.path.parent / self._previous).unlink()
+        self._previous = None
+
+    def _add_column(self, run: Run, item: RequestResult | FailedRequest) -> bool:
+        t = self._clock()
+        assert self._jfd is not None
+        os.write(self._jfd, journal_line(run.run_id, item))  # the kernel has it: a killed process loses nothing
+        self.journal_seconds += self._clock() - t
+        if isinstance(item, RequestResult):
+            self._pending.append(item)
+        else:
+            self._failed_since = True  # a failure lives in the JSON: rewritten at the next group commit
+        if len(self._pending) >= GROUP_ROWS or self._clock() - self._committed_at >= GROUP_S:
+            self._commit(run, json=self._failed_since)
+            return True
+        return False
+
+    def _commit(self, run: Run, *, json: bool) -> None:
+        """A group commit: the pending requests appended to the columns and fsynced, the JSON rewritten when
+        ``json`` (a failure since the last), then the journal emptied (what it held is durable elsewhere now)."""
+        t = self._clock()
+        assert self._columns is not None and self._ref is not None
+        if self._broken is not None:  # nothing more is appended after a batch that may be cut: readers stop there
+            raise self._broken
+        try:
+            for start in range(0, len(self._pending), GROUP_ROWS * 4):  # bounded memory: a batch at a time
+                self._columns.add(self._pending[start : start + GROUP_ROWS * 4], sync=False)
+            self._columns.sync()
+        except OSError as e:  # a full disk: the journal still holds every request since the last commit
+            self._broken = e
+            raise
+        self._pending = []
+        if json:
+            write_atomic(self.path, dumped(run, self._ref))
+            self._failed_since = False
+        if self._jfd is not None:
+            os.ftruncate(self._jfd, 0)  # a power loss that brings lines back: readers skip what the columns hold
+        else:
+            with open(self.journal, "wb") as f:
+                os.fsync(f.fileno())
+        self._committed_at = self._clock()
+        self.group_commits += 1
+        self.snapshot_seconds += self._clock() - t
+
     def close(self, run: Run) -> None:
         """The final JSON; the journal goes."""
-        save_run(run, self.path)
+        if self._columns is not None:
+            self._commit(run, json=False)
+            self._ref = self._columns.close()
+            write_atomic(self.path, dumped(run, self._ref))
+            if self._jfd is not None:
+                os.close(self._jfd)
+                self._jfd = None
+        else:
+            save_run(run, self.path, columns=False)
         self.journal.unlink(missing_ok=True)
 
 
-def merge_journal(run: Run, path: str | Path) -> int:
+def merge_journal(run: Run, path: str | Path, *, resummarize: bool = False) -> int:
     """Add the requests and failures of ``path``'s journal (a killed run's) that the JSON lacks; returns how
     many. Every line must carry this run's id: a journal of another run is refused, never merged.
 
     A torn last line (the kill came mid-write) is the request in flight: dropped. Any other unreadable line is
-    a :class:`UserError`.
+    a :class:`UserError`. The summary is computed again when anything was added, or with ``resummarize``.
     """
     jp = journal_path(path)
-    if not jp.is_file():
+    if not jp.is_file() and not resummarize:
         return 0
-    data = jp.read_bytes()
+    data = jp.read_bytes() if jp.is_file() else b""
     lines = data.split(b"\n")
     have = {(r.prompt_index, r.repeat) for r in (*run.requests, *run.ttft_requests)}
     failed = {(f.prompt_index, f.repeat, f.session) for f in run.failed_requests}
@@ -300,7 +486,7 @@ def merge_journal(run: Run, path: str | Path) -> int:
             run.failed_requests.append(item)
             failed.add((item.prompt_index, item.repeat, item.session))
             added += 1
-    if added:
+    if added or resummarize:
         from llmbench.results.metrics import summarize
 
         old = run.summary
@@ -332,11 +518,17 @@ def _journal_item(jp: Path, number: int, line: bytes, run_id: str, torn: bool) -
         raise UserError(f"{jp}:{number}: not a journal line of this run (damaged?); move the journal away") from None
 
 
-def load_run(path: str | Path, *, scalars_only: bool = False, request_fields: tuple[str, ...] = ()) -> Run:
-    """Read and validate a run JSON; :class:`UserError` (one line, naming the file) for anything unusable.
+def load_run(
+    path: str | Path, *, scalars_only: bool = False, request_fields: tuple[str, ...] = (), requests: bool = True
+) -> Run:
+    """Read and validate a run JSON (and its columns file, version 2); :class:`UserError` (one line, naming the
+    file) for anything unusable.
 
     ``scalars_only`` skips the token stamps and texts (returns a :class:`RunScalars` whose requests carry
-    RequestScalars' fields, plus ``request_fields`` of RequestResult): 3-10x faster on large runs.
+    RequestScalars' fields, plus ``request_fields`` of RequestResult): 3-10x faster on large runs; from columns,
+    only those columns are read (a list column's values as numpy views, never a Python object per token).
+    ``requests=False`` (with ``scalars_only``; show): a finished version-2 run's requests are left in their
+    file, which is checked to be there at its size (a version-1 run's are read: they are in the JSON).
     """
     p = Path(path)
     data = read_user_file(p, "run file")
@@ -349,8 +541,19 @@ def load_run(path: str | Path, *, scalars_only: bool = False, request_fields: tu
     except ValidationError:
         _diagnose(p, data)  # raises the one-line reason
         raise UserError(f"{p} is not a valid run JSON") from None  # _diagnose found nothing more precise
+    if scalars_only and run.columns is not None and run.columns.sha256 is None:
+        return load_run(p)  # a run killed while written as columns: its summary is computed from its requests
+    if run.columns is not None and not requests and scalars_only and run.columns.sha256 is not None:
+        from llmbench.results.columns import present
+
+        present(p.parent / run.columns.file, run.columns)
+    elif run.columns is not None:
+        fields = (*RequestScalars.model_fields, *request_fields) if scalars_only else None
+        _attach_columns(run, p, fields)
     if isinstance(run, Run):
-        merge_journal(run, p)  # a killed run's last requests are in its journal (no journal: nothing to do)
+        # a killed run's last requests are in its journal (no journal: nothing to do); one killed while written
+        # as columns has a summary from before its last commits: computed again from what it holds
+        merge_journal(run, p, resummarize=run.columns is not None and run.columns.sha256 is None)
         if any(r.shapeless() for r in (*run.requests, *run.ttft_requests)):  # from before the shape of the wait
             from llmbench.results.metrics import fill_shape
 
@@ -358,6 +561,21 @@ def load_run(path: str | Path, *, scalars_only: bool = False, request_fields: tu
     elif _shapeless(run.requests):  # the shape needs the stamps and texts: such a run is read whole, once
         return load_run(p)
     return run  # type: ignore[return-value]  # RunScalars has every field a scalar reader uses
+
+
+def _attach_columns(run: Run | RunScalars, p: Path, fields: tuple[str, ...] | None) -> None:
+    """A version-2 run's requests, from the columns file its JSON names: ``fields`` only, as light rows, or
+    every field as RequestResult (None)."""
+    from llmbench.results import columns as col
+
+    if run.requests or run.ttft_requests:
+        raise UserError(f"{p} names a columns file and holds requests itself: not a file llmbench wrote")
+    assert run.columns is not None
+    names = list(dict.fromkeys(fields)) if fields is not None else None
+    table = col.read_checked(p.parent / run.columns.file, run.columns, run.run_id, names)
+    items = col.rows(table) if names is not None else col.requests_of(table)
+    run.requests = [r for r in items if not r.ttft_only]
+    run.ttft_requests = [r for r in items if r.ttft_only]
 
 
 def _shapeless(requests: list[Any]) -> bool:
@@ -454,10 +672,10 @@ def _diagnose(p: Path, data: bytes) -> None:
     if not isinstance(obj, dict) or "schema_version" not in obj or "requests" not in obj:
         raise UserError(f"{p} is not an llmbench run JSON (no schema_version/requests)")
     version = obj["schema_version"]
-    if version != SCHEMA_VERSION:
+    if type(version) is not int or version not in SCHEMA_VERSIONS:  # true == 1 in Python: a bool is no version
         raise UserError(
-            f"{p} has schema_version {version!r}; this llmbench ({llmbench_version()}) reads version "
-            f"{SCHEMA_VERSION}: upgrade or downgrade llmbench to read it"
+            f"{p} has schema_version {version!r}; this llmbench ({llmbench_version()}) reads versions "
+            f"{', '.join(map(str, SCHEMA_VERSIONS))}: upgrade or downgrade llmbench to read it"
         )
     try:
         Run.model_validate(obj)

@@ -9,8 +9,10 @@ pa = pytest.importorskip("pyarrow")
 
 from llmbench.core.errors import UserError  # noqa: E402
 from llmbench.results import columns  # noqa: E402
-from llmbench.results.schema import RequestResult  # noqa: E402
+from llmbench.results.schema import Columns, RequestResult  # noqa: E402
 from tests.helpers import synthetic_run  # noqa: E402
+
+RUN = "a" * 32  # the run id the files are written for
 
 
 def _requests(n: int = 7) -> list[RequestResult]:
@@ -35,7 +37,7 @@ def test_every_field_of_a_request_is_a_column():
 def test_requests_round_trip_through_a_stream_file(tmp_path):
     reqs = _requests()
     path = tmp_path / f"run{columns.SUFFIX}"
-    w = columns.ColumnWriter(path)
+    w = columns.ColumnWriter(path, RUN)
     w.add(reqs[:3])
     w.add([])  # nothing: no empty batch
     w.add(reqs[3:])
@@ -51,16 +53,16 @@ def test_requests_round_trip_through_a_stream_file(tmp_path):
 
 def test_a_second_writer_of_the_same_file_is_refused(tmp_path):
     path = tmp_path / "run.arrow"
-    first = columns.ColumnWriter(path)
+    first = columns.ColumnWriter(path, RUN)
     with pytest.raises(FileExistsError):
-        columns.ColumnWriter(path)
+        columns.ColumnWriter(path, RUN)
     first.close()
 
 
 def test_a_killed_writer_leaves_every_finished_batch(tmp_path):
     reqs = _requests(9)
     path = tmp_path / "run.arrow"
-    w = columns.ColumnWriter(path)
+    w = columns.ColumnWriter(path, RUN)
     w.add(reqs[:4])
     w.add(reqs[4:7])
     size = path.stat().st_size
@@ -79,27 +81,55 @@ def test_a_killed_writer_leaves_every_finished_batch(tmp_path):
 def test_a_sidecar_that_is_not_its_runs_is_one_line(tmp_path):
     reqs = _requests()
     path = tmp_path / "run.arrow"
-    w = columns.ColumnWriter(path)
+    w = columns.ColumnWriter(path, RUN)
     w.add(reqs)
-    w.close()
-    sha = columns.file_sha256(path)
-    columns.check(path, sha, len(reqs))  # its own: fine
-    for args, message in (((sha, len(reqs) + 1), "requests, the run says"), (("0" * 64, len(reqs)), "not the columns")):
+    ref = w.close()
+    # hashed and counted as written
+    assert ref == Columns(file="run.arrow", rows=len(reqs), sha256=columns.file_sha256(path),
+                          size_bytes=path.stat().st_size)  # fmt: skip
+    assert columns.read_checked(path, ref, RUN).num_rows == len(reqs)  # its own: fine
+    for ref_, run_id, message in (
+        (ref.model_copy(update={"rows": len(reqs) + 1}), RUN, "requests, the run says"),
+        (ref.model_copy(update={"sha256": "0" * 64}), RUN, "not the columns file its run names"),
+        (ref.model_copy(update={"size_bytes": ref.size_bytes + 1}), RUN, "bytes, the run says"),
+        (Columns(file="run.arrow"), "b" * 32, "another run's file"),  # a killed run's: no sha256, still its own
+    ):
         with pytest.raises(UserError, match=message) as e:
-            columns.check(path, *args)
+            columns.read_checked(path, ref_, run_id)
         assert "\n" not in str(e.value)
     with pytest.raises(UserError, match="missing"):
-        columns.check(tmp_path / "gone.arrow", sha, 1)
+        columns.read_checked(tmp_path / "gone.arrow", ref, RUN)
     (tmp_path / "junk.arrow").write_bytes(b"not arrow at all")
     with pytest.raises(UserError, match="not a run's columns file"):
         columns.read_table(tmp_path / "junk.arrow")
+
+
+def test_rows_are_light_and_their_stamps_are_views(tmp_path):
+    reqs = _requests(6)
+    path = tmp_path / "run.arrow"
+    w = columns.ColumnWriter(path, RUN)
+    w.add(reqs)
+    w.close()
+    table, _ = columns.read_table(path, columns=["prompt_index", "ttft_ms", "token_times_ms", "server_send_ms"])
+    rows = columns.rows(table)
+    assert [r.prompt_index for r in rows] == [r.prompt_index for r in reqs]
+    assert [list(r.token_times_ms) for r in rows] == [r.token_times_ms for r in reqs]
+    assert rows[1].server_send_ms is not None and rows[0].server_send_ms is None  # a null list stays None
+    assert not hasattr(rows[0], "output_text")  # only the columns read
+
+
+def test_sidecar_names_are_new_each_time_and_plain():
+    a, b = columns.sidecar_name("results/run.json"), columns.sidecar_name("results/run.json")
+    assert a != b and a.startswith("run.") and a.endswith(".arrow")
+    odd = columns.sidecar_name("/x/.hidden weird é.json")
+    assert Columns(file=odd).file == odd and not odd.startswith(".") and " " not in odd
 
 
 def test_a_batch_too_big_for_int32_offsets_is_split_and_a_missing_column_is_one_line(tmp_path, monkeypatch):
     reqs = _requests(5)  # 9 stamps each
     monkeypatch.setattr(columns, "BATCH_VALUES", 20)  # two requests' stamps a batch
     path = tmp_path / "run.arrow"
-    w = columns.ColumnWriter(path)
+    w = columns.ColumnWriter(path, RUN)
     w.add(reqs)
     w.close()
     import pyarrow.ipc as ipc
