@@ -270,6 +270,8 @@ def test_a_malformed_field_is_one_line_on_every_reading_command(cli, tmp_path, c
         assert "internal error" not in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
         if r.returncode == 0 and args[0] in ("show", "compare"):
             continue  # a field the scalar read leaves out (a request's session): unread there, so unchecked
+        if r.returncode == 0 and "--tokens" in args and path[-1] == "session":
+            continue  # the token table reads the stamps and their keys alone (issue 61): no session column
         assert r.returncode == 2 and r.stderr.count("\n") == 1 and str(bad) in r.stderr, (args, r.stderr)
 
 
