@@ -245,6 +245,7 @@ def claim(path: str | Path, *, replace: bool = False) -> Path:
     key = _key(p)
     if key in _claims:
         return p
+    columns_from()  # a malformed LLMBENCH_COLUMNS_FROM is one line now, not after the first request is measured
     lock = lock_path(p)
     try:
         fd = _lock(lock)

@@ -253,3 +253,12 @@ def test_convert_writes_either_form_and_keeps_the_original(cli, tmp_path):
     r = cli("convert", src, "-o", tmp_path / "one.json")  # exists: refused, kept
     assert r.returncode == 2 and "already exists" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert load_run(src).schema_version == 2  # the original is untouched
+
+
+@pytest.mark.parametrize("value", ["-1", "1.5", "x", "1e6"])
+def test_a_malformed_line_is_one_line_before_any_work(cli, tmp_path, value):
+    src = tmp_path / "r.json"
+    save_run(synthetic_run(n=2), src)
+    r = cli("convert", src, "-o", tmp_path / "out.json", env={"LLMBENCH_COLUMNS_FROM": value})
+    assert r.returncode == 2 and "LLMBENCH_COLUMNS_FROM" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "out.json").exists()
