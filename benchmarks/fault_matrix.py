@@ -602,8 +602,8 @@ def _prepare(ctx: Ctx, command: Command, fault: str, out: Path, stack: contextli
         ctx.server_app.state.fault_at = ctx.server_app.state.calls + ctx.rng.randint(3, 8)
     if fault in ("disk-full", "read-only"):
         target = out / "db" if command.name == "history-add" else out
-        size = {"run": 48, "run-endpoint": 48, "ab": 96, "sweep": 64, "scan": 64, "load": 48, "quality": 4,
-                "history-add": 160}[command.name] if fault == "disk-full" else 4096  # fmt: skip
+        size = {"run": 48, "run-columns": 48, "run-endpoint": 48, "ab": 96, "sweep": 64, "scan": 64, "load": 48,
+                "quality": 4, "history-add": 160}[command.name] if fault == "disk-full" else 4096  # fmt: skip
         stack.enter_context(tmpfs(target, size, read_only=fault == "read-only"))
         ctx.mount = target
 

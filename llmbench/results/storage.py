@@ -407,7 +407,15 @@ class RunWriter:
     def _add_column(self, run: Run, item: RequestResult | FailedRequest) -> bool:
         t = self._clock()
         assert self._jfd is not None
-        os.write(self._jfd, journal_line(run.run_id, item))  # the kernel has it: a killed process loses nothing
+        if self._broken is not None:  # a journal line or a batch that failed: nothing more after it
+            raise self._broken
+        line = memoryview(journal_line(run.run_id, item))
+        try:
+            while line:  # a full disk may take part of a line without an error: the rest, or the error, follows
+                line = line[os.write(self._jfd, line) :]  # the kernel has it: a killed process loses nothing
+        except OSError as e:  # a torn last line: readers drop it (the request in flight)
+            self._broken = e
+            raise
         self.journal_seconds += self._clock() - t
         if isinstance(item, RequestResult):
             self._pending.append(item)
