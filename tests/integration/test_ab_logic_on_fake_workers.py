@@ -320,3 +320,15 @@ def test_ab_gates_the_load_over_processes(cli, fake_worker, prompt_file, tmp_pat
     assert again.returncode == 1 and "REGRESSION" in again.stdout
     one = cli("compare", tmp_path / "slow" / "base.json", tmp_path / "slow" / "head.json", "--fail-on", "ready_s=nan")
     assert one.returncode == 2 and "finite number" in one.stderr and "Traceback" not in one.stderr
+
+
+def test_an_ab_run_past_the_line_is_columns_and_reads_as_any(cli, fake_worker, prompt_file, tmp_path, monkeypatch):
+    """Issue 61: ab's two runs written as JSON plus columns (the line at 0 stamps) pass every check an ab run does."""
+    monkeypatch.setenv("LLMBENCH_COLUMNS_FROM", "0")
+    out = tmp_path / "ab"
+    r = cli("ab", prompt_file, "--base", fake_worker(*FAST), "--head", fake_worker(*FAST, "--seed", "1"),
+            "--max-new-tokens", "6", "--repeats", "2", "-o", out, "--fail-on-regression", "25", "-q")  # fmt: skip
+    check_an_abba_run(cli, r, out, prompt_file, tmp_path, "fake_worker.py")
+    for role in ("base", "head"):
+        run = load_run(out / f"{role}.json")
+        assert run.schema_version == 2 and run.columns is not None and (out / run.columns.file).is_file()

@@ -206,3 +206,27 @@ def test_server_and_client_token_counts_are_both_kept_and_disagreements_counted(
     expected = sum(q.output_tokens_server != client_count for q in run.requests)
     assert run.summary.token_count_disagreements == expected > 0
     assert any(f"token counts disagree on {expected} of 6 requests" in w for w in run.warnings)
+
+
+def test_a_load_tests_rates_past_the_line_are_columns_every_reader_reads(cli, server, prompt_file, tmp_path):
+    """Issue 61: a rate's run is written as JSON plus columns past the line (here from its first request), and
+    compare, show, export, report and history add read it as any run."""
+    out = tmp_path / "load"
+    env = {"LLMBENCH_COLUMNS_FROM": "0", "XDG_DATA_HOME": str(tmp_path / "data")}
+    r = cli("load", prompt_file, "--endpoint", server, "--rates", "5,8", "--requests", "6", "--max-new-tokens", "4",
+            "--ignore-eos", "--slo", "ttft_ms:p90=5000", "--warmup", "0", "-o", out, "-q", env=env)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    for rate in ("5", "8"):
+        path = out / f"rate-{rate}.json"
+        run = load_run(path)
+        assert run.schema_version == 2 and run.columns is not None and run.columns.rows == len(run.requests) == 6
+        assert (out / run.columns.file).is_file() and run.summary is not None and run.summary.requests == 6
+    a, b = out / "rate-5.json", out / "rate-8.json"
+    assert cli("compare", a, b).returncode == 0
+    assert cli("show", a).returncode == 0
+    assert cli("export", a, "--tokens", "-o", tmp_path / "t.csv").returncode == 0
+    assert len((tmp_path / "t.csv").read_text(encoding="utf-8").splitlines()) == 1 + sum(
+        len(q.token_times_ms) for q in load_run(a).requests
+    )
+    assert cli("report", a, b, "-o", tmp_path / "r.html").returncode == 0
+    assert cli("history", "add", a, env=env).returncode == 0
