@@ -141,7 +141,12 @@ class ColumnWriter:
         self.path = Path(path)
         self._file = open(self.path, "xb")  # noqa: SIM115 (closed by close()); "x": a second writer fails
         self._sink = _HashedFile(self._file)
-        self._writer = ipc.new_stream(self._sink, arrow_schema().with_metadata({RUN_ID: run_id.encode()}))
+        schema = arrow_schema().with_metadata({RUN_ID: run_id.encode()})
+        self._writer = ipc.new_stream(self._sink, schema)
+        # the schema goes out with the first batch: an empty one now, so a run killed before its first group
+        # commit leaves a stream that reads (no rows, its run id) rather than an empty file
+        self._writer.write_batch(pa.RecordBatch.from_pylist([], schema=schema))
+        self.sync()
         self.rows = 0
 
     def add(self, requests: Sequence[RequestResult], *, sync: bool = True) -> None:

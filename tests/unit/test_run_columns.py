@@ -142,7 +142,7 @@ def test_a_writer_killed_in_the_middle_of_a_batch_loses_no_finished_request(tmp_
     def sync(self):
         self._file.flush()
         size = os.path.getsize(self.path)
-        if len(sizes) == 3:  # the 4th commit: the kill came with half its batch on disk
+        if len(sizes) == 4:  # the 4th commit (after the file's creation): the kill came with half its batch on disk
             _copy_files(work, killed)
             cut = killed / self.path.name
             cut.write_bytes(cut.read_bytes()[: sizes[-1] + (size - sizes[-1]) // 2])
@@ -182,10 +182,12 @@ def test_a_full_disk_at_a_group_commit_keeps_what_was_written(tmp_path, monkeypa
             failed_at = i
             break
     assert failed_at is not None
-    with pytest.raises(OSError):  # nothing more goes after a batch that may be cut
+    size = storage.journal_path(path).stat().st_size
+    with pytest.raises(OSError):  # nothing more goes after a batch that may be cut, not even a journal line
         w.add(shell, full.requests[failed_at + 1])
+    assert storage.journal_path(path).stat().st_size == size
     back = load_run(path)  # the stream up to the failure, the journal since the last good commit
-    assert [r.prompt_index for r in back.requests] == [r.prompt_index for r in full.requests[: failed_at + 2]]
+    assert [r.prompt_index for r in back.requests] == [r.prompt_index for r in full.requests[: failed_at + 1]]
 
 
 def test_a_columns_file_that_is_not_what_its_run_names_is_one_line(tmp_path, monkeypatch):
@@ -262,3 +264,34 @@ def test_a_malformed_line_is_one_line_before_any_work(cli, tmp_path, value):
     r = cli("convert", src, "-o", tmp_path / "out.json", env={"LLMBENCH_COLUMNS_FROM": value})
     assert r.returncode == 2 and "LLMBENCH_COLUMNS_FROM" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "out.json").exists()
+
+
+def test_a_journal_line_the_disk_takes_only_part_of_is_finished_or_failed(tmp_path, monkeypatch):
+    """A full disk may take part of a write without an error: the rest is written, or its error ends the run; a
+    torn last line is dropped by readers, and the run never counts a request its files do not hold."""
+    real = os.write
+    calls = {"n": 0}
+
+    def write(fd, data):
+        calls["n"] += 1
+        if calls["n"] == 12:  # part of this line, no error
+            return real(fd, bytes(data)[: len(data) // 2])
+        if calls["n"] == 13:  # its rest: the disk is full now
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(fd, data)
+
+    monkeypatch.setattr(storage, "GROUP_S", 3600.0)
+    full = synthetic_run(n=30, tokens=6, seed=4)
+    shell = full.model_copy(update={"requests": []})
+    path = tmp_path / "run.json"
+    w = RunWriter(path, shell, columns=True)  # the columns file made at once, its JSON naming it
+    monkeypatch.setattr(storage.os, "write", write)
+    saved = 0
+    with pytest.raises(OSError):
+        for r in full.requests:
+            shell.requests.append(r)
+            w.add(shell, r)
+            saved += 1
+    monkeypatch.setattr(storage.os, "write", real)
+    assert saved == 11  # the 12th request's line was torn: not counted as saved
+    assert [r.prompt_index for r in load_run(path).requests] == list(range(11))
