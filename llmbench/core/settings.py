@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, get_args
 
@@ -166,23 +167,12 @@ class Settings(BaseSettings):
     @field_validator("history_timeout_s", mode="before")
     @classmethod
     def _timeout(cls, v: Any) -> Any:
-        text = str(v).strip()
-        if not text:
-            return HISTORY_TIMEOUT_DEFAULT_S
-        value = float(text)  # Python's float, as before ("1e3", "1_000"); a ValueError is the one-line UserError
-        if not math.isfinite(value) or value <= 0:
-            raise ValueError("not a finite number above 0")
-        return value
+        return _or_default(v, HISTORY_TIMEOUT_DEFAULT_S, _seconds)
 
     @field_validator("columns_from", mode="before")
     @classmethod
     def _stamps(cls, v: Any) -> Any:
-        text = str(v).strip()
-        if not text:
-            return COLUMNS_FROM_DEFAULT
-        if not text.isdigit():  # no sign, no fraction, no exponent: a count
-            raise ValueError("not a whole number, 0 or more")
-        return int(text)
+        return _or_default(v, COLUMNS_FROM_DEFAULT, _count)
 
     @field_validator(
         "history", "llama_cpp_converter", "optimum_cli", "git_commit", "xdg_cache_home", "xdg_data_home",
@@ -229,6 +219,26 @@ class Settings(BaseSettings):
         """``$XDG_DATA_HOME/llmbench`` (~/.local/share/llmbench, on every system): the history database
         (history.db) and the tools scripts/install-engines.sh installs (tools/)."""
         return (self.xdg_data_home or Path.home() / ".local" / "share") / "llmbench"
+
+
+def _or_default(v: Any, default: Any, parse: Callable[[str], Any]) -> Any:
+    """A number variable's value: ``default`` when empty or blanks, else ``parse`` of its text (a ValueError there
+    is the one-line UserError, with what the variable accepts)."""
+    text = str(v).strip()
+    return parse(text) if text else default
+
+
+def _seconds(text: str) -> float:
+    value = float(text)  # Python's float, as before ("1e3", "1_000")
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError("not a finite number above 0")
+    return value
+
+
+def _count(text: str) -> int:
+    if not text.isdigit():  # no sign, no fraction, no exponent
+        raise ValueError("not a whole number, 0 or more")
+    return int(text)
 
 
 def settings() -> Settings:
