@@ -71,7 +71,7 @@ Schema history (bump ``SCHEMA_VERSION`` on any change a reader of the old versio
     LLMBENCH_COLUMNS_FROM) are still written as version 1, one file; ``llmbench convert`` moves a run either way.
 
 No torch here: compare, show and the endpoint client read and write runs without it. Why one module of
-800-odd lines (over 600): the schema is one versioned contract (the version, its history and every model it covers
+900-odd lines (over 600): the schema is one versioned contract (the version, its history and every model it covers
 change together); split over files, a change could bump one part and not the other.
 """
 
