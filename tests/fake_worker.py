@@ -13,6 +13,9 @@ the base's is 10% slower by construction, and what ab concludes can be checked a
         [--features a,b]    announce these features (default: the real worker's)
         [--version V]       announce this llmbench version
         [--tag NAME]        how its lines in LLMBENCH_FAKE_LOG name it
+        [--dtype D] [--quantize Q]          the setup ab's calibration appends (recorded as the run's dtype)
+        [--setup-speed float32+int8-dynamic=0.3,bfloat16=1]  a setup's delays times this (ground truth for the
+                            calibration's choice; a setup not named: 1)
 
 Every request's stamps are written to ``LLMBENCH_FAKE_LOG`` (JSON lines) when that variable names a file: which
 process measured what, on which CPU, in which order.
@@ -54,6 +57,9 @@ def _args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--features", default=",".join(FEATURES))
     p.add_argument("--version", default=__version__)
     p.add_argument("--tag", default="")
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--quantize", default="none")
+    p.add_argument("--setup-speed", default="")
     return p.parse_args(argv)
 
 
@@ -66,10 +72,13 @@ class _Fake:
         self.prompts: PromptSet | None = None
         self.options: RunOptions | None = None
         self.log = os.environ.get("LLMBENCH_FAKE_LOG")
+        speeds = dict(item.split("=") for item in a.setup_speed.split(",") if item)
+        setup = a.dtype if a.quantize == "none" else f"{a.dtype}+{a.quantize}"
+        self.speed = float(speeds.get(setup, 1.0))
 
     def _sleep_ms(self, ms: float) -> int:
         """Sleep about ``ms`` (times the jitter) and return the nanoseconds it was asked to sleep."""
-        ms *= 1 + self.rng.uniform(-self.a.jitter, self.a.jitter)
+        ms *= self.speed * (1 + self.rng.uniform(-self.a.jitter, self.a.jitter))
         end = time.perf_counter_ns() + int(ms * 1e6)
         while (left := end - time.perf_counter_ns()) > 0:
             time.sleep(min(left / 1e9, 0.001))
@@ -89,7 +98,7 @@ class _Fake:
                                  tuple(range(1, n + 1)), tuple(own) if own is not None else None,
                                  msg.get("source"))  # fmt: skip
         config = RunConfig(model="fake-worker", model_source="builtin", weights="random", device="cpu",
-                           dtype="float32", threads=self.a.threads, **self.options.config_fields(self.prompts),
+                           dtype=self.a.dtype, threads=self.a.threads, **self.options.config_fields(self.prompts),
                            engine_settings={"fake": {"ttft_ms": self.a.ttft_ms,
                                                      "tpot_ms": self.a.tpot_ms}})  # fmt: skip
         load = LoadInfo(seconds=self.a.load_s, parameters=1)

@@ -42,7 +42,7 @@ def ab(ctx: typer.Context, quiet: QuietOpt = False, **s: Any) -> None:
         if move_anchor and not (anchor and head_ref):
             raise UserError("--move-anchor needs --anchor OLD and --head-ref NEW (the new anchor's ref)")
         options = run_options(spec)
-        design = _design(ctx, d.processes, repeats, d.ttft_pairs, d.duet, d.budget, d.spawn)
+        design = _design(ctx, d.processes, repeats, d.ttft_pairs, d.duet, d.budget, d.spawn, d.calibrate)
         _check_cold_gate(gates, design)
         prompt_set = workload.prompt_list(workload.Workload.of(spec), options, spec.server.tokenizer)
         # a budget plans its pairs later (and says when they fall short): then only the tokens are checked here
@@ -68,20 +68,23 @@ def ab(ctx: typer.Context, quiet: QuietOpt = False, **s: Any) -> None:
 
 
 def _design(
-    ctx: typer.Context, processes: int, repeats: int, ttft_pairs: int, duet: bool, budget: str | None, spawn: Any
+    ctx: typer.Context, processes: int, repeats: int, ttft_pairs: int, duet: bool, budget: str | None, spawn: Any,
+    calibrate: bool = False,
 ) -> Any:  # fmt: skip
     """The ab design the options give; --budget leaves processes, rounds and TTFT-only pairs to the planner."""
     from llmbench.drivers.ab import Design
     from llmbench.drivers.ab_budget import parse_budget
 
     if budget is None:
+        if calibrate:
+            raise UserError("calibrate chooses the workers' setup to fill a --budget: give --budget")
         design = Design(processes=processes, repeats=repeats, ttft_pairs=ttft_pairs, duet=duet, spawn=spawn)
         design.validate()
         return design
     given = [f"--{k.replace('_', '-')}" for k in ("processes", "repeats", "ttft_pairs") if was_given(ctx, k)]
     if given:
         raise UserError(f"--budget chooses {', '.join(given)} itself: give one or the other")
-    return Design(duet=duet, budget_s=parse_budget(budget), spawn=spawn)
+    return Design(duet=duet, budget_s=parse_budget(budget), spawn=spawn, calibrate=calibrate)
 
 
 def _check_cold_gate(gates: dict[str, float], design: Any) -> None:

@@ -208,6 +208,9 @@ class Design:
     # how a process after the first starts: "exec" (a new worker: its own imports, load, hash seed), "fork" (from
     # process 0: loaded once), "auto" (fork where both sides' workers can, else exec)
     spawn: Literal["exec", "fork", "auto"] = "exec"
+    # --budget: the workers' dtype, quantization, threads and request length chosen for this CPU first, by
+    # measurement (llmbench.drivers.ab_calibrate), the same for both sides
+    calibrate: bool = False
 
     def validate(self) -> None:
         """UserError for a count no run can hold, before anything is planned or started (a plan holds every
@@ -280,13 +283,31 @@ async def _measure(
             raise UserError(f"{flag}; --{servers[0]} is a server")
     if budgeted and resume:
         raise UserError("--budget chooses a new design; resume with the options it printed instead")
+    if d.calibrate and not budgeted:
+        raise UserError("calibrate chooses the workers' setup to fill a --budget: give --budget")
+    if d.calibrate and servers:
+        raise UserError(f"calibrate chooses worker settings; --{servers[0]} is a server")
+    t0 = time.perf_counter()
+    calibration = None
+    if d.calibrate:
+        from llmbench.drivers.ab_calibrate import calibrate
+
+        async def open_sides(commands: dict[str, str], opts: RunOptions) -> list[Backend]:
+            backends = [side_backend(commands[r], opts, r) for r in ROLES]
+            await _start_all(backends, prompts)
+            return backends
+
+        calibration = await calibrate(sides, options, prompts, d.budget_s or 0.0, cpus, open_sides, reporter=reporter)
+        sides = {r: calibration.command(sides[r]) for r in ROLES}
+        options = options.replaced(max_new_tokens=calibration.length)
+        if reporter is not None:
+            reporter.status(calibration.text())
     most = 1 if servers else MAX_PROCESSES if budgeted else d.processes
     setups = random_setups(most, rng.getrandbits(64))
     backends = [side_backend(sides[r], options, r, most, setups) for r in ROLES]
     for r, b in zip(ROLES, backends, strict=True):
         if previous[r] is not None:
             check_resumable(previous[r], folder / f"{r}.json", b.early_config(prompts))  # type: ignore[arg-type]
-    t0 = time.perf_counter()
     await _start_all(backends, prompts)
     try:
         d = replace(d, spawn=_spawn(backends, d))
@@ -297,7 +318,9 @@ async def _measure(
             from llmbench.drivers.ab_budget import choose
 
             d = await choose(d, backends, prompts, options, time.perf_counter() - t0, cpus, reporter,
-                             max_processes=most)  # fmt: skip
+                             max_processes=most, earlier=calibration.pairs() if calibration else None)  # fmt: skip
+            if calibration is not None and d.plan is not None:
+                d.plan["calibration"] = calibration.record()
             for b in backends:
                 if isinstance(b, PoolBackend):
                     b.resize(d.processes)

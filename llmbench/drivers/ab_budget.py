@@ -34,7 +34,7 @@ import math
 import re
 import time
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol
 
 from llmbench.core.errors import UserError
 from llmbench.options import RunOptions
@@ -49,7 +49,21 @@ PRIORS = {
     "duet": {"tpot": (0.01, 0.025), "ttft": (0.01, 0.035)},  # the machine's noise lands on both: s_w shrinks
 }
 PRIOR_TPOT, PRIOR_TTFT = PRIORS["ABBA"]["tpot"], PRIORS["ABBA"]["ttft"]
-TARGETS_PCT = (1.5, 3.0)  # TPOT, TTFT: what the design aims at
+TARGETS_PCT = (1.5, 3.0)  # TPOT, TTFT: what the design aims at on a CPU without bfloat16 in hardware (AVX2)
+# ... and on one with it (AVX-512 BF16, AMX): faster, steadier pairs buy a tighter target (issue 62)
+TARGETS_BF16_PCT = (1.0, 2.0)
+# the pilot's pairs that measure this CPU's pair-to-pair noise for the projection (its warm pairs among them): as
+# many as fit in NOISE_SHARE of the budget, at least NOISE_MIN_PAIRS, at most NOISE_MAX_PAIRS. A sd from n pairs is
+# off by ~1 / sqrt(2 (n - 1)): 16% at 20 pairs, against the +-25% the projection answers for
+NOISE_SHARE = 0.05
+NOISE_MIN_PAIRS = 8
+NOISE_MAX_PAIRS = 40
+# the sd between processes a projection from one process's pilot assumes (it can't see it): the Zen 4 EPYC's duet
+# runs measured 0.0-0.2% (TTFT and TPOT, 4 rows of 2 runs, 2026-12-07), PRIORS' 1% came from ABBA-era studies;
+# the studies' own s_b is reported against it (benchmarks/README.md, issue 62)
+BETWEEN_PRIOR = {"tpot": 0.003, "ttft": 0.003}
+# a process's variance is simulated up to this many pairs, then scaled as 1 / m (a median's large-sample law)
+SIMULATED_PAIRS = 40
 MAX_PROCESSES = 32
 MAX_TTFT_PAIRS = 10_000  # a plan holds every pair: bounded, whatever a pilot measured
 RESERVE = 0.05  # of the budget, held back: the end's probe, the saving, the closing
@@ -127,19 +141,104 @@ class Choice:
                 f"{self.mdc_tpot_pct:.1f}%, TTFT {o.mdc_ttft_pct:.1f}% -> {self.mdc_ttft_pct:.1f}%)")  # fmt: skip
 
 
+def cpu_targets(flags: set[str] | None = None) -> tuple[float, float]:
+    """The (TPOT, TTFT) MDCs (%) a budget aims at on this CPU: :data:`TARGETS_BF16_PCT` where bfloat16 is in
+    hardware (AVX-512 BF16 or AMX: the Xeon, Zen 4), else :data:`TARGETS_PCT` (an AVX2-only CPU)."""
+    from llmbench.machine.envinfo import cpu_flags
+
+    return TARGETS_BF16_PCT if (cpu_flags() if flags is None else flags) & {"avx512_bf16", "amx_bf16"} else TARGETS_PCT
+
+
+class Noise(Protocol):
+    """How a design's minimum detectable change is projected: ``metric`` "tpot" or "ttft"."""
+
+    @property
+    def source(self) -> str: ...
+
+    def mdc_pct(self, metric: str, processes: int, pairs_per_process: float) -> float: ...
+
+
+@dataclass(frozen=True)
+class PriorNoise:
+    """The normal model with fixed components (s_b, s_w) a metric: :data:`PRIORS`, another machine's figures."""
+
+    tpot: tuple[float, float]
+    ttft: tuple[float, float]
+    source: str = "prior"
+
+    def mdc_pct(self, metric: str, processes: int, pairs_per_process: float) -> float:
+        from llmbench.analysis.variance import projected_mdc_pct
+
+        s_b, s_w = self.tpot if metric == "tpot" else self.ttft
+        return projected_mdc_pct(s_b**2, s_w**2, processes, pairs_per_process)
+
+
+class PilotNoise:
+    """This CPU's noise, from the pilot's pairs: each pair's log ratio (head over base) of TTFT and of TPOT's mean
+    gap, :func:`~llmbench.analysis.variance.winsorized` as compare takes them and centred on each placement's
+    median (a duet's process balances its placements, so a CPU that is slower all run long is no noise). A
+    design's MDC is what the run would print: the processes' changes, balanced medians of pairs drawn from these
+    (:func:`~llmbench.analysis.variance.balanced_median_variance`), plus ``s_b`` between processes, under
+    :func:`~llmbench.analysis.variance.expected_mdc_pct`. One process shows no s_b: it is :data:`PRIORS`'s unless
+    given."""
+
+    source = "pilot"
+
+    def __init__(self, logs: dict[str, Any], placements: dict[str, Any], s_b: dict[str, float]) -> None:
+        import numpy as np
+
+        from llmbench.analysis.variance import winsorized
+
+        self.logs: dict[str, Any] = {}
+        for metric, values in logs.items():
+            where = np.asarray(placements[metric])
+            x = winsorized(np.asarray(values, dtype=float))
+            for p in np.unique(where):
+                x[where == p] -= np.median(x[where == p])
+            self.logs[metric] = x
+        self.s_b = s_b
+        self._v: dict[tuple[str, int], float] = {}
+
+    def pairs(self, metric: str) -> int:
+        return int(self.logs[metric].size)
+
+    def sd_pct(self, metric: str) -> float:
+        """The pairs' robust sd (%), 1.4826 MAD of their centred log ratios: what the status line says."""
+        import numpy as np
+
+        x = self.logs[metric]
+        return 100.0 * math.expm1(1.4826 * float(np.median(np.abs(x - np.median(x)))))
+
+    def variance(self, metric: str, pairs: float) -> float:
+        """A process's change's variance from its pairs' noise, at ``pairs`` pairs a process (simulated up to
+        :data:`SIMULATED_PAIRS`, then scaled as 1 / m)."""
+        from llmbench.analysis.variance import balanced_median_variance
+
+        m = max(1, round(pairs))
+        k = min(m, SIMULATED_PAIRS)
+        if (metric, k) not in self._v:
+            self._v[(metric, k)] = balanced_median_variance(self.logs[metric], k)
+        return self._v[(metric, k)] * k / m
+
+    def mdc_pct(self, metric: str, processes: int, pairs_per_process: float) -> float:
+        from llmbench.analysis.variance import expected_mdc_pct
+
+        return expected_mdc_pct(self.s_b[metric] ** 2, self.variance(metric, pairs_per_process), processes)
+
+
 def best_design(
     budget_s: float, spent_s: float, costs: Costs, n_prompts: int, warmup: int, max_processes: int = MAX_PROCESSES,
     prior_tpot: tuple[float, float] = PRIOR_TPOT, prior_ttft: tuple[float, float] = PRIOR_TTFT,
-    min_pairs: int = MIN_PAIRS_PER_PROCESS,
+    min_pairs: int = MIN_PAIRS_PER_PROCESS, noise: Noise | None = None, targets: tuple[float, float] = TARGETS_PCT,
 ) -> Choice:  # fmt: skip
     """The design that fits ``budget_s`` after ``spent_s`` with the smallest max(MDC / target) among those that
     give every process at least ``min_pairs`` full pairs (the best of all when none does; benchmarks/regroup.py
     tries other floors); at
     least 2 processes and 1 round. Process 0 is started and warm already (the pilot warmed it); each later one
     costs a start, a switch and ``warmup`` warm-up pairs. UserError when even 2 processes of one round don't
-    fit."""
-    from llmbench.analysis.variance import projected_mdc_pct
-
+    fit. ``noise``: how a design's MDC is projected (:class:`PilotNoise`: this CPU's pilot); without it the normal
+    model of ``prior_tpot`` / ``prior_ttft``. ``targets``: the (TPOT, TTFT) MDCs aimed at (:func:`cpu_targets`)."""
+    noise = noise or PriorNoise(prior_tpot, prior_ttft)
     left = budget_s * (1 - RESERVE) - spent_s
     best: dict[bool, tuple[float, Choice]] = {}  # enough pairs a process? -> (score, choice)
     for n in range(2, max_processes + 1):
@@ -153,9 +252,9 @@ def best_design(
             if rest < 0:
                 break
             shorts = min(MAX_TTFT_PAIRS, int(rest // costs.ttft_pair_s)) if costs.ttft_pair_s > 0 else 0
-            mt = projected_mdc_pct(prior_tpot[0] ** 2, prior_tpot[1] ** 2, n, full / n)
-            mf = projected_mdc_pct(prior_ttft[0] ** 2, prior_ttft[1] ** 2, n, (full + shorts) / n)
-            score = max(mt / TARGETS_PCT[0], mf / TARGETS_PCT[1])
+            mt = noise.mdc_pct("tpot", n, full / n)
+            mf = noise.mdc_pct("ttft", n, (full + shorts) / n)
+            score = max(mt / targets[0], mf / targets[1])
             enough = full // n >= min_pairs
             if enough not in best or score < best[enough][0]:
                 rounds = -(-full // n_prompts)
@@ -171,34 +270,129 @@ def best_design(
     return best[True][1]
 
 
-async def _timed(coros: list[Any]) -> float:
-    t = time.perf_counter()
-    await asyncio.gather(*coros)
-    return time.perf_counter() - t
+@dataclass(frozen=True)
+class PilotPair:
+    """One measured pilot pair: both sides' results, the pair's wall time, its placement (a duet: base's CPU;
+    ABBA: 0 when base went first), and whether it was a TTFT-only pair (one output token: TTFT's noise alone)."""
+
+    base: Any
+    head: Any
+    wall_s: float
+    placement: int
+    ttft_only: bool = False
+
+
+@dataclass
+class Pilot:
+    """What :func:`pilot` measured: the first pair's seconds, the warm full pairs' seconds, a TTFT-only pair's,
+    and every warm pair with its results (the noise pairs among them)."""
+
+    first_s: float
+    warm_s: list[float]
+    ttft_s: float
+    pairs: list[PilotPair]
+
+
+async def measure_pair(
+    live: list[Any], reqs: list[Any], stop: Any, duet: bool, head_first: bool
+) -> tuple[float, list[Any]]:
+    """(seconds, [base result, head result]) of one pair: both at once (a duet) or one side then the other."""
+    if duet:
+        t = time.perf_counter()
+        results = await asyncio.gather(*(w.measure(r, stop, 0.0) for w, r in zip(live, reqs, strict=True)))
+        return time.perf_counter() - t, list(results)
+    order = [1, 0] if head_first else [0, 1]
+    results, took = [None, None], 0.0
+    for k in order:
+        t = time.perf_counter()
+        results[k] = await live[k].measure(reqs[k], stop, 0.0)
+        took += time.perf_counter() - t
+    return took, results
 
 
 async def pilot(
-    backends: list[Any], prompts: PromptSet, duet: tuple[int, int] | None
-) -> tuple[float, list[float], float]:  # fmt: skip
-    """(first pair s, the warm full pairs' s, TTFT-only pair s) on the live processes, measured as the design will
-    (ABBA: one side then the other; duet: both at once). A process's first request pays for what it sets up once
-    (measured here: 9 s, where later pairs took 7), so it is what a new process's warm-up costs, and the
-    :data:`WARM_PAIRS` pairs after it are what a measured pair costs: the plan prices the lower (a transient
-    slows a pair, never speeds one; one pair taken 1.5x slow by a command run beside it once planned a run of
-    3.35 minutes of 5 and a TTFT MDC of 2.2%). Untimed for the runs (kept nowhere)."""
+    backends: list[Any], prompts: PromptSet, duet: tuple[int, int] | None, noise_s: float = 0.0,
+    length: int | None = None,
+) -> Pilot:  # fmt: skip
+    """Pairs on the live processes, measured as the design will (ABBA: one side then the other; duet: both at
+    once), untimed for the runs (kept nowhere): a first pair, :data:`WARM_PAIRS` warm pairs, a TTFT-only pair,
+    then more full pairs for ``noise_s`` seconds (:data:`NOISE_MIN_PAIRS` to :data:`NOISE_MAX_PAIRS` warm pairs in
+    all), going round the prompts from the last, the placements taking turns (a duet's CPUs swap; ABBA's order).
+    A process's first request pays for what it sets up once (measured here: 9 s, where later pairs took 7), so it
+    is what a new process's warm-up costs, and the warm pairs after it are what a measured pair costs: the plan
+    prices the lower (a transient slows a pair, never speeds one; one pair taken 1.5x slow by a command run beside
+    it once planned a run of 3.35 minutes of 5 and a TTFT MDC of 2.2%). ``length``: the full pairs' output tokens
+    (None: the run's)."""
     from llmbench.core.process import Stop
 
     stop = Stop()
     live = [getattr(b, "live", b) for b in backends]
-    req = prompts.request(len(prompts.prompts) - 1, -1)
-    out = []
-    for short in (False, *[False] * WARM_PAIRS, True):
-        reqs = [replace(req, ttft_only=short, cpu=None if duet is None else duet[k]) for k in range(len(live))]
-        if duet is not None:
-            out.append(await _timed([w.measure(r, stop, 0.0) for w, r in zip(live, reqs, strict=True)]))
-        else:
-            out.append(sum([await _timed([w.measure(r, stop, 0.0)]) for w, r in zip(live, reqs, strict=True)]))
-    return out[0], out[1:-1], out[-1]
+    n = len(prompts.prompts)
+
+    def reqs(j: int, short: bool, turn: int) -> list[Any]:
+        req = prompts.request((n - 1 - j) % n, -1)
+        if length is not None and not short:
+            req = replace(req, max_new_tokens=length)
+        return [replace(req, ttft_only=short, cpu=None if duet is None else duet[(k + turn) % 2]) for k in range(2)]
+
+    warm: list[PilotPair] = []
+    turns = {False: 0, True: 0}  # each kind's placements take turns
+
+    async def measured(j: int, short: bool = False) -> float:
+        turn = turns[short] % 2
+        turns[short] += 1
+        wall, (b, h) = await measure_pair(live, reqs(j, short, turn), stop, duet is not None, turn == 1)
+        if b is not None and h is not None:  # None: a side measured nothing (stopped)
+            warm.append(PilotPair(b, h, wall, duet[turn] if duet is not None else turn, short))
+        return wall
+
+    def full_pairs() -> int:
+        return sum(not p.ttft_only for p in warm)
+
+    first_s = await measured(0)
+    warm.clear()  # the first pair prices a warm-up, it is no sample of the noise
+    walls = [await measured(j) for j in range(1, WARM_PAIRS + 1)]
+    j = WARM_PAIRS + 1
+    ttft_s = await measured(j, True)
+    t0 = time.perf_counter()
+    # the noise pairs: a full pair and a TTFT-only one in turn (a TTFT-only pair costs a prefill, and the run's
+    # TTFT row pools both kinds)
+    while noise_s > 0 and full_pairs() < NOISE_MAX_PAIRS and j < 4 * NOISE_MAX_PAIRS and (
+            full_pairs() < NOISE_MIN_PAIRS or time.perf_counter() - t0 < noise_s):  # fmt: skip
+        await measured(j + 1)
+        await measured(j + 2, True)
+        j += 2
+    return Pilot(first_s, walls, ttft_s, warm)
+
+
+def pair_logs(pairs: list[PilotPair], length: int | None = None) -> tuple[dict[str, Any], dict[str, Any], float]:
+    """(log ratios {"tpot", "ttft"}, their placements {"tpot", "ttft"}, median full pair's seconds) of pilot pairs:
+    TPOT's mean gap over the first ``length`` tokens of the full pairs (compare's gaps statistic cut there: what a
+    run of that many tokens a request would measure; None: all), every pair's TTFT, and a full pair's time cut
+    there too. A full pair whose sides lack 3 stamped tokens says nothing of TPOT."""
+    import numpy as np
+
+    logs: dict[str, list[float]] = {"tpot": [], "ttft": []}
+    where: dict[str, list[int]] = {"tpot": [], "ttft": []}
+    secs = []
+    for p in pairs:
+        if p.base.ttft_ms and p.head.ttft_ms and p.base.ttft_ms > 0 and p.head.ttft_ms > 0:
+            logs["ttft"].append(math.log(p.head.ttft_ms / p.base.ttft_ms))
+            where["ttft"].append(p.placement)
+        bt, ht = p.base.token_times_ms, p.head.token_times_ms
+        m = min(len(bt), len(ht), length or len(bt)) - 1
+        if p.ttft_only or m < 2:
+            continue
+        gb, gh = (bt[m] - bt[0]) / m, (ht[m] - ht[0]) / m
+        if gb <= 0 or gh <= 0:
+            continue
+        logs["tpot"].append(math.log(gh / gb))
+        where["tpot"].append(p.placement)
+        # the pair ends with its later side: cut at token m, each side ends (its last stamp - stamp m) sooner
+        cut = min(float(bt[-1] - bt[m]), float(ht[-1] - ht[m])) / 1000
+        secs.append(max(p.wall_s - cut, 1e-3))
+    return ({k: np.array(v) for k, v in logs.items()}, {k: np.array(v) for k, v in where.items()},
+            float(np.median(secs)) if secs else math.nan)  # fmt: skip
 
 
 async def warm_start(backends: list[Any]) -> dict[str, Any]:
@@ -219,14 +413,19 @@ async def warm_start(backends: list[Any]) -> dict[str, Any]:
 async def choose(
     design: Any, backends: list[Any], prompts: PromptSet, options: RunOptions, spent_s: float,
     duet: tuple[int, int] | None, reporter: Any = None, *, max_processes: int = MAX_PROCESSES,
+    earlier: list[PilotPair] | None = None,
 ) -> Any:  # fmt: skip
-    """The design that fills ``design.budget_s`` (:func:`best_design`), from this run's own costs: process 0
-    started again when its first start found a cold file cache (:func:`warm_start`), then a pilot
-    (:func:`pilot`). Said in one status line (two when the pairs a process gets decided it); the costs, what was
-    seen and the choice go to ``design.plan`` (the run JSON's config.ab.budget_plan)."""
+    """The design that fills ``design.budget_s`` (:func:`best_design`), from this run's own costs and noise:
+    process 0 started again when its first start found a cold file cache (:func:`warm_start`), then a pilot
+    (:func:`pilot`) whose pairs (and ``earlier`` ones of the same setup: a calibration's, cut to this run's
+    length) project each design's MDC (:class:`PilotNoise`) against this CPU's targets (:func:`cpu_targets`).
+    Said in status lines (the design; why the pairs a process gets decided it; what would reach a target the
+    budget can't); the costs, the noise, what was seen and the choice go to ``design.plan`` (the run JSON's
+    config.ab.budget_plan)."""
     t = time.perf_counter()
     seen = await warm_start(backends)
-    first_s, warm_s, ttft_s = await pilot(backends, prompts, duet)
+    p = await pilot(backends, prompts, duet, NOISE_SHARE * design.budget_s)
+    first_s, warm_s, ttft_s = p.first_s, p.warm_s, p.ttft_s
     pair_s = min(warm_s)
     start_s = exec_start_s = max((getattr(b, "start_s", None) or spent_s) for b in backends)
     if design.spawn == "fork":  # a later process is forked from process 0: priced by a trial fork on each side
@@ -243,8 +442,15 @@ async def choose(
                   switch_s=switch_s)  # fmt: skip
     used = spent_s + time.perf_counter() - t  # the restart and the pilot are spent too
     prior = PRIORS["duet" if duet else "ABBA"]
-    c = best_design(design.budget_s, used, costs, len(prompts.prompts), options.warmup, max(2, max_processes),
-                    prior["tpot"], prior["ttft"])  # fmt: skip
+    noise = pilot_noise([*(earlier or []), *p.pairs], options.max_new_tokens, prior)
+    targets = cpu_targets()
+
+    def design_for(budget_s: float) -> Choice:
+        return best_design(budget_s, used, costs, len(prompts.prompts), options.warmup, max(2, max_processes),
+                           prior["tpot"], prior["ttft"], noise=noise, targets=targets)  # fmt: skip
+
+    c = design_for(design.budget_s)
+    reach = None if fits(c, targets) else reach_budget(design.budget_s, design_for, targets)
     if reporter is not None:
         cold, replay = "", ""
         forked = f" (forked from process 0; {exec_start_s:.1f} s exec'd)" if design.spawn == "fork" else ""
@@ -258,20 +464,75 @@ async def choose(
             f"{rounds_text(c.pairs, len(prompts.prompts))} + {c.ttft_pairs} TTFT-only pairs (measured here: a "
             f"process start {start_s:.1f} s{forked}{cold}, a new process's first pair {first_s:.2f} s, a pair "
             f"{pair_s:.2f} s, a TTFT-only pair {ttft_s:.2f} s{replay}; projected MDC TPOT {c.mdc_tpot_pct:.1f}%, TTFT "
-            f"{c.mdc_ttft_pct:.1f}%)"
+            f"{c.mdc_ttft_pct:.1f}%{noise_text(noise)})"
         )
         if c.why():
             reporter.status(f"--budget: {c.why()}")
+        if not fits(c, targets):
+            reporter.status(f"--budget: {short_text(c, targets, reach)}")
     plan = {**seen, "spawn": design.spawn, "start_s": round(start_s, 3), "exec_start_s": round(exec_start_s, 3),
             "first_pair_s": round(first_s, 3), "pair_s": round(pair_s, 3),
             "warm_pairs_s": [round(x, 3) for x in warm_s], "ttft_pair_s": round(ttft_s, 3),
             "warmup_replay": "prefill" if prefill else "full",
             "warmup_s": round(warmup_s, 3), "switch_s": switch_s, "pair_margin": PAIR_MARGIN,
-            "spent_s": round(used, 3), **_choice_dict(c),
+            "spent_s": round(used, 3), **_choice_dict(c), "noise": noise_record(noise),
+            "targets_pct": {"tpot": targets[0], "ttft": targets[1]},
+            "reach_budget_s": None if reach is None else round(reach), "fits_targets": fits(c, targets),
             "instead": _choice_dict(c.instead) if c.instead else None, "why": c.why()}  # fmt: skip
     return replace(
         design, processes=c.processes, repeats=c.rounds, full_pairs=c.pairs, ttft_pairs=c.ttft_pairs, plan=plan
     )
+
+
+def pilot_noise(pairs: list[PilotPair], length: int, prior: dict[str, tuple[float, float]]) -> Noise:
+    """:class:`PilotNoise` from ``pairs`` cut to ``length`` tokens, its between-process part
+    :data:`BETWEEN_PRIOR` (one process can't show it); ``prior``'s normal model when fewer than 4 pairs could say
+    (a worker without stamps)."""
+    logs, where, _ = pair_logs(pairs, length)
+    if logs["tpot"].size < 4 or logs["ttft"].size < 4:
+        return PriorNoise(prior["tpot"], prior["ttft"])
+    return PilotNoise(logs, where, BETWEEN_PRIOR)
+
+
+def fits(c: Choice, targets: tuple[float, float]) -> bool:
+    return c.mdc_tpot_pct <= targets[0] and c.mdc_ttft_pct <= targets[1]
+
+
+def reach_budget(budget_s: float, plan: Any, targets: tuple[float, float]) -> float | None:
+    """The shortest budget (a 10% grid up to 8 times ``budget_s``, at most a day) whose design ``plan(budget)``
+    projects within both ``targets``; None when none does (another setup, or the noise, must change)."""
+    b = budget_s
+    while b < min(8 * budget_s, 86400):
+        b = min(b * 1.1, 86400)
+        if fits(plan(b), targets):
+            return b
+    return None
+
+
+def short_text(c: Choice, targets: tuple[float, float], reach: float | None) -> str:
+    """The line said before measuring when the projection misses a target: what it expects, what would reach it."""
+    missed = [f"{label} {mdc:.1f}% against {target:g}%" for label, mdc, target in
+              (("TPOT", c.mdc_tpot_pct, targets[0]), ("TTFT", c.mdc_ttft_pct, targets[1])) if mdc > target]  # fmt: skip
+    more = (f"about {math.ceil(reach / 60)} minutes (--budget {math.ceil(reach / 60)}m) would reach "
+            "it" if reach is not None else "8 times the budget would not reach it")  # fmt: skip
+    return (f"this CPU's noise projects an MDC of {'; '.join(missed)} in this budget: {more}; a faster or steadier "
+            "setup (calibrate = true: dtype and request length chosen here) buys more pairs a minute")  # fmt: skip
+
+
+def noise_text(noise: Noise) -> str:
+    if not isinstance(noise, PilotNoise):
+        return "; noise: another machine's figures"
+    return (f"; a pair varied {noise.sd_pct('tpot'):.1f}% (TPOT), {noise.sd_pct('ttft'):.1f}% (TTFT) in "
+            f"{noise.pairs('tpot')} pilot pairs")  # fmt: skip
+
+
+def noise_record(noise: Noise) -> dict[str, Any]:
+    """The noise the projection used, for the run JSON."""
+    if not isinstance(noise, PilotNoise):
+        return {"source": noise.source}
+    return {"source": noise.source, "pairs": noise.pairs("tpot"),
+            "sd_within_pct": {m: round(noise.sd_pct(m), 3) for m in ("tpot", "ttft")},
+            "sd_between_prior_pct": {m: round(100 * v, 3) for m, v in noise.s_b.items()}}  # fmt: skip
 
 
 def rounds_text(pairs: int, n_prompts: int) -> str:

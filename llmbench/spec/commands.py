@@ -216,6 +216,12 @@ class AbDesign(Section):
         "detectable change, from this run's measured costs; the choice is printed. Replaces --processes, --repeats "
         "and --ttft-pairs.",
     )
+    calibrate: bool = setting(
+        False,
+        "With --budget: first measure the workers' setups on this CPU (dtype, int8 dynamic quantization, threads, "
+        "and --max-new-tokens 8, 16 or 32) and measure with the one that projects the smallest detectable change; "
+        "its flags are appended to both worker commands. Off: the setup as given.",
+    )
     spawn: Literal["exec", "fork", "auto"] = setting(
         "exec",
         "How a worker process after the first starts: exec (a new process: its own imports, load, hash seed and "

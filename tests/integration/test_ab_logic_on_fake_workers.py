@@ -332,3 +332,47 @@ def test_an_ab_run_past_the_line_is_columns_and_reads_as_any(cli, fake_worker, p
     for role in ("base", "head"):
         run = load_run(out / f"{role}.json")
         assert run.schema_version == 2 and run.columns is not None and (out / run.columns.file).is_file()
+
+
+def test_calibrate_measures_each_setup_and_runs_both_sides_on_the_fastest(cli, fake_worker, prompt_file, tmp_path):
+    """Issue 62: workers whose setups run at known speeds (int8 dynamic at 0.3x the delays, float32 at 1.2x):
+    the calibration sees the slow ones slow after one pair, chooses int8, appends its flags to both sides' command
+    lines (a later option wins), runs at the chosen request length, and records what it measured and why."""
+    from llmbench.drivers.ab_calibrate import LENGTHS, SLOWER
+
+    worker = fake_worker("--ttft-ms", "8", "--tpot-ms", "6", "--load-s", "0.2",
+                         "--setup-speed", "float32+int8-dynamic=0.3,float32=1.2")  # fmt: skip
+    r = cli("ab", prompt_file, "--base", worker, "--head", worker, "--budget", "25s", "--calibrate", "--warmup", "1",
+            "-o", tmp_path / "c")  # fmt: skip
+    check_a_budgeted_design(r, tmp_path / "c", "25s", 25)
+    base, head = (load_run(tmp_path / "c" / f"{s}.json") for s in ("base", "head"))
+    cal = base.config.ab.budget_plan["calibration"]
+    assert cal["setup"]["dtype"] == "float32" and cal["setup"]["quantize"] == "int8-dynamic"
+    # bfloat16 (1x) and float32 (1.2x) were 3.3x and 4x slower a pair: dropped after one
+    dropped = [c for c in cal["candidates"] if c["dropped"]]
+    assert {c["setup"].split(",")[0] for c in dropped} == {"bfloat16", "float32"}
+    assert all(c["first_pair_s"] > SLOWER * min(x["first_pair_s"] for x in cal["candidates"]) for c in dropped)
+    assert all(c["pairs"] == 0 for c in dropped)
+    for run in (base, head):
+        side = run.config.ab.side
+        assert side.endswith(f"--dtype float32 --quantize int8-dynamic --threads {cal['setup']['threads']}"), side
+        assert run.config.dtype == "float32" and run.config.max_new_tokens == cal["max_new_tokens"] in LENGTHS
+    # every (setup, length) that could be planned was scored, the chosen one scored best
+    best = min(s["score"] for s in cal["scores"])
+    t = cal["setup"]["threads"]
+    label = f"float32+int8-dynamic, {t} thread{'s' if t != 1 else ''}"
+    assert next(s for s in cal["scores"] if s["max_new_tokens"] == cal["max_new_tokens"]
+                and s["setup"] == label)["score"] == best  # fmt: skip
+    assert base.config.ab.budget_plan["noise"]["source"] == "pilot"
+    said = [line for line in r.stderr.splitlines() if line.startswith("calibration (")]
+    assert len(said) == 1 and "float32+int8-dynamic" in said[0] and "dropped" in said[0]
+
+
+def test_calibrate_without_a_budget_or_with_a_server_is_refused_in_one_line(cli, fake_worker, prompt_file, tmp_path):
+    worker = fake_worker()
+    r = cli("ab", prompt_file, "--base", worker, "--head", worker, "--calibrate", "-o", tmp_path / "n")
+    assert r.returncode == 2 and "give --budget" in r.stderr and "Traceback" not in r.stderr
+    r = cli("ab", prompt_file, "--base", "http://127.0.0.1:9", "--head", worker, "--calibrate", "--budget", "1m",
+            "-o", tmp_path / "s")  # fmt: skip
+    assert r.returncode == 2 and "server" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "n").exists() and not (tmp_path / "s").exists()

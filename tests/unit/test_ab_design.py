@@ -270,7 +270,7 @@ def test_a_cold_first_start_is_measured_apart_and_process_0_starts_again(reads, 
     import asyncio
 
     from llmbench.drivers.ab import Design
-    from llmbench.drivers.ab_budget import choose
+    from llmbench.drivers.ab_budget import NOISE_MAX_PAIRS, choose
     from llmbench.options import RunOptions
     from llmbench.workloads.prompts import PromptSet
 
@@ -284,8 +284,13 @@ def test_a_cold_first_start_is_measured_apart_and_process_0_starts_again(reads, 
     assert plan["first_start_s"] == 23.0 and plan["first_start_read_mb"] == (None if cold is None else max(reads))
     # the plan prices a start as a later process pays it: the restart's when the first was cold
     assert plan["start_s"] == (1.0 if cold else 23.0)
-    # the pilot: a first pair (a new process's warm-up), two warm pairs, a TTFT-only pair; the first took 50 ms
-    assert all(s.calls == [False, False, False, True] for s in sides) and plan["first_pair_s"] >= 0.05
+    # the pilot: a first pair (a new process's warm-up), two warm pairs, a TTFT-only pair, then a full pair and a
+    # TTFT-only one in turn for the noise (these sides measure nothing: a bounded number of tries, and the
+    # projection is the priors'); the first took 50 ms
+    assert all(s.calls[:4] == [False, False, False, True] and s.calls[4::2] == [False] * len(s.calls[4::2])
+               and all(s.calls[5::2]) for s in sides)  # fmt: skip
+    assert len(sides[0].calls) <= 4 * NOISE_MAX_PAIRS + 2 and plan["first_pair_s"] >= 0.05
+    assert plan["noise"] == {"source": "prior"}
     assert len(plan["warm_pairs_s"]) == 2 and plan["pair_s"] == min(plan["warm_pairs_s"])
     assert (d.processes, d.repeats, d.full_pairs, d.ttft_pairs) == (plan["processes"], plan["rounds"], plan["pairs"],
                                                                     plan["ttft_pairs"])  # fmt: skip
