@@ -6,8 +6,10 @@ one thread took 148 ms a token in bfloat16 and 45 in float32 with int8 dynamic q
 bought a third of the pairs they could (issue 62).
 
 How: each candidate setup (:data:`CANDIDATES`: dtype, quantization, threads) starts on both sides as the run will
-(a first start from a cold file cache is started again, as the budget prices a start) and warms up on one
-TTFT-only pair. One pair of the shortest length (:data:`LENGTHS`) says how fast it is: a candidate whose pair took
+and warms up on one TTFT-only pair. The first candidate's start may have read the libraries from storage (a fresh
+runner's cold file cache): it is priced as measured, not started again (that took 12 s of 300 on the Zen 4 for a
+start ~5 s dearer: the first candidate is the one expected fastest, and the run's own start is priced again).
+One pair of the shortest length (:data:`LENGTHS`) says how fast it is: a candidate whose pair took
 :data:`SLOWER` times the fastest one's so far is measured no further. The others measure full pairs at the
 longest length, a TTFT-only pair after each, for :data:`SCREEN_SHARE` of the budget (at least
 :data:`SCREEN_MIN_PAIRS`), as the run measures them (duet or ABBA, placements taking turns). Each (setup, length)
@@ -143,10 +145,9 @@ OpenSides = Callable[[dict[str, str], RunOptions], Awaitable[list[Any]]]
 
 async def _screen(
     setup: WorkerSetup, sides: dict[str, str], options: RunOptions, prompts: PromptSet, duet: tuple[int, int] | None,
-    screen_s: float, best_s: float | None, first: bool, open_sides: OpenSides,
+    screen_s: float, best_s: float | None, open_sides: OpenSides,
 ) -> Measured:  # fmt: skip
     from llmbench.core.process import Stop
-    from llmbench.drivers.ab_budget import warm_start
 
     opts = options.replaced(max_new_tokens=max(LENGTHS))
     try:
@@ -155,8 +156,6 @@ async def _screen(
         raise UserError(f"calibrate: the workers would not start as {setup.label()} ({' '.join(setup.flags())} "
                         f"appended to --base and --head): {e}") from None  # fmt: skip
     try:
-        if first:  # a cold file cache's start is no later start's price (ab_budget.warm_start)
-            await warm_start(backends)
         start_s = max((getattr(b, "start_s", None) or 0.0) for b in backends)
         live = [getattr(b, "live", b) for b in backends]
         stop, n = Stop(), len(prompts.prompts)
@@ -232,10 +231,10 @@ async def calibrate(
     targets = cpu_targets()
     measured: list[Measured] = []
     best_s: float | None = None
-    for k, setup in enumerate(setups or candidates(duet is not None)):
+    for setup in setups or candidates(duet is not None):
         if reporter is not None:
             reporter.status(f"calibrate: {setup.label()} ...")
-        m = await _screen(setup, sides, options, prompts, duet, SCREEN_SHARE * budget_s, best_s, k == 0, open_sides)
+        m = await _screen(setup, sides, options, prompts, duet, SCREEN_SHARE * budget_s, best_s, open_sides)
         measured.append(m)
         if m.first_pair_s is not None and m.dropped is None:
             best_s = m.first_pair_s if best_s is None else min(best_s, m.first_pair_s)
