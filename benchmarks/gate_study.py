@@ -309,10 +309,54 @@ def design_table(runs: list[dict]) -> list[str]:
     return lines
 
 
+PROJECTION_BAND = 0.25  # issue 62: a run's printed MDC within +-25% of the projection ab printed before measuring
+
+
+def projection_table(runs: list[dict]) -> list[str]:
+    """Did the projection come true? Per gated metric, over the runs whose plan printed one: the printed MDC over
+    the projected (median, range), how many fell within +-25%, the targets the plan aimed at and how many runs
+    printed an MDC within them, and what the calibration chose (issue 62)."""
+    planned = [r for r in runs if (r.get("budget_plan") or {}).get("projected_mdc_tpot_pct")]
+    if not planned:
+        return ["no run printed a projection"]
+    lines = ["| metric (gated row) | runs | printed / projected: median (min..max) | within +-25% [Wilson 95%] | "
+             "projected (mean) | printed (mean) | target | printed within target [Wilson 95%] |",
+             "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for m, key in (("tpot_ms", "tpot"), ("ttft_ms", "ttft")):
+        rs = [r for r in planned if math.isfinite(r.get(f"{m}_mdc", math.nan))]
+        if not rs:
+            continue
+        proj = [r["budget_plan"][f"projected_mdc_{key}_pct"] for r in rs]
+        printed = [r[f"{m}_mdc"] for r in rs]
+        ratio = [a / b for a, b in zip(printed, proj, strict=True)]
+        within = sum(abs(x - 1) <= PROJECTION_BAND for x in ratio)
+        targets = [(r["budget_plan"].get("targets_pct") or {}).get(key) for r in rs]
+        hit = sum(t is not None and p <= t for p, t in zip(printed, targets, strict=True))
+        target = ", ".join(f"{t:g}%" for t in sorted({t for t in targets if t is not None})) or "-"
+        lines.append(f"| {m} | {len(rs)} | {statistics.median(ratio):.2f} ({min(ratio):.2f}..{max(ratio):.2f}) | "
+                     f"{rate(within, len(rs))} | {statistics.fmean(proj):.2f}% | {statistics.fmean(printed):.2f}% | "
+                     f"{target} | {rate(hit, len(rs))} |")  # fmt: skip
+    chosen: dict[str, int] = {}
+    for r in planned:
+        cal = r["budget_plan"].get("calibration")
+        if cal:
+            s = cal["setup"]
+            q = "" if s["quantize"] == "none" else "+" + s["quantize"]
+            label = f"{s['dtype']}{q}, {s['threads']} thread(s), {cal['max_new_tokens']} tokens"
+            chosen[label] = chosen.get(label, 0) + 1
+    if chosen:
+        spent = [r["budget_plan"]["calibration"]["spent_s"] for r in planned if r["budget_plan"].get("calibration")]
+        lines += ["", "calibration chose: " + "; ".join(f"{k} ({v} runs)" for k, v in chosen.items()) +
+                  f"; it took {statistics.fmean(spent):.0f} s a run ({min(spent):.0f}..{max(spent):.0f})"]  # fmt: skip
+    return lines
+
+
 def summarize(runs: list[dict]) -> list[str]:
     aa = [r for r in runs if r["pct"] == 0]
     return ["### The gate", "", *gate_table(runs), "", "### The printed MDC against the A/A spread", "",
-            *honesty_table(aa), "", "### Every comparison row over the A/A runs (significant = a false verdict)", "",
+            *honesty_table(aa), "", "### The MDC projected before measuring against the MDC printed", "",
+            *projection_table(runs), "",
+            "### Every comparison row over the A/A runs (significant = a false verdict)", "",
             *row_table(aa), "", "### The design each run chose, and where its noise was", "",
             *design_table(runs)]  # fmt: skip
 

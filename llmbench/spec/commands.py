@@ -219,7 +219,7 @@ class AbDesign(Section):
     calibrate: bool = setting(
         False,
         "With --budget: first measure the workers' setups on this CPU (dtype, int8 dynamic quantization, threads, "
-        "and --max-new-tokens 8, 16 or 32) and measure with the one that projects the smallest detectable change; "
+        "and --max-new-tokens 8 or 16) and measure with the one that projects the smallest detectable change; "
         "its flags are appended to both worker commands. Off: the setup as given.",
     )
     spawn: Literal["exec", "fork", "auto"] = setting(

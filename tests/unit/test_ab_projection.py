@@ -215,3 +215,27 @@ def test_the_calibration_scores_a_faster_setup_above_a_slower_one_of_the_same_no
     assert short is not None and short["pair_s"] < a["pair_s"]
     # a setup with no pairs can't be planned
     assert score(Measured(WorkerSetup("float32"), 3.0, 0.1), 16, *args) is None
+
+
+def test_the_chi_square_quantile_and_the_scatter_of_a_printed_mdc():
+    """Wilson-Hilferty's chi-square quantile against draws, and what it is for: the MDC a run prints scatters with
+    its sample sd over few processes; 80% of runs of known noise print one within the projected 10-90% range."""
+    from llmbench.analysis.variance import chi2_quantile
+
+    rng = np.random.default_rng(5)
+    for df in (3, 7, 15):
+        draws = rng.chisquare(df, 400_000)
+        for q in (0.1, 0.5, 0.9):
+            assert chi2_quantile(df, q) == pytest.approx(float(np.quantile(draws, q)), rel=0.02)
+    sigma, n = 0.03, 4
+    low, mid, high = (expected_mdc_pct(0.0, sigma**2, n, q) for q in (0.1, 0.5, 0.9))
+    assert low < mid < high and high / low > 3  # 4 processes: a wide scatter
+    printed = []
+    for _ in range(4000):
+        per = rng.normal(0, sigma, n)
+        from llmbench.analysis.variance import t_interval
+
+        lo, hi = t_interval(0.0, per)
+        printed.append(100 * math.expm1((hi - lo) / 2))
+    inside = np.mean([(low <= p <= high) for p in printed])
+    assert 0.77 < inside < 0.83
