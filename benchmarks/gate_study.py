@@ -10,6 +10,7 @@ settings come from noxfile.py.
                      [--ab-args "--duet --budget 5m ..."]  (extra ab options: the settings under study; an option
                                                           the job sets is replaced, not repeated: "--processes 1")
                      [--arm NAME:AA:PER_SLOW:AB_ARGS ...] (several settings, their runs alternating)
+    python benchmarks/gate_study.py --false-alarms DIR [DIR ...]  (A/A false alarms per CPU and pooled, Wilson)
     python benchmarks/gate_study.py --report DIR [DIR ...]  (the tables again, pooled over the folders' runs of
                                                           one setting, each run's gate re-decided from its
                                                           base/head at the job's gate now: its config's [gate])
@@ -434,6 +435,27 @@ def report(folders: list[Path]) -> None:
         print("\n".join(summarize(runs)))
 
 
+def false_alarms(folders: list[Path]) -> None:
+    """The A/A runs of every folder, the gate as each run recorded it (the job's gate of its day): false alarms per
+    CPU and pooled, with Wilson 95% intervals, apart for runs that were a fresh runner's first (an emptied page
+    cache) and for forked processes (another design). No base/head is read: folders whose files are gone count."""
+    groups: dict[tuple[str, str], list[bool]] = {}
+    for folder in folders:
+        log = json.loads((folder / "gate_study.json").read_text(encoding="utf-8"))
+        forked = "--spawn" in log.get("ab_args", []) and "fork" in log.get("ab_args", [])
+        for r in log["runs"]:
+            if r["pct"]:
+                continue
+            cold = "fresh runner (page cache emptied)" if r.get("cold_cache") else "warm page cache"
+            kind = f"{cold}{', forked processes' if forked else ''}"
+            groups.setdefault((r.get("cpu") or UNRECORDED_CPU, kind), []).append(bool(r["gate_failed"]))
+    print("| CPU | which runs | A/A runs | gate failed: rate [Wilson 95%] |\n|---|---|---|---|")
+    for (cpu, kind), failed in sorted(groups.items()):
+        print(f"| {cpu} | {kind} | {len(failed)} | {rate(sum(failed), len(failed))} |")
+    exec_runs = [f for (_, kind), fs in groups.items() if "forked" not in kind for f in fs]
+    print(f"| every CPU | every exec'd run | {len(exec_runs)} | {rate(sum(exec_runs), len(exec_runs))} |")
+
+
 # ------------------------------------------------------------------------------------------------- a study
 
 
@@ -519,9 +541,14 @@ def main() -> None:
     ap.add_argument("--drop-caches", action="store_true",
                     help="empty the page cache before each run (root): each run is a fresh runner's first")  # fmt: skip
     ap.add_argument("--report", type=Path, nargs="+", metavar="DIR", help="print the pooled tables of kept studies")
+    ap.add_argument("--false-alarms", type=Path, nargs="+", metavar="DIR",
+                    help="the A/A false alarms of kept studies, per CPU and pooled")  # fmt: skip
     args = ap.parse_args()
     if args.report:
         report(args.report)
+        return
+    if args.false_alarms:
+        false_alarms(args.false_alarms)
         return
     global INJECT_KIND, DROP_CACHES
     INJECT_KIND, DROP_CACHES = args.inject_kind, args.drop_caches

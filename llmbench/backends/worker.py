@@ -209,6 +209,8 @@ class WorkerBackend:
         extra: dict[str, int] = {} if request.cpu is None else {"cpu": request.cpu}
         if request.ttft_only:
             extra["max_new_tokens"] = 1
+        elif request.max_new_tokens is not None and "max_new_tokens" in self.features:
+            extra["max_new_tokens"] = request.max_new_tokens  # this request's own length (ab's calibration, pilot)
         msg = await self._ask(op="measure", prompt_index=request.prompt_index, repeat=request.repeat, **extra)
         event = msg.get("event")
         if event == "stopped":

@@ -62,7 +62,7 @@ def ab(ctx: typer.Context, quiet: QuietOpt = False, **s: Any) -> None:
     from llmbench.drivers.ab_budget import shortfall
     from llmbench.present.terminal import warn
 
-    if (short := shortfall(comp, design.budget_s)) is not None:
+    if (short := shortfall(comp, design.budget_s, base_run.config.ab and base_run.config.ab.budget_plan)) is not None:
         warn(short)
     render_verdict([comp], verdict, out.fmt)
 

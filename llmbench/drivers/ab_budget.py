@@ -184,8 +184,8 @@ class PilotNoise:
     median (a duet's process balances its placements, so a CPU that is slower all run long is no noise). A
     design's MDC is what the run would print: the processes' changes, balanced medians of pairs drawn from these
     (:func:`~llmbench.analysis.variance.balanced_median_variance`), plus ``s_b`` between processes, under
-    :func:`~llmbench.analysis.variance.expected_mdc_pct`. One process shows no s_b: it is :data:`PRIORS`'s unless
-    given."""
+    :func:`~llmbench.analysis.variance.expected_mdc_pct`. One process shows no s_b: ``s_b`` is assumed
+    (:data:`BETWEEN_PRIOR` in a run)."""
 
     source = "pilot"
 
@@ -574,22 +574,27 @@ def _choice_dict(c: Choice) -> dict[str, Any]:
             "projected_mdc_ttft_pct": round(c.mdc_ttft_pct, 3)}  # fmt: skip
 
 
-def shortfall(comp: Any, budget_s: float | None) -> str | None:
-    """One line when a ``--budget`` run did not reach the MDC it aims at (TARGETS_PCT): what it reached, where
-    a pair's noise was, and what buys more; None when it did (or without a budget)."""
+def shortfall(comp: Any, budget_s: float | None, plan: dict[str, Any] | None = None) -> str | None:
+    """One line when a ``--budget`` run did not reach the MDC it aims at (``plan``'s targets, else
+    :func:`cpu_targets`): what it reached against what was projected before measuring, where a pair's noise was,
+    and what buys more; None when it did (or without a budget)."""
     if budget_s is None:
         return None
+    plan = plan or {}
+    aimed = plan.get("targets_pct") or dict(zip(("tpot", "ttft"), cpu_targets(), strict=True))
     missed = []
-    for metric, label, target in (("tpot_ms", "TPOT", TARGETS_PCT[0]), ("ttft_ms", "TTFT", TARGETS_PCT[1])):
-        mdc = comp.detectable_pct(metric, comp.spoken_stat(metric))
+    for metric, key, label in (("tpot_ms", "tpot", "TPOT"), ("ttft_ms", "ttft", "TTFT")):
+        mdc, target = comp.detectable_pct(metric, comp.spoken_stat(metric)), aimed[key]
         if mdc is None or mdc <= target:
             continue
         v = comp.variance.get(metric)
         noise = ""
         if v:
-            noise = (f" (a pair varied {v['sd_within_process_pct']:.1f}% within a process and "
-                     f"{v['sd_between_processes_pct']:.1f}% between its {v['processes']} processes)")  # fmt: skip
-        missed.append(f"{label} {mdc:.1f}% against {target:g}%{noise}")
+            noise = (f"; a pair varied {v['sd_within_process_pct']:.1f}% within a process and "
+                     f"{v['sd_between_processes_pct']:.1f}% between its {v['processes']} processes")  # fmt: skip
+        projected = plan.get(f"projected_mdc_{key}_pct")
+        before = "" if projected is None else f", {projected:.1f}% projected before measuring"
+        missed.append(f"{label} {mdc:.1f}% against {target:g}% ({before[2:] or 'no projection'}{noise})")
     if not missed:
         return None
     return (f"--budget {budget_s:g}s: the MDC aimed at was not reached on this machine today: {'; '.join(missed)}; "

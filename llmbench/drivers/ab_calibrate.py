@@ -5,21 +5,22 @@ bfloat16 workers were chosen on an AVX2 EPYC and tuned on a Xeon with AMX; on a 
 one thread took 148 ms a token in bfloat16 and 45 in float32 with int8 dynamic quantization, so the five minutes
 bought a third of the pairs they could (issue 62).
 
-How: each candidate setup (:data:`CANDIDATES`: dtype, quantization, threads) starts on both sides as the run will
-and warms up on a TTFT-only pair and a pair of the shortest length (a first decode step sets up its kernels:
-bfloat16's first 8-token pair took 5.0 s, its next 1.2). The first candidate's start may have read the libraries
-from storage (a fresh runner's cold file cache): it is priced as measured, not started again (that took 12 s of
-300 on the Zen 4 for a start ~5 s dearer: the first candidate is the one expected fastest, and the run's own start
-is priced again). One pair of the shortest length (:data:`LENGTHS`) says how fast it is: a candidate whose pair took
-:data:`SLOWER` times the fastest one's so far is measured no further. The others measure full pairs at the
-longest length, a TTFT-only pair after each, for :data:`SCREEN_SHARE` of the budget (at least
-:data:`SCREEN_MIN_PAIRS`), as the run measures them (duet or ABBA, placements taking turns). Each (setup, length)
-is then planned as the budget would plan it (``ab_budget.best_design``): its measured start, its pairs' time cut to
-that length, and its pairs' own noise cut there too (:class:`~llmbench.drivers.ab_budget.PilotNoise`), over the
-time the calibration leaves. The one whose projected MDCs are the smallest against this CPU's targets wins (the
-larger of MDC_TPOT / target and MDC_TTFT / target). Both sides get the same setup: its flags are appended to both
-worker command lines (a later option wins), and the length is the run's ``max_new_tokens``. The choice, every
-candidate's measurements and score go to ``config.ab.budget_plan.calibration``. A fixed setup (``calibrate =
+How: each candidate setup (:func:`candidates`: dtype, quantization, threads) starts on both sides as the run will,
+warms up on a TTFT-only pair and a pair of the shortest length (a process's first request pays for what it sets up
+once: ``ab_budget.pilot``), and times one more: how fast it is. Only the fastest goes on: it
+measures full pairs of the longest length (:data:`LENGTHS`), a TTFT-only pair after each, for :data:`SCREEN_SHARE`
+of the budget, as the run measures them (duet or ABBA, placements taking turns). Speed decides the setup, not the
+noise of a few pairs: the first version also measured each candidate's noise (3-4 pairs) and chose the quietest,
+which chose plain float32 on a pair sd of 0.4% and then measured 4.8% (the lowest of a few noisy estimates is
+luck), in 100 s of 300. Each length is then planned for the fastest setup as the budget would plan it
+(``ab_budget.best_design``): its measured start, its pairs' time and noise cut to that length (the same pairs, so
+the lengths are compared on the same moments' noise; :class:`~llmbench.drivers.ab_budget.PilotNoise`), over the
+time the calibration leaves; the length whose projected MDCs are the smallest against this CPU's targets wins (the
+larger of MDC_TPOT / target and MDC_TTFT / target). The first candidate's start may have read the libraries from
+storage (a fresh runner's cold file cache): it is priced as measured, not started again (the run's own start is
+priced again). Both sides get the same setup: its flags are appended to both worker command lines (a later option
+wins), and the length is the run's ``max_new_tokens``. The choice, every candidate's measurements and the scores go
+to ``config.ab.budget_plan.calibration``, and its noise pairs join the run's pilot. A fixed setup (``calibrate =
 false``, the default) is measured as given.
 """
 
@@ -72,11 +73,10 @@ class WorkerSetup:
 # slow after one pair; bfloat16 before float32 (on AMX and AVX-512 BF16 it is the faster of the two)
 CANDIDATES = (WorkerSetup("float32", "int8-dynamic"), WorkerSetup("bfloat16"), WorkerSetup("float32"))
 # output tokens a request; 3 is the gaps statistic's least, 8 gives it 7 gaps. 32 (the job's old length) won 1 of 3
-# calibrations on the Zen 4 (2026-12-07; 8 and 16 the others) and doubles every screened pair's time
+# calibrations on the Zen 4 (2026-12-07; 8 and 16 the others) and doubles every measured pair's time
 LENGTHS = (8, 16)
-SCREEN_SHARE = 0.04  # of the budget, each candidate's measured pairs (after its start and warm-up)
+SCREEN_SHARE = 0.03  # of the budget: the fastest candidate's noise pairs (its sd is the length's to decide)
 SCREEN_MIN_PAIRS = 3
-SLOWER = 2.5  # a first pair this many times the best candidate's so far: its noise could not make up for it
 
 
 @dataclass
@@ -133,69 +133,95 @@ class Calibration:
                 f"({'; '.join(parts)}{'; dropped: ' + '; '.join(dropped) if dropped else ''})")  # fmt: skip
 
 
-def candidates(duet: bool) -> list[WorkerSetup]:
+def candidates(duet: bool, native: set[str] | None = None) -> list[WorkerSetup]:
     """:data:`CANDIDATES`, on 1 thread a side for a duet (a side has one CPU), also on every CPU this process may
-    use for ABBA (one side measures at a time)."""
+    use for ABBA (one side measures at a time); plain float32 only where bfloat16 is not computed in hardware
+    (``native``: :func:`~llmbench.engines.hf.models.cpu_native_dtypes`; where it is, bfloat16 was as fast: 139
+    against 153 ms a token on the Zen 4)."""
     import os
 
+    if native is None:
+        from llmbench.engines.hf.models import cpu_native_dtypes
+
+        native = cpu_native_dtypes()
     threads = [1] if duet else sorted({1, len(os.sched_getaffinity(0))})
-    return [WorkerSetup(c.dtype, c.quantize, t) for t in threads for c in CANDIDATES]
+    kept = [c for c in CANDIDATES if not (c.dtype == "float32" and c.quantize == "none" and "bfloat16" in native)]
+    return [WorkerSetup(c.dtype, c.quantize, t) for t in threads for c in kept]
 
 
 # the sides' backends from their command lines, started (``ab``'s: this layer can't import the driver that calls it)
 OpenSides = Callable[[dict[str, str], RunOptions], Awaitable[list[Any]]]
 
 
-async def _screen(
-    setup: WorkerSetup, sides: dict[str, str], options: RunOptions, prompts: PromptSet, duet: tuple[int, int] | None,
-    screen_s: float, best_s: float | None, open_sides: OpenSides,
-) -> Measured:  # fmt: skip
-    from llmbench.core.process import Stop
+class _Sides:
+    """One candidate's two started workers, and its pairs as the run measures them (duet or ABBA)."""
 
+    def __init__(self, backends: list[Any], prompts: PromptSet, duet: tuple[int, int] | None) -> None:
+        from llmbench.core.process import Stop
+
+        self.backends, self.prompts, self.duet, self.stop = backends, prompts, duet, Stop()
+        self.live = [getattr(b, "live", b) for b in backends]
+        self.j = 0
+
+    async def pair(self, short: bool, length: int | None = None, turn: int = 0) -> PilotPair | float:
+        """One pair, going round the prompts from the last: its results (a :class:`PilotPair`), or only its
+        seconds when a side measured nothing."""
+        n = len(self.prompts.prompts)
+        req = replace(self.prompts.request((n - 1 - self.j) % n, -1), max_new_tokens=length)
+        self.j += 1
+        duet = self.duet
+        reqs = [replace(req, ttft_only=short, cpu=None if duet is None else duet[(k + turn) % 2]) for k in range(2)]
+        wall, (b, h) = await measure_pair(self.live, reqs, self.stop, self.duet is not None, turn == 1)
+        if b is None or h is None:
+            return wall
+        return PilotPair(b, h, wall, self.duet[turn] if self.duet is not None else turn, short)
+
+    async def close(self) -> None:
+        for b in self.backends:
+            await b.close()
+
+
+def _seconds(p: PilotPair | float) -> float:
+    return p.wall_s if isinstance(p, PilotPair) else p
+
+
+async def _speed(
+    setup: WorkerSetup, sides: dict[str, str], options: RunOptions, prompts: PromptSet, duet: tuple[int, int] | None,
+    open_sides: OpenSides,
+) -> tuple[Measured, _Sides]:  # fmt: skip
+    """A candidate started on both sides, warmed up (a TTFT-only pair, then a short one: a process's first request
+    sets up what it needs once), and one timed pair of the shortest length: how fast it is. Its workers stay up
+    (the caller closes them)."""
     opts = options.replaced(max_new_tokens=max(LENGTHS))
     try:
         backends = await open_sides({r: shlex.join([*shlex.split(c), *setup.flags()]) for r, c in sides.items()}, opts)
     except UserError as e:
         raise UserError(f"calibrate: the workers would not start as {setup.label()} ({' '.join(setup.flags())} "
                         f"appended to --base and --head): {e}") from None  # fmt: skip
+    both = _Sides(backends, prompts, duet)
     try:
         start_s = max((getattr(b, "start_s", None) or 0.0) for b in backends)
-        live = [getattr(b, "live", b) for b in backends]
-        stop, n = Stop(), len(prompts.prompts)
+        m = Measured(setup, start_s, _seconds(await both.pair(True)))
+        await both.pair(False, min(LENGTHS))  # a process's first request sets up what it needs once
+        m.first_pair_s = _seconds(await both.pair(False, min(LENGTHS), turn=1))
+        return m, both
+    except BaseException:
+        await both.close()
+        raise
 
-        def reqs(j: int, short: bool, length: int | None, turn: int) -> list[Any]:
-            req = replace(prompts.request((n - 1 - j) % n, -1), max_new_tokens=length)
-            return [replace(req, ttft_only=short, cpu=None if duet is None else duet[(k + turn) % 2])
-                    for k in range(2)]  # fmt: skip
 
-        async def pair(j: int, short: bool, length: int | None = None, turn: int = 0) -> tuple[float, Any, Any]:
-            wall, (b, h) = await measure_pair(live, reqs(j, short, length, turn), stop, duet is not None, turn == 1)
-            return wall, b, h
-
-        ttft_s = (await pair(0, True))[0]  # the warm-up: a prefill, then a short request (a first decode step
-        await pair(1, False, min(LENGTHS))  # set up kernels: bfloat16's first 8-token pair took 5.0 s, its next 1.2)
-        m = Measured(setup, start_s, ttft_s)
-        # how fast, first: one pair of the shortest length, against the fastest candidate's
-        m.first_pair_s = (await pair(2, False, min(LENGTHS)))[0]
-        if best_s is not None and m.first_pair_s > SLOWER * best_s:
-            m.dropped = (
-                f"(a {min(LENGTHS)}-token pair {m.first_pair_s:.2f} s, {m.first_pair_s / best_s:.1f}x the fastest)"
-            )
-            return m
-        t0 = time.perf_counter()
-        for j in range(3, 4 * NOISE_MAX_PAIRS, 2):  # then its noise: a full pair and a TTFT-only one in turn
-            turn = ((j - 3) // 2) % 2  # each kind's placements take turns
-            for k, short in ((j, False), (j + 1, True)):
-                wall, b, h = await pair(k, short, turn=turn)
-                if b is not None and h is not None:
-                    m.pairs.append(PilotPair(b, h, wall, duet[turn] if duet is not None else turn, short))
-            full = sum(not p.ttft_only for p in m.pairs)
-            if full >= NOISE_MAX_PAIRS or (full >= SCREEN_MIN_PAIRS and time.perf_counter() - t0 >= screen_s):
-                break
-        return m
-    finally:
-        for b in backends:
-            await b.close()
+async def _noise(m: Measured, both: _Sides, screen_s: float) -> None:
+    """The fastest candidate's noise: full pairs of the longest length, a TTFT-only pair after each, the
+    placements taking turns, for ``screen_s`` seconds (at least :data:`SCREEN_MIN_PAIRS`), into ``m.pairs``."""
+    t0 = time.perf_counter()
+    for k in range(2 * NOISE_MAX_PAIRS):
+        for short in (False, True):
+            p = await both.pair(short, None if short else max(LENGTHS), turn=k % 2)
+            if isinstance(p, PilotPair):
+                m.pairs.append(p)
+        full = sum(not p.ttft_only for p in m.pairs)
+        if full >= NOISE_MAX_PAIRS or (full >= SCREEN_MIN_PAIRS and time.perf_counter() - t0 >= screen_s):
+            break
 
 
 def score(
@@ -234,14 +260,27 @@ async def calibrate(
     t0 = time.perf_counter()
     targets = cpu_targets()
     measured: list[Measured] = []
-    best_s: float | None = None
-    for setup in setups or candidates(duet is not None):
-        if reporter is not None:
-            reporter.status(f"calibrate: {setup.label()} ...")
-        m = await _screen(setup, sides, options, prompts, duet, SCREEN_SHARE * budget_s, best_s, open_sides)
-        measured.append(m)
-        if m.first_pair_s is not None and m.dropped is None:
-            best_s = m.first_pair_s if best_s is None else min(best_s, m.first_pair_s)
+    best: tuple[Measured, _Sides] | None = None
+    try:
+        for setup in setups or candidates(duet is not None):
+            if reporter is not None:
+                reporter.status(f"calibrate: {setup.label()} ...")
+            m, both = await _speed(setup, sides, options, prompts, duet, open_sides)
+            measured.append(m)
+            fastest = best[0].first_pair_s if best is not None else None
+            if fastest is None or (m.first_pair_s or math.inf) < fastest:
+                if best is not None:
+                    best[0].dropped = f"(a pair {fastest:.2f} s, {m.setup.label()}'s {m.first_pair_s:.2f})"
+                    await best[1].close()
+                best = (m, both)
+            else:
+                m.dropped = f"(a pair {m.first_pair_s:.2f} s, {(m.first_pair_s or 0) / fastest:.1f}x the fastest)"
+                await both.close()
+        if best is not None:
+            await _noise(best[0], best[1], SCREEN_SHARE * budget_s)
+    finally:
+        if best is not None:
+            await best[1].close()
     spent = spent_s + time.perf_counter() - t0
     scores = [s for m in measured if m.dropped is None for n in lengths if n <= max(LENGTHS)
               if (s := score(m, n, budget_s, spent, len(prompts.prompts), options.warmup, duet is not None,

@@ -336,9 +336,10 @@ def test_an_ab_run_past_the_line_is_columns_and_reads_as_any(cli, fake_worker, p
 
 def test_calibrate_measures_each_setup_and_runs_both_sides_on_the_fastest(cli, fake_worker, prompt_file, tmp_path):
     """Issue 62: workers whose setups run at known speeds (int8 dynamic at 0.3x the delays, float32 at 1.2x):
-    the calibration sees the slow ones slow after one pair, chooses int8, appends its flags to both sides' command
-    lines (a later option wins), runs at the chosen request length, and records what it measured and why."""
-    from llmbench.drivers.ab_calibrate import LENGTHS, SLOWER
+    the calibration times one pair of each, goes on with the fastest alone (int8), appends its flags to both
+    sides' command lines (a later option wins), runs at the chosen request length, and records what it measured
+    and why."""
+    from llmbench.drivers.ab_calibrate import LENGTHS
 
     worker = fake_worker("--ttft-ms", "8", "--tpot-ms", "6", "--load-s", "0.2",
                          "--setup-speed", "float32+int8-dynamic=0.3,float32=1.2")  # fmt: skip
@@ -348,21 +349,23 @@ def test_calibrate_measures_each_setup_and_runs_both_sides_on_the_fastest(cli, f
     base, head = (load_run(tmp_path / "c" / f"{s}.json") for s in ("base", "head"))
     cal = base.config.ab.budget_plan["calibration"]
     assert cal["setup"]["dtype"] == "float32" and cal["setup"]["quantize"] == "int8-dynamic"
-    # bfloat16 (1x) and float32 (1.2x) were 3.3x and 4x slower a pair: dropped after one
-    dropped = [c for c in cal["candidates"] if c["dropped"]]
-    assert {c["setup"].split(",")[0] for c in dropped} == {"bfloat16", "float32"}
-    assert all(c["first_pair_s"] > SLOWER * min(x["first_pair_s"] for x in cal["candidates"]) for c in dropped)
-    assert all(c["pairs"] == 0 for c in dropped)
+    # every candidate was timed; the slower ones (1x and, where bfloat16 is emulated, float32 at 1.2x) by one pair
+    # each and no further; the fastest measured its noise
+    kept = [c for c in cal["candidates"] if not c["dropped"]]
+    assert len(kept) == 1 and kept[0]["setup"].startswith("float32+int8-dynamic") and kept[0]["pairs"] >= 3
+    for c in cal["candidates"]:
+        assert c["first_pair_s"] > 0 and (c["dropped"] is None or c["pairs"] == 0)
+        if c["dropped"] and not c["setup"].startswith("float32+int8-dynamic"):  # (on more threads: as fast)
+            assert c["first_pair_s"] > 2 * kept[0]["first_pair_s"]  # 3.3x by construction, less the overheads
     for run in (base, head):
         side = run.config.ab.side
         assert side.endswith(f"--dtype float32 --quantize int8-dynamic --threads {cal['setup']['threads']}"), side
         assert run.config.dtype == "float32" and run.config.max_new_tokens == cal["max_new_tokens"] in LENGTHS
-    # every (setup, length) that could be planned was scored, the chosen one scored best
+    # each length was planned for the fastest setup, the chosen one scored best
+    assert sorted(s["max_new_tokens"] for s in cal["scores"]) == sorted(LENGTHS)
     best = min(s["score"] for s in cal["scores"])
-    t = cal["setup"]["threads"]
-    label = f"float32+int8-dynamic, {t} thread{'s' if t != 1 else ''}"
-    assert next(s for s in cal["scores"] if s["max_new_tokens"] == cal["max_new_tokens"]
-                and s["setup"] == label)["score"] == best  # fmt: skip
+    assert next(s for s in cal["scores"] if s["max_new_tokens"] == cal["max_new_tokens"])["score"] == best
+    # the calibration's pairs joined the run's pilot: more noise pairs than the pilot's own minimum
     assert base.config.ab.budget_plan["noise"]["source"] == "pilot"
     said = [line for line in r.stderr.splitlines() if line.startswith("calibration (")]
     assert len(said) == 1 and "float32+int8-dynamic" in said[0] and "dropped" in said[0]

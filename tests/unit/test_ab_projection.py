@@ -239,3 +239,40 @@ def test_the_chi_square_quantile_and_the_scatter_of_a_printed_mdc():
         printed.append(100 * math.expm1((hi - lo) / 2))
     inside = np.mean([(low <= p <= high) for p in printed])
     assert 0.77 < inside < 0.83
+
+
+def test_a_missed_target_is_said_after_the_run_with_what_was_projected_before():
+    from llmbench.drivers.ab_budget import shortfall
+
+    def comp(tpot: float, ttft: float) -> SimpleNamespace:
+        return SimpleNamespace(detectable_pct=lambda m, s: {"tpot_ms": tpot, "ttft_ms": ttft}[m],
+                               spoken_stat=lambda m: "p50",
+                               variance={"tpot_ms": {"sd_within_process_pct": 10.1, "sd_between_processes_pct": 0.0,
+                                                     "processes": 4}})  # fmt: skip
+
+    plan = {"targets_pct": {"tpot": 1.0, "ttft": 2.0}, "projected_mdc_tpot_pct": 1.58, "projected_mdc_ttft_pct": 0.5}
+    line = shortfall(comp(2.9, 0.5), 300.0, plan)
+    assert line is not None and "TPOT 2.9% against 1% (1.6% projected before measuring; a pair varied 10.1%" in line
+    assert "TTFT" not in line  # met: not said
+    assert shortfall(comp(2.9, 0.5), None, plan) is None  # no budget, no aim
+    assert shortfall(comp(0.9, 1.9), 300.0, plan) is None
+    # a run planned without a projection (no plan kept) is judged against this CPU's targets, and says so
+    from llmbench.drivers.ab_budget import cpu_targets
+
+    line = shortfall(comp(5.0, 0.1), 300.0, None)
+    assert line is not None and f"against {cpu_targets()[0]:g}% (no projection" in line
+
+
+def test_the_candidates_follow_the_cpu_and_the_design():
+    import os
+
+    from llmbench.drivers.ab_calibrate import WorkerSetup, candidates
+
+    native = candidates(True, {"bfloat16"})
+    assert native == [WorkerSetup("float32", "int8-dynamic"), WorkerSetup("bfloat16")]  # float32 only where emulated
+    assert WorkerSetup("float32") in candidates(True, set())
+    abba = candidates(False, set())
+    cpus = len(os.sched_getaffinity(0))
+    assert {c.threads for c in abba} == {1, cpus} and len(abba) == 3 * len({1, cpus})
+    assert WorkerSetup("float32", "int8-dynamic", 2).flags() == ["--dtype", "float32", "--quantize", "int8-dynamic",
+                                                                 "--threads", "2"]  # fmt: skip
