@@ -14,7 +14,7 @@ noise of a few pairs: the first version also measured each candidate's noise (3-
 which chose plain float32 on a pair sd of 0.4% and then measured 4.8% (the lowest of a few noisy estimates is
 luck), in 100 s of 300. Each length is then planned for the fastest setup as the budget would plan it
 (``ab_budget.best_design``): its measured start, its pairs' time and noise cut to that length (the same pairs, so
-the lengths are compared on the same moments' noise; :class:`~llmbench.drivers.ab_budget.PilotNoise`), over the
+the lengths are compared on the same moments' noise; :class:`~llmbench.drivers.ab_projection.PilotNoise`), over the
 time the calibration leaves; the length whose projected MDCs are the smallest against this CPU's targets wins (the
 larger of MDC_TPOT / target and MDC_TTFT / target). The first candidate's start may have read the libraries from
 storage (a fresh runner's cold file cache): it is priced as measured, not started again (the run's own start is
@@ -42,13 +42,11 @@ from llmbench.drivers.ab_budget import (
     SWITCH_S,
     WARM_PAIRS,
     Costs,
-    PilotPair,
     best_design,
     cpu_targets,
     measure_pair,
-    pair_logs,
-    pilot_noise,
 )
+from llmbench.drivers.ab_projection import PilotPair, pair_logs, pilot_noise
 from llmbench.options import RunOptions
 from llmbench.workloads.prompts import PromptSet
 

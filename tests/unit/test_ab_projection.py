@@ -62,7 +62,7 @@ def test_the_projection_is_the_mdc_compare_prints_on_runs_of_known_noise(tails):
             x[hit] += rng.choice([-0.2, 0.2], hit.sum())
         return x
 
-    from llmbench.drivers.ab_budget import PilotNoise
+    from llmbench.drivers.ab_projection import PilotNoise
 
     sample = draw(4000)
     where = np.arange(4000) % 2
@@ -88,7 +88,7 @@ def _result(ttft_ms: float, gap_ms: float, tokens: int = 32, slow_after: int | N
 
 
 def test_pair_logs_cut_a_pair_to_a_shorter_request():
-    from llmbench.drivers.ab_budget import PilotPair, pair_logs
+    from llmbench.drivers.ab_projection import PilotPair, pair_logs
 
     # head's gaps triple from its 16th token on: a 32-token pair sees it, an 8-token one doesn't
     pair = PilotPair(_result(100, 10), _result(110, 10, slow_after=16), wall_s=0.5, placement=1)
@@ -192,8 +192,8 @@ def test_a_budget_that_cant_reach_its_target_says_so_and_what_would():
 
 
 def test_the_calibration_scores_a_faster_setup_above_a_slower_one_of_the_same_noise():
-    from llmbench.drivers.ab_budget import PilotPair
     from llmbench.drivers.ab_calibrate import Measured, WorkerSetup, score
+    from llmbench.drivers.ab_projection import PilotPair
 
     rng = np.random.default_rng(4)
 
