@@ -231,8 +231,7 @@ async def measure_pair(
 
 
 async def pilot(
-    backends: list[Any], prompts: PromptSet, duet: tuple[int, int] | None, noise_s: float = 0.0,
-    length: int | None = None,
+    backends: list[Any], prompts: PromptSet, duet: tuple[int, int] | None, noise_s: float = 0.0
 ) -> Pilot:  # fmt: skip
     """Pairs on the live processes, measured as the design will (ABBA: one side then the other; duet: both at
     once), untimed for the runs (kept nowhere): a first pair, :data:`WARM_PAIRS` warm pairs, a TTFT-only pair,
@@ -241,8 +240,7 @@ async def pilot(
     A process's first request pays for what it sets up once (measured here: 9 s, where later pairs took 7), so it
     is what a new process's warm-up costs, and the warm pairs after it are what a measured pair costs: the plan
     prices the lower (a transient slows a pair, never speeds one; one pair taken 1.5x slow by a command run beside
-    it once planned a run of 3.35 minutes of 5 and a TTFT MDC of 2.2%). ``length``: the full pairs' output tokens
-    (None: the run's)."""
+    it once planned a run of 3.35 minutes of 5 and a TTFT MDC of 2.2%)."""
     from llmbench.core.process import Stop
 
     stop = Stop()
@@ -251,8 +249,6 @@ async def pilot(
 
     def reqs(j: int, short: bool, turn: int) -> list[Any]:
         req = prompts.request((n - 1 - j) % n, -1)
-        if length is not None and not short:
-            req = replace(req, max_new_tokens=length)
         return [replace(req, ttft_only=short, cpu=None if duet is None else duet[(k + turn) % 2]) for k in range(2)]
 
     warm: list[PilotPair] = []
