@@ -13,7 +13,15 @@ Definitions (written into load.json):
   (last - first) / (n - 1), not ITL; ``ttft_ms`` and ``e2e_ms`` from the actual send.
 - A request is *good* when it meets every SLO's limit. ``goodput_rps`` = good requests / span, where the span
   runs from the first due time to the last answer's end; ``attainment`` = good / sent.
-- A rate *holds* when ``attainment >= min_attainment`` (default 0.9). The saturation point is the highest
+- Each rate's *steady-state window* (:mod:`llmbench.analysis.steady`): its requests sent after the ramp-up and
+  before the drain. ``steady`` holds every figure below again over the window's requests, beside the whole
+  run's; the rate is judged on the window.
+- Every p90 and p99 carries a one-sided 95% upper bound (``bounds_95``, :mod:`llmbench.analysis.tails`: MLPerf's
+  early-stopping idea, an order statistic), null where the requests can't bound it; every share of requests an
+  SLO holds (``attainment_bounds``) carries one-sided 95% Wilson bounds.
+- A rate *holds* when ``attainment >= min_attainment`` (default 0.9). Its ``verdict`` asks more: ``holds`` when
+  the attainment's lower bound reaches ``min_attainment``, ``fails`` when its upper bound falls short, else
+  ``unproven``; ``proven_rate_rps`` is the highest rate whose verdict holds. The saturation point is the highest
   offered rate that holds: with ``auto``, found by doubling from ``auto_start`` until a rate fails (or halving
   until one holds), then ``auto_steps`` bisections (geometric midpoints) between the last rate that held and
   the first that failed.
@@ -43,6 +51,7 @@ from typing import Any
 
 import numpy as np
 
+from llmbench.analysis import steady, tails
 from llmbench.backends.http.client import chat_url, redact
 from llmbench.core.errors import RunInterrupted, UserError
 from llmbench.core.process import Stop
@@ -60,6 +69,8 @@ from llmbench.workloads.limits import MAX_RATE_RPS, check_planned, check_range
 from llmbench.workloads.prompts import PromptSet
 
 SLO_METRICS = ("ttft_ms", "tpot_ms", "e2e_ms", "ttft_from_schedule_ms", "e2e_from_schedule_ms")
+PERCENTILE_METRICS = ("ttft_ms", "tpot_ms", "e2e_ms", "ttft_from_schedule_ms")  # each rate's p50/p90/p99
+BOUNDED_QUANTILES = (0.9, 0.99)  # the printed high percentiles, each with its order-statistic bound
 MAX_AUTO_TRIALS = 12  # ramp + bisection, at most
 MAX_AUTO_STEPS = 30  # bisections: each halves the geometric gap (30 of them: a billionth of it)
 MAX_RATES = 100  # --rates: each is a run of its own
@@ -72,7 +83,6 @@ DEFINITIONS = {
     "good": "a request that meets every SLO's limit",
     "goodput_rps": "good requests / (last answer's end - first due time)",
     "attainment": "good requests / requests sent",
-    "holds": "attainment >= min_attainment",
     "saturation_rps": "the highest offered rate that holds",
     "send_lateness_ms": "actual send - scheduled send, per request (the load generator's own delay)",
     "fluidity_attainment": "requests with fluidity >= fluidity_target / requests sent (Etalon, arXiv 2407.07000); "
@@ -84,6 +94,18 @@ DEFINITIONS = {
     "(Etalon's capacity: 99% of requests at fluidity >= 0.9); None when the lowest rate is not",
     "fluid_tokens_per_s": "output_tokens_per_s at fluid_capacity_rps (Etalon's fluid token generation rate, among "
     "the rates run)",
+    "steady": "the same figures over the requests sent inside the rate's steady-state window (window: its sends' "
+    "bounds in s on the run's clock, share of the finished requests, the cuts: arrival edges of one median life, "
+    "then MSER-5 on TTFT and E2E kept at p < 0.01; llmbench.analysis.steady); a failed request is inside when it was "
+    "due inside; per-second figures over the window's span of sends. Only the window when it is the whole run",
+    "bounds_95": "per metric, a one-sided 95% upper bound on its p90 and p99: the order statistic X_(k), k the least "
+    "rank with P(Binomial(n, q) <= k - 1) >= 0.95 (distribution-free); null when n can't bound it (p99: n < 299, "
+    "p90: n < 29)",
+    "attainment_bounds": "one-sided 95% Wilson bounds [lower, upper] on a share of the requests sent",
+    "holds": "attainment >= min_attainment, on the steady-state window (the whole run when that is the window)",
+    "verdict": "holds: the attainment's lower bound >= min_attainment; fails: its upper bound < min_attainment; "
+    "unproven: neither (too few requests to tell); on the steady-state window",
+    "proven_rate_rps": "the highest offered rate whose verdict is holds",
 }
 
 
@@ -185,15 +207,65 @@ def _value(r: Any, metric: str) -> float | None:
 
 
 def rate_figures(run: Run, spec: LoadSpec) -> dict[str, Any]:
-    """One rate's row of load.json, from its run (see the module docstring for every definition)."""
+    """One rate's row of load.json, from its run (see the module docstring for every definition): the whole
+    run's figures, and the same on its steady-state window (``steady``), which judges the rate."""
     ok, failed = run.requests, run.failed_requests
-    sent = len(ok) + len(failed)
-    good = [r for r in ok if all(_meets(r, s, spec.one_token_passes) for s in spec.slos)]
+    due = [d for d in [*(r.scheduled_s for r in ok), *(f.scheduled_s for f in failed)] if d is not None]
     ends = [r.scheduled_s + r.e2e_from_schedule_ms / 1000 for r in ok
             if r.scheduled_s is not None and r.e2e_from_schedule_ms is not None]  # fmt: skip
-    due = [d for d in [*(r.scheduled_s for r in ok), *(f.scheduled_s for f in failed)] if d is not None]
-    span = (max([*ends, *due]) - min(due)) if due else 0.0
     s = run.summary
+    row = {
+        "offered_rate_rps": run.config.endpoint.arrival.rate_rps if run.config.endpoint and run.config.endpoint.arrival
+        else None,
+        "achieved_rate_rps": s.achieved_rate_rps if s else None,
+        **population_figures(ok, failed, spec, (max([*ends, *due]) - min(due)) if due else 0.0),
+        "send_lateness_ms": _pcts(s.send_lateness_ms if s else None, ("p50", "p99", "max")),
+        "complete": run.complete,
+    }  # fmt: skip
+    steady = steady_figures(ok, failed, spec)
+    judged = steady if steady and "sent" in steady else row
+    row["steady"] = steady
+    row["holds"] = judged["sent"] > 0 and judged["attainment"] >= spec.min_attainment
+    row["verdict"] = _verdict(judged, spec.min_attainment)
+    return row
+
+
+def _verdict(figures: dict[str, Any], target: float) -> str:
+    """``holds`` when the attainment's lower 95% bound reaches ``target``, ``fails`` when its upper one does not,
+    else ``unproven`` (too few requests to tell)."""
+    b = figures.get("attainment_bounds")
+    if not b:
+        return "fails"
+    return "holds" if b[0] >= target else "fails" if b[1] < target else "unproven"
+
+
+def steady_figures(ok: list[Any], failed: list[Any], spec: LoadSpec) -> dict[str, Any] | None:
+    """:func:`population_figures` over the requests sent inside the rate's steady-state window
+    (:mod:`llmbench.analysis.steady`), with the window; only the window when it is the whole run (the row's own
+    figures are the window's); None when the run has no send times (not an open loop). A failed request is inside
+    when it was due inside; rates per second are over the window's span of sends."""
+    timed = [r for r in ok if r.scheduled_s is not None and r.send_lateness_ms is not None
+             and r.e2e_from_schedule_ms is not None]  # fmt: skip
+    if len(timed) != len(ok) or not ok:
+        return None
+    send = np.array([r.scheduled_s + r.send_lateness_ms / 1000 for r in ok])
+    end = np.array([r.scheduled_s + r.e2e_from_schedule_ms / 1000 for r in ok])
+    window = steady.steady_window(send, end, {m: [getattr(r, m) for r in ok] for m in steady.LATENCY_SIGNALS})
+    if window.whole:  # the whole run is the window: its figures are the row's own
+        return {"window": window.record()}
+    order = np.argsort(send, kind="stable")
+    inside = [ok[i] for i in order[window.first : window.last + 1]]
+    lo, hi = window.start_s, window.end_s
+    out = [f for f in failed if f.scheduled_s is not None and lo <= f.scheduled_s <= hi]
+    return {"window": window.record(), **population_figures(inside, out, spec, hi - lo)}
+
+
+def population_figures(ok: list[Any], failed: list[Any], spec: LoadSpec, span: float) -> dict[str, Any]:
+    """The figures of one set of requests of a rate (finished ``ok``, ``failed``) over ``span`` seconds: counts,
+    latency percentiles with their 95% bounds, goodput and SLO attainment with Wilson bounds, fluidity and
+    stalls."""
+    sent = len(ok) + len(failed)
+    good = [r for r in ok if all(_meets(r, s, spec.one_token_passes) for s in spec.slos)]
     slo_rows = {}
     for slo in spec.slos:
         met = sum(_meets(r, slo, spec.one_token_passes) for r in ok)
@@ -201,37 +273,44 @@ def rate_figures(run: Run, spec: LoadSpec) -> dict[str, Any]:
         observed = float(np.percentile(values, slo.percentile, method="inverted_cdf")) if values else None
         slo_rows[slo.text] = {
             "attainment": round(met / sent, 4) if sent else 0.0,
+            "attainment_bounds": _rounded(tails.share_bounds(met, sent)),
             "observed": observed if observed is not None and math.isfinite(observed) else None,
             "holds": sent > 0 and met / sent >= slo.percentile / 100,
         }
-    attainment = len(good) / sent if sent else 0.0
     tokens = sum(r.output_tokens for r in ok)
     fluid = sum(r.fluidity is not None and r.fluidity >= spec.fluidity_target for r in ok)  # failed: not fluid
     stall_free = sum(r.reader_stalls == 0 for r in ok)
     stalls = describe(r.reader_stall_ms for r in ok if r.reader_stall_ms is not None)
+    latencies = {m: [v for r in ok if (v := _value(r, m)) is not None] for m in PERCENTILE_METRICS}
     return {
-        "offered_rate_rps": run.config.endpoint.arrival.rate_rps if run.config.endpoint and run.config.endpoint.arrival
-        else None,
-        "achieved_rate_rps": s.achieved_rate_rps if s else None,
         "sent": sent,
         "finished": len(ok),
         "failed": len(failed),
         "http_429": sum(f.status == 429 for f in failed),
         "output_tokens_per_s": round(tokens / span, 3) if span > 0 else None,
-        **{f"{m}": _pcts(getattr(s, m, None)) for m in ("ttft_ms", "tpot_ms", "e2e_ms", "ttft_from_schedule_ms")},
-        "send_lateness_ms": _pcts(s.send_lateness_ms if s else None, ("p50", "p99", "max")),
+        **{m: _pcts(describe(v)) for m, v in latencies.items()},
+        "bounds_95": {m: _bounds(v) for m, v in latencies.items()},
         "good": len(good),
         "goodput_rps": round(len(good) / span, 4) if span > 0 else 0.0,
-        "attainment": round(attainment, 4),
+        "attainment": round(len(good) / sent, 4) if sent else 0.0,
+        "attainment_bounds": _rounded(tails.share_bounds(len(good), sent)),
         "slos": slo_rows,
-        "holds": sent > 0 and attainment >= spec.min_attainment,
         "fluid": fluid,
         "fluidity_attainment": round(fluid / sent, 4) if sent else 0.0,
         "fluid_holds": sent > 0 and fluid / sent >= spec.fluidity_share,
         "stall_free": round(stall_free / sent, 4) if sent else 0.0,
         "reader_stall_ms": _pcts(stalls, ("p50", "p90")),
-        "complete": run.complete,
-    }  # fmt: skip
+    }
+
+
+def _bounds(values: list[float]) -> dict[str, float | None]:
+    """The one-sided 95% upper bound of each printed high percentile (None: too few values to bound it)."""
+    return {f"p{q * 100:g}": None if (b := tails.quantile_upper_bound(values, q)) is None else round(b, 3)
+            for q in BOUNDED_QUANTILES}  # fmt: skip
+
+
+def _rounded(bounds: tuple[float, float] | None) -> list[float] | None:
+    return None if bounds is None else [round(bounds[0], 4), round(bounds[1], 4)]
 
 
 def _pcts(stats: Any, keys: tuple[str, ...] = ("p50", "p90", "p99")) -> dict[str, float] | None:
@@ -329,6 +408,7 @@ class LoadDriver:
         holding = [r["offered_rate_rps"] for r in rows if r["holds"]]
         failing = [r["offered_rate_rps"] for r in rows if not r["holds"]]
         saturation = max(holding) if holding else None
+        proven = max((r["offered_rate_rps"] for r in rows if r.get("verdict") == "holds"), default=None)
         above = min((f for f in failing if saturation is None or f > saturation), default=None)
         return {
             "load_version": LOAD_VERSION,
@@ -350,7 +430,12 @@ class LoadDriver:
             "fluidity_share": self.spec.fluidity_share,
             "definitions": DEFINITIONS,
             "rates": rows,
-            "saturation": {"rate_rps": saturation, "first_failing_above_rps": above, **(search or {"method": "list"})},
+            "saturation": {
+                "rate_rps": saturation,
+                "first_failing_above_rps": above,
+                "proven_rate_rps": proven,
+                **(search or {"method": "list"}),
+            },
             **fluid_capacity(rows),
         }
 

@@ -657,23 +657,58 @@ def _share(v: float | None) -> str:
 
 
 def load_table(record: dict) -> Table:
-    """load.json's rates: offered and achieved rate, latency percentiles, errors, goodput, attainment, fluidity
-    attainment and stall-free share ("-" in a load.json from before them)."""
+    """load.json's rates, each on its steady-state window where one was found ("window": its share of the
+    requests; "all": the whole run): offered and achieved rate, latency percentiles (TTFT's p99 with its 95% upper
+    bound), errors, goodput, attainment with its lower 95% bound, fluidity attainment, stall-free share and the
+    verdict ("-" in a load.json from before them)."""
     title = (f"load on {record['endpoint']} ({record['model']}), {record['arrival']} arrivals, SLOs: "
              + ", ".join(s["text"] for s in record["slos"]))  # fmt: skip
     t = Table(title=escape(title), title_justify="left")  # names from a server are text, never markup
-    for col in ("offered/s", "achieved/s", "TTFT p50", "TTFT p90", "TPOT p50", "TPOT p90", "late p99",
-                "failed", "429", "goodput/s", "attainment", "fluid", "stall-free", ""):  # fmt: skip
+    for col in ("offered/s", "achieved/s", "window", "TTFT p50", "TTFT p90", "TTFT p99 (<= 95%)", "TPOT p50",
+                "TPOT p90", "late p99", "failed", "429", "goodput/s", "attainment (>= 95%)", "fluid", "stall-free",
+                ""):  # fmt: skip
         t.add_column(col, justify="right" if col else "left")
     for r in record["rates"]:
+        j = judged_rate(r)
+        b = j.get("attainment_bounds")
         t.add_row(
-            f"{r['offered_rate_rps']:g}", _num(r["achieved_rate_rps"]), _p(r["ttft_ms"], "p50"),
-            _p(r["ttft_ms"], "p90"), _p(r["tpot_ms"], "p50", 1), _p(r["tpot_ms"], "p90", 1),
-            _p(r["send_lateness_ms"], "p99", 1), str(r["failed"]), str(r["http_429"]), _num(r["goodput_rps"]),
-            f"{r['attainment']:.0%}", _share(r.get("fluidity_attainment")), _share(r.get("stall_free")),
-            "holds" if r["holds"] else "fails",
+            f"{r['offered_rate_rps']:g}", _num(r["achieved_rate_rps"]), _window_share(r), _p(j["ttft_ms"], "p50"),
+            _p(j["ttft_ms"], "p90"), _bounded(j, "ttft_ms", "p99"), _p(j["tpot_ms"], "p50", 1),
+            _p(j["tpot_ms"], "p90", 1), _p(r["send_lateness_ms"], "p99", 1), str(j["failed"]), str(j["http_429"]),
+            _num(j["goodput_rps"]), f"{j['attainment']:.0%}" + (f" ({_share(b[0])})" if b else ""),
+            _share(j.get("fluidity_attainment")), _share(j.get("stall_free")),
+            r.get("verdict") or ("holds" if r["holds"] else "fails"),
         )  # fmt: skip
     return t
+
+
+def judged_rate(row: dict) -> dict:
+    """The figures a load.json rate is judged on: its steady-state window's, or the whole run's where the window is
+    the whole run (or the record predates windows)."""
+    steady = row.get("steady")
+    return steady if steady and "sent" in steady else row
+
+
+def _window_share(row: dict) -> str:
+    steady = row.get("steady")
+    if not steady:
+        return "-"
+    return "all" if "sent" not in steady else _share(steady["window"]["share"])
+
+
+def _bounded(figures: dict, metric: str, key: str) -> str:
+    """A percentile with its one-sided 95% upper bound: ``412 (<= 530)``, or ``412 (n < 299)`` when the requests
+    can't bound it."""
+    value = _p(figures.get(metric), key)
+    bounds = figures.get("bounds_95")
+    if value == "-" or not bounds or metric not in bounds:
+        return value
+    bound = (bounds[metric] or {}).get(key)
+    if bound is None:
+        from llmbench.analysis.tails import requests_to_bound
+
+        return f"{value} (n < {requests_to_bound(float(key[1:]) / 100)})"
+    return f"{value} (<= {bound:,.0f})"
 
 
 def _fluid_capacity_line(record: dict) -> str:
@@ -705,6 +740,12 @@ def load_lines(record: dict) -> list[str]:
         lines.append(f"saturation: {s['rate_rps']:g} requests/s is the highest offered rate that held (attainment >= "
                      f"{record['min_attainment']:.0%})" + (f"; {above:g}/s failed" if above else
                                                            "; every rate tried held"))  # fmt: skip
+    proven = s.get("proven_rate_rps", False)
+    if proven is not False:  # a load.json from before the verdicts has none
+        lines.append(f"held at 95% confidence (attainment's lower Wilson bound >= {record['min_attainment']:.0%}, on "
+                     "the steady-state window): " + (f"up to {proven:g} requests/s" if proven is not None else
+                                                      "no rate"))  # fmt: skip
+    lines.extend(_window_lines(record))
     fluid = "fluidity_target" in record  # a load.json from before the fluid capacity has none of it
     if fluid:
         lines.append(_fluid_capacity_line(record))
@@ -716,6 +757,30 @@ def load_lines(record: dict) -> list[str]:
     if not record.get("complete", True):
         lines.append("INCOMPLETE: interrupted; the rates above are those finished")
     return lines
+
+
+def _window_lines(record: dict) -> list[str]:
+    """Where each rate's steady-state window lies, and the whole run's TTFT p90 beside the window's."""
+    lines = []
+    for r in record["rates"]:
+        steady = r.get("steady")
+        if not steady:
+            continue
+        w = steady["window"]
+        if "sent" not in steady:
+            lines.append(f"  {r['offered_rate_rps']:g}/s: every request ({w['method']})")
+            continue
+        c = w.get("concurrency") or {}
+        lines.append(
+            f"  {r['offered_rate_rps']:g}/s: sends {w['start_s']:.1f}-{w['end_s']:.1f} s, {_share(w['share'])} of the "
+            f"finished requests; in flight {_num(c.get('inside'), 1)} inside, {_num(c.get('outside'), 1)} outside; "
+            f"whole run TTFT p90 {_p(r['ttft_ms'], 'p90')} ms"
+        )
+    return (
+        ["steady-state windows (arrival edges and MSER-5 on TTFT and E2E; the table's figures are on them):", *lines]
+        if lines
+        else []
+    )
 
 
 def load_comparison(base: dict, new: dict) -> Table:

@@ -287,3 +287,71 @@ def test_the_fluidity_settings_are_bounded_in_one_line(cli, tmp_path, option):
     ld.LoadSpec(
         rates=[1.0], slos=[ld.Slo("ttft_ms", 90, 5.0)], requests=3, duration_s=None, **{name: 1.0}
     ).validate()  # 1: allowed
+
+
+# -- the steady-state window, percentile bounds and verdicts (issue 63) --------------------------------------------
+
+
+def test_a_rate_is_judged_on_its_steady_window_where_a_cold_start_would_have_failed_it(cli, tmp_path):
+    """320 requests at 10/s, the first 60 held 1.5 s before their first token (a server filling up): over the whole
+    run the TTFT SLO holds for 81% of requests and the rate fails; on the steady window, which cuts those 60 (the
+    arrival edges and MSER-5 on TTFT), it holds for all, with a lower bound that proves it."""
+    from llmbench.options import EndpointOptions, RunOptions
+    from llmbench.results.storage import save_run
+    from tests.integration.test_load import PROMPTS
+
+    run = _rate_run(10.0, [LATE] * 60 + [STEADY] * 260)
+    spec = ld.LoadSpec(rates=[10.0], slos=[ld.Slo("ttft_ms", 90, 1000.0)])
+    row = ld.rate_figures(run, spec)
+    assert row["attainment"] == 0.8125 and row["ttft_ms"]["p90"] == 1500.0
+    steady, window = row["steady"], row["steady"]["window"]
+    # the 60 cut, within a batch of 5: the edge's 4 requests (one 0.4 s life at 10/s), then MSER-5's batches
+    assert window["method"] == "edges+mser5" and 60 <= window["first"] <= 65
+    assert window["start_s"] == pytest.approx(window["first"] / 10)
+    assert steady["attainment"] == 1.0 and steady["ttft_ms"]["p90"] == 100.0
+    assert steady["sent"] == window["last"] - window["first"] + 1
+    assert row["holds"] and row["verdict"] == "holds" and steady["attainment_bounds"][0] >= 0.9
+    # the whole run's 320 requests bound its p99; the window's fewer than 299 can't
+    assert row["bounds_95"]["ttft_ms"]["p99"] == 1500.0 and steady["bounds_95"]["ttft_ms"]["p99"] is None
+    assert steady["bounds_95"]["ttft_ms"]["p90"] == 100.0
+    folder = tmp_path / "load"
+    folder.mkdir()
+    driver = ld.LoadDriver(PROMPTS, EndpointOptions(endpoint="http://127.0.0.1:9"), RunOptions(), spec, folder, None,
+                           None)  # fmt: skip
+    save_run(run, folder / "rate-10.json")
+    driver._add(10.0, run, folder / "rate-10.json")
+    record = driver.save(complete=True)
+    assert record["saturation"]["proven_rate_rps"] == 10.0 and "verdict" in record["definitions"]
+    shown = cli("show", folder / "load.json")
+    assert shown.returncode == 0, shown.stderr
+    assert "held at 95% confidence" in shown.stdout and "up to 10 requests/s" in shown.stdout
+    from rich.console import Console
+
+    from llmbench.present.terminal import load_table
+
+    console = Console(record=True, width=250)
+    console.print(load_table(record))
+    table = console.export_text()
+    assert "100 (n < 299)" in table and "100% (98.9%)" in table and "78.8%" in table  # p99 unbounded; the bound
+    assert f"10/s: sends {window['start_s']:.1f}-" in shown.stdout and "whole run TTFT p90 1,500 ms" in shown.stdout
+
+
+def test_a_rate_of_too_few_requests_is_unproven_not_held():
+    spec = ld.LoadSpec(rates=[2.0], slos=[ld.Slo("ttft_ms", 90, 1000.0)])
+    # 20 of 20 good: the edges cut one request each (a life is 0.4 s, a send every 0.5 s), too few left for MSER-5;
+    # 18 of 18 good proves only n / (n + z^2) = 86.9% (Wilson's lower bound at a share of 1)
+    few = ld.rate_figures(_rate_run(2.0, [STEADY] * 20), spec)
+    assert few["holds"] and few["verdict"] == "unproven" and few["steady"]["window"]["method"] == "edges"
+    assert few["steady"]["sent"] == 18 and few["steady"]["attainment_bounds"][0] == pytest.approx(
+        18 / (18 + 1.6448536**2), abs=1e-4
+    )
+    assert few["steady"]["bounds_95"]["ttft_ms"] == {"p90": None, "p99": None}  # a p90 needs 29
+    tiny = ld.rate_figures(_rate_run(2.0, [STEADY] * 10), spec)
+    assert tiny["steady"]["window"]["method"] == "whole run: 10 finished requests, fewer than 20"
+    assert "sent" not in tiny["steady"] and tiny["verdict"] == "unproven"
+    enough = ld.rate_figures(_rate_run(2.0, [STEADY] * 40), spec)
+    assert enough["verdict"] == "holds" and enough["bounds_95"]["ttft_ms"]["p90"] == 100.0
+    failing = ld.rate_figures(_rate_run(2.0, [STEADY] * 10 + [LATE] * 10), spec)
+    assert not failing["holds"] and failing["verdict"] == "fails"
+    refused = ld.rate_figures(_rate_run(2.0, [], failed=3), spec)  # nothing finished: no window, no bound
+    assert refused["steady"] is None and refused["verdict"] == "fails" and refused["ttft_ms"] is None
