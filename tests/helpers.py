@@ -117,6 +117,7 @@ class Recorder:
     warnings: list[str] = field(default_factory=list)
     warmups: list[tuple[int, int]] = field(default_factory=list)
     requests: list[tuple[RequestResult, int, int]] = field(default_factory=list)
+    outcomes: list[tuple] = field(default_factory=list)  # (item, in flight, loop time)
 
     def status(self, text: str) -> None:
         self.statuses.append(text)
@@ -131,6 +132,9 @@ class Recorder:
         self.requests.append((result, done, total))
         if self.stop_after is not None and len(self.requests) >= self.stop_after:
             self.stop.request("test")  # type: ignore[union-attr]
+
+    def outcome(self, item, in_flight: int, now_s: float) -> None:
+        self.outcomes.append((item, in_flight, now_s))
 
 
 def synthetic_run(

@@ -37,7 +37,8 @@ def load(ctx: typer.Context, quiet: QuietOpt = False, **s: Any) -> None:
             duration_s=None if a.requests is not None else a.duration_s, requests=a.requests, seed=asked.requests.seed,
             workers=a.workers, ray=a.ray, min_attainment=a.min_attainment, one_token_passes=a.one_token_passes,
             fluidity_target=a.fluidity_target, fluidity_share=a.fluidity_share, auto_start=a.auto_start,
-            auto_steps=a.auto_steps,
+            auto_steps=a.auto_steps, stop_saturated=a.stop_saturated, stop_min_s=a.stop_min_s,
+            stop_window_s=a.stop_window_s,
         )  # fmt: skip
         spec.validate()
         target = endpoint_options_of(asked.server, asked.model, asked.arrivals)

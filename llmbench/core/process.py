@@ -26,6 +26,9 @@ class Stop:
     def __init__(self) -> None:
         self.signal: str | None = None  # why: "SIGINT", "SIGTERM" or a caller's word
         self.hard = False
+        # a run stopped by a rule (load's over-saturation stop), not a person: the requests a stop drops in flight
+        # are recorded as unfinished failures, since leaving them out would keep only the luckier ones
+        self.record_dropped = False
         self._callbacks: list[Callable[[], None]] = []
         self._lock = threading.Lock()
 
@@ -34,11 +37,13 @@ class Stop:
         """True once a stop was asked for."""
         return self.signal is not None
 
-    def request(self, why: str = "stop") -> None:
-        """Ask the run to stop (a second call: stop waiting for the request in flight too)."""
+    def request(self, why: str = "stop", record_dropped: bool = False) -> None:
+        """Ask the run to stop (a second call: stop waiting for the request in flight too). ``record_dropped``
+        (the first call's): requests dropped in flight are recorded as unfinished, not left out."""
         with self._lock:
             if self.signal is None:
                 self.signal = why
+                self.record_dropped = record_dropped
             else:
                 self.hard = True
             callbacks = list(self._callbacks)

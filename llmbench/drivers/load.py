@@ -52,6 +52,7 @@ from typing import Any
 import numpy as np
 
 from llmbench.analysis import steady, tails
+from llmbench.analysis.saturation import SaturationRule, SaturationWatch
 from llmbench.backends.http.client import chat_url, redact
 from llmbench.core.errors import RunInterrupted, UserError
 from llmbench.core.process import Stop
@@ -71,6 +72,8 @@ from llmbench.workloads.prompts import PromptSet
 SLO_METRICS = ("ttft_ms", "tpot_ms", "e2e_ms", "ttft_from_schedule_ms", "e2e_from_schedule_ms")
 PERCENTILE_METRICS = ("ttft_ms", "tpot_ms", "e2e_ms", "ttft_from_schedule_ms")  # each rate's p50/p90/p99
 BOUNDED_QUANTILES = (0.9, 0.99)  # the printed high percentiles, each with its order-statistic bound
+OVER_SATURATED = "over-saturation"  # the rate's stop reason (its run's interrupted_by)
+UNFINISHED = "unfinished:"  # a failure the stop dropped in flight (llmbench.runner.loop)
 MAX_AUTO_TRIALS = 12  # ramp + bisection, at most
 MAX_AUTO_STEPS = 30  # bisections: each halves the geometric gap (30 of them: a billionth of it)
 MAX_RATES = 100  # --rates: each is a run of its own
@@ -175,13 +178,25 @@ class LoadSpec:
     fluidity_share: float = _d(LoadPlan, "fluidity_share")
     auto_start: float = _d(LoadPlan, "auto_start")
     auto_steps: int = _d(LoadPlan, "auto_steps")
+    stop_saturated: bool | None = _d(LoadPlan, "stop_saturated")  # None: on for auto, off for a list
+    stop_min_s: float = _d(LoadPlan, "stop_min_s")
+    stop_window_s: float = _d(LoadPlan, "stop_window_s")
+
+    @property
+    def stops(self) -> bool:
+        """Whether a rate past saturation ends early (:mod:`llmbench.analysis.saturation`)."""
+        return self.rates is None if self.stop_saturated is None else self.stop_saturated
+
+    def saturation_rule(self) -> SaturationRule:
+        return SaturationRule(min_s=self.stop_min_s, window_s=self.stop_window_s, min_attainment=self.min_attainment)
 
     def validate(self) -> None:
         if not self.slos:
             raise UserError("give at least one --slo, e.g. --slo ttft_ms:p90=1000 --slo tpot_ms:p90=200")
         if not 0 < self.min_attainment <= 1:
             raise UserError(f"--min-attainment must be in (0, 1], not {self.min_attainment}")
-        for name in ("fluidity_target", "fluidity_share"):  # the spec's bounds, for a LoadSpec made in Python
+        for name in ("fluidity_target", "fluidity_share", "stop_min_s", "stop_window_s"):  # the spec's bounds, for
+            # a LoadSpec made in Python
             check_value(LoadPlan, name, getattr(self, name))
         if not self.auto_start > 0 or self.auto_steps < 0:
             raise UserError("--auto-start must be above 0 and --auto-steps 0 or more")
@@ -286,6 +301,7 @@ def population_figures(ok: list[Any], failed: list[Any], spec: LoadSpec, span: f
         "sent": sent,
         "finished": len(ok),
         "failed": len(failed),
+        "unfinished": sum(f.error.startswith(UNFINISHED) for f in failed),
         "http_429": sum(f.status == 429 for f in failed),
         "output_tokens_per_s": round(tokens / span, 3) if span > 0 else None,
         **{m: _pcts(describe(v)) for m, v in latencies.items()},
@@ -341,6 +357,49 @@ def _meets(r: Any, slo: Slo, one_token_passes: bool) -> bool:
     return v <= slo.limit
 
 
+class _Watching:
+    """The rate's reporter, also feeding its over-saturation watch; stops the rate (recording what the stop drops
+    in flight) the first time the rule holds."""
+
+    def __init__(self, inner: Reporter, watch: SaturationWatch, stop: Stop) -> None:
+        self.inner, self.watch, self.stop = inner, watch, stop
+        self.reason: str | None = None
+        self.at_s: float | None = None
+
+    def status(self, text: str) -> None:
+        self.inner.status(text)
+
+    def warn(self, text: str) -> None:
+        self.inner.warn(text)
+
+    def warmup(self, done: int, total: int) -> None:
+        self.inner.warmup(done, total)
+
+    def request(self, result: Any, done: int, total: int) -> None:
+        self.inner.request(result, done, total)
+
+    def outcome(self, item: Any, in_flight: int, now_s: float) -> None:
+        self.inner.outcome(item, in_flight, now_s)
+        if self.reason is None and (why := self.watch.add(item, in_flight, now_s)) is not None:
+            self.reason, self.at_s = why, now_s
+            self.stop.request(OVER_SATURATED, record_dropped=True)
+
+    def record(self, run: Run) -> dict[str, Any]:
+        """The ``stopped`` entry of the rate's row: why, when, what was cut and what the schedule had left."""
+        a = run.config.endpoint.arrival if run.config.endpoint else None
+        planned = a.requests if a is not None else None
+        sent = len(run.requests) + len(run.failed_requests)
+        schedule = (a.duration_s or (a.requests / a.rate_rps if a.requests and a.rate_rps else None)) if a else None
+        return {
+            "reason": self.reason,
+            "at_s": round(self.at_s or 0.0, 3),
+            "schedule_s": schedule,  # the arrivals' planned length: what the stop saved is schedule_s - at_s
+            "unfinished": sum(f.error.startswith(UNFINISHED) for f in run.failed_requests),
+            "unsent": max(planned - sent, 0) if planned is not None else None,
+            "rule": self.watch.state,
+        }
+
+
 class LoadDriver:
     """Runs the rates (a list, or the search) and keeps load.json up to date after each."""
 
@@ -354,31 +413,49 @@ class LoadDriver:
         self.path = prepare_output(out_dir / "load.json", overwrite=False)
 
     async def trial(self, rate: float) -> dict[str, Any]:
-        """One open-loop run at ``rate``; its row."""
+        """One open-loop run at ``rate``; its row. With :attr:`LoadSpec.stops`, a rate past saturation ends early
+        (its row's ``stopped`` says why and when); a person's stop ends the whole load, keeping what finished."""
         if rate in self.rows:
             return self.rows[rate]
         out = prepare_output(self.out_dir / f"rate-{rate:g}.json", overwrite=False)
         self.reporter.status(f"offered rate {rate:g}/s ...")
         endpoint = self.endpoint.replaced(open_loop=self.spec.open_loop(rate))
+        rate_stop = Stop()  # this rate's: the watch ends it alone; a person's stop reaches it and ends the load
+        outer = self.stop
+        remove = outer.on_request(lambda: rate_stop.request(outer.signal or "stop")) if outer else None
+        watching = _Watching(self.reporter, SaturationWatch(self.spec.saturation_rule()), rate_stop)
+        stopped = None
         try:
-            run, _ = await run_driver(self.prompts, endpoint, self.options, output=out, stop=self.stop,
-                                      reporter=self.reporter)  # fmt: skip
+            run, _ = await run_driver(self.prompts, endpoint, self.options, output=out, stop=rate_stop,
+                                      reporter=watching if self.spec.stops else self.reporter)  # fmt: skip
         except RunInterrupted as e:
+            saturated = watching.reason is not None and not (self.stop and self.stop.requested)
             if e.runs and (e.runs[0].requests or e.runs[0].failed_requests):
-                self._add(rate, e.runs[0], out)
-            raise
-        self._add(rate, run, out)
+                run = e.runs[0]
+                stopped = watching.record(run) if saturated else None
+                self._add(rate, run, out, stopped)
+            if not saturated:
+                raise
+        finally:
+            if remove is not None:
+                remove()
+        if stopped is None:
+            self._add(rate, run, out)
+            if self.spec.stops and run.config.endpoint and (run.config.endpoint.workers or 1) > 1:
+                self.reporter.status(f"  {rate:g}/s: the over-saturation stop watches one client process; this "
+                                     f"rate ran over {run.config.endpoint.workers}, unwatched")  # fmt: skip
         row = self.rows[rate]
         self.reporter.status(
             f"  {rate:g}/s: achieved {row['achieved_rate_rps']}/s, goodput {row['goodput_rps']}/s, attainment "
-            f"{row['attainment']:.0%}, {row['http_429']} x 429 -> {'holds' if row['holds'] else 'fails'}; fluid "
+            f"{row['attainment']:.0%}, {row['http_429']} x 429 -> {row['verdict']}; fluid "
             f"{row['fluidity_attainment']:.0%}, stall-free {row['stall_free']:.0%}"
-        )
+            + (f"; STOPPED at {stopped['at_s']:.1f} s: {stopped['reason']}" if stopped else "")
+        )  # fmt: skip
         return row
 
-    def _add(self, rate: float, run: Run, path: Path) -> None:
+    def _add(self, rate: float, run: Run, path: Path, stopped: dict[str, Any] | None = None) -> None:
         self.model = self.model or run.config.model
-        self.rows[rate] = {**rate_figures(run, self.spec), "run_file": path.name}
+        self.rows[rate] = {**rate_figures(run, self.spec), "stopped": stopped, "run_file": path.name}
         self.save(complete=False)
 
     async def search(self) -> dict[str, Any]:

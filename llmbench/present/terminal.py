@@ -77,6 +77,9 @@ class ProgressReporter:
         self.progress.start_task(self.task)
         self.progress.update(self.task, completed=done, total=total, last=last, visible=True, refresh=True)
 
+    def outcome(self, item: Any, in_flight: int, now_s: float) -> None:
+        pass  # the bar follows requests (request above); outcomes are for watchers
+
 
 @contextmanager
 def reporter(quiet: bool = False) -> Iterator[ProgressReporter]:
@@ -745,6 +748,12 @@ def load_lines(record: dict) -> list[str]:
         lines.append(f"held at 95% confidence (attainment's lower Wilson bound >= {record['min_attainment']:.0%}, on "
                      "the steady-state window): " + (f"up to {proven:g} requests/s" if proven is not None else
                                                       "no rate"))  # fmt: skip
+    for r in record["rates"]:
+        if stopped := r.get("stopped"):
+            left = f" of its {stopped['schedule_s']:g} s" if stopped.get("schedule_s") else ""
+            lines.append(f"{r['offered_rate_rps']:g}/s STOPPED at {stopped['at_s']:.1f} s{left}, past saturation: "
+                         f"{stopped['reason']}; {stopped['unfinished']} unfinished (counted as failed), "
+                         f"{stopped['unsent'] or 0} never sent")  # fmt: skip
     lines.extend(_window_lines(record))
     fluid = "fluidity_target" in record  # a load.json from before the fluid capacity has none of it
     if fluid:

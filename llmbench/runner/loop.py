@@ -69,6 +69,10 @@ class Reporter(Protocol):
 
     def request(self, result: RequestResult, done: int, total: int) -> None: ...
 
+    def outcome(self, item: RequestResult | FailedRequest, in_flight: int, now_s: float) -> None:
+        """Each measured outcome as it is recorded: ``in_flight`` other requests still out, at ``now_s`` on the
+        loop's clock (load's over-saturation watch)."""
+
 
 class NullReporter:
     """Says nothing."""
@@ -83,6 +87,9 @@ class NullReporter:
         pass
 
     def request(self, result: RequestResult, done: int, total: int) -> None:
+        pass
+
+    def outcome(self, item: RequestResult | FailedRequest, in_flight: int, now_s: float) -> None:
         pass
 
 
@@ -465,6 +472,10 @@ class RunLoop:
             await self._record(t, self._failure(req, error, None, started))
             return False
         if result is None:  # a stop cut it short: a partial request is not a measurement
+            if self.stop.record_dropped:  # ... but a rule's stop must not keep only the luckier requests
+                waited = (time.perf_counter() - self.t0 - started) * 1000
+                why = f"unfinished: in flight for {waited:.0f} ms when the run was stopped ({self.stop.signal})"
+                await self._record(t, self._failure(req, why, None, started))
             return False
         results = result if isinstance(result, list) else [result]
         if req.conversation is not None:  # the next turn sends this reply back
@@ -518,6 +529,8 @@ class RunLoop:
             (run.ttft_requests if item.ttft_only else run.requests).append(item)
         else:
             run.failed_requests.append(item)
+        if item.repeat >= 0:  # a measured request, not a warm-up
+            self.reporter.outcome(item, len(self.inflight), time.perf_counter() - self.t0)
         if t.path is None:
             return
         loop = asyncio.get_running_loop()

@@ -156,6 +156,18 @@ class LoadPlan(Section):
     )  # fmt: skip
     auto_start: float = setting(1.0, "auto: the first rate tried (then doubled or halved).")
     auto_steps: int = setting(3, "auto: bisections after the ramp.")
+    stop_saturated: Optional[bool] = setting(
+        None, "End a rate early once it is past saturation (a growing queue, or refusals). Default: on with --rates "
+        "auto.", flag="--stop-saturated/--no-stop-saturated",
+    )  # fmt: skip
+    stop_min_s: float = setting(
+        10.0, "--stop-saturated: seconds of a rate before the rule is checked.", gt=0, le=limits.MAX_SCHEDULE_S,
+        allow_inf_nan=False,
+    )  # fmt: skip
+    stop_window_s: float = setting(
+        120.0, "--stop-saturated: the trailing seconds the rule fits.", gt=0, le=limits.MAX_SCHEDULE_S,
+        allow_inf_nan=False,
+    )  # fmt: skip
 
 
 LoadTestSpec = spec(

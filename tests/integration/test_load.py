@@ -9,6 +9,7 @@ a rate far below it must hold and a rate far above it must not.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 import pytest
@@ -230,3 +231,61 @@ def test_a_load_tests_rates_past_the_line_are_columns_every_reader_reads(cli, se
     )
     assert cli("report", a, b, "-o", tmp_path / "r.html").returncode == 0
     assert cli("history", "add", a, env=env).returncode == 0
+
+
+# -- the over-saturation stop (issue 63) ---------------------------------------------------------------------------
+
+
+def _stopping(rates: list[float], **kw) -> ld.LoadSpec:
+    return ld.LoadSpec(rates=rates, slos=[ld.Slo("ttft_ms", 90, 1000.0)], arrival="constant", stop_saturated=True,
+                       stop_min_s=2.0, **kw)  # fmt: skip
+
+
+def test_a_rate_past_a_queueing_servers_capacity_stops_early_and_keeps_its_unfinished_requests(qwen_tokenizer,
+                                                                                                tmp_path):  # fmt: skip
+    """The server takes ~50 ms a request, one at a time, and queues everything (capacity ~20/s): at 60/s its
+    queue grows by ~40 requests a second and TTFT with it. Asked for 12 s, the rate stops a few seconds in with
+    the reason; the requests the stop dropped in flight are recorded as unfinished failures, and the rate's run
+    file says why it ended. A rate under capacity on the same server runs to its end."""
+    from llmbench.results.storage import load_run
+
+    lm = delayed_loaded(qwen_tokenizer, prefill_ms=PREFILL_MS, decode_ms=DECODE_MS)
+    with BackgroundServer(create_app(lm, max_queue=10_000)) as url:
+        spec = _stopping([5.0, 60.0], duration_s=12.0)
+        t = time.monotonic()
+        record, path = asyncio.run(ld.load(PROMPTS, EndpointOptions(endpoint=url), OPTIONS, spec, tmp_path / "q"))
+        took = time.monotonic() - t
+    calm, past = record["rates"]
+    assert calm["stopped"] is None and calm["sent"] == 60 and calm["verdict"] == "holds"
+    stopped = past["stopped"]
+    assert stopped["reason"].startswith("queueing:") and 2.0 <= stopped["at_s"] < 9.0, stopped
+    assert stopped["schedule_s"] == 12.0 and stopped["unsent"] > 0 and stopped["unfinished"] > 0
+    assert past["unfinished"] == stopped["unfinished"] and past["verdict"] == "fails" and not past["holds"]
+    rule = stopped["rule"]
+    assert rule["in_flight"]["slope_low"] > 0 and rule["ttft_ms"]["slope_low"] > 0
+    assert rule["in_flight"]["end"] >= 1.5 * rule["in_flight"]["start"]
+    run = load_run(tmp_path / "q" / past["run_file"])
+    assert run.sessions[-1].interrupted_by == "over-saturation" and not run.complete
+    unfinished = [f for f in run.failed_requests if f.error.startswith("unfinished:")]
+    assert len(unfinished) == stopped["unfinished"] and all(f.status is None for f in unfinished)
+    # every request sent is accounted for: finished, refused or unfinished, none dropped
+    assert len(run.requests) + len(run.failed_requests) + stopped["unsent"] == 12 * 60
+    assert took < 12.0 + 12.0  # the calm rate's 12 s, and the stopped rate well under its 12 s plus its drain
+    assert json.loads(path.read_text())["complete"]
+
+
+def test_a_rate_past_a_refusing_servers_queue_stops_on_its_429s(server, tmp_path):
+    """The module's server queues 4 and refuses the rest with 429: at 100/s three requests in four are refused, so
+    the rate can't hold 90% whatever the others do, and it stops on that, not on a queue (which stays short)."""
+    spec = _stopping([100.0], duration_s=10.0)
+    record, _ = asyncio.run(ld.load(PROMPTS, EndpointOptions(endpoint=server), OPTIONS, spec, tmp_path / "r"))
+    (row,) = record["rates"]
+    stopped = row["stopped"]
+    assert stopped["reason"].startswith("refusing:") and stopped["at_s"] < 8.0, stopped
+    assert stopped["rule"]["refused"]["lower_bound"] > 0.1 and row["http_429"] > 0 and stopped["unsent"] > 0
+
+
+def test_the_stop_is_off_for_a_list_of_rates_unless_asked_and_on_for_auto():
+    assert not ld.LoadSpec(rates=[1.0], slos=[]).stops and ld.LoadSpec(rates=None, slos=[]).stops
+    assert ld.LoadSpec(rates=[1.0], slos=[], stop_saturated=True).stops
+    assert not ld.LoadSpec(rates=None, slos=[], stop_saturated=False).stops

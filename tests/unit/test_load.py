@@ -355,3 +355,17 @@ def test_a_rate_of_too_few_requests_is_unproven_not_held():
     assert not failing["holds"] and failing["verdict"] == "fails"
     refused = ld.rate_figures(_rate_run(2.0, [], failed=3), spec)  # nothing finished: no window, no bound
     assert refused["steady"] is None and refused["verdict"] == "fails" and refused["ttft_ms"] is None
+
+
+@pytest.mark.parametrize("option", ["--stop-min-s", "--stop-window-s"])
+def test_the_stop_settings_are_bounded_in_one_line(cli, tmp_path, option):
+    p = _prompts(tmp_path)
+    for bad in ("0", "-1", "nan", "inf", "x", "1e9"):
+        r = cli("load", p, "--endpoint", "http://127.0.0.1:9", "--slo", "ttft_ms:p90=5", "--stop-saturated", option,
+                bad, "-o", tmp_path / "x", "-q")  # fmt: skip
+        assert r.returncode == 2 and option in r.stderr and len(r.stderr.strip().splitlines()) == 1, (bad, r.stderr)
+    name = option.removeprefix("--").replace("-", "_")
+    with pytest.raises(UserError, match=option):
+        ld.LoadSpec(
+            rates=[1.0], slos=[ld.Slo("ttft_ms", 90, 5.0)], requests=3, duration_s=None, **{name: -1.0}
+        ).validate()
