@@ -149,6 +149,47 @@ def faulty_server() -> Starlette:
     return app
 
 
+def preempting_server(tokens: int = 12, gap_s: float = 0.01, every: int = 3, pause_s: float = 0.3) -> Starlette:
+    """A server that preempts on cue, with the truth kept: every ``every``-th chat request (counting calls from 1,
+    the warm-up's included) stops after its 5th content event for ``pause_s`` (an eviction and a recompute, as a
+    vLLM request preempted mid-stream), then goes on; the others stream ``tokens`` events ``gap_s`` apart. Its
+    ``/metrics`` counts the preemptions as vLLM does (``vllm:num_preemptions_total``), and ``app.state.preempted``
+    lists the calls it preempted."""
+
+    def chunk(text: str) -> str:
+        return "data: " + json.dumps({"choices": [{"index": 0, "delta": {"content": text}}]}) + "\n\n"
+
+    async def chat(request: Request):
+        app.state.calls += 1
+        call = app.state.calls
+        body = await request.json()
+        n = min(int(body.get("max_tokens") or body.get("max_completion_tokens") or tokens), tokens)
+        preempt = call % every == 0
+
+        async def events():
+            for k in range(n):
+                await asyncio.sleep(gap_s)
+                if preempt and k == 5:
+                    app.state.preempted.append(call)
+                    await asyncio.sleep(pause_s)
+                yield chunk(f" w{k}")
+            usage = {"prompt_tokens": 9, "completion_tokens": n, "total_tokens": 9 + n}
+            yield "data: " + json.dumps({"choices": [], "usage": usage}) + "\n\n"
+            yield "data: [DONE]\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    async def metrics(_request: Request) -> Response:
+        text = ("# HELP vllm:num_preemptions_total Cumulative number of preemptions.\n"
+                "# TYPE vllm:num_preemptions_total counter\n"
+                f"vllm:num_preemptions_total {float(len(app.state.preempted))}\n")  # fmt: skip
+        return Response(text, media_type="text/plain; version=0.0.4")
+
+    app = Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"]), Route("/metrics", metrics)])
+    app.state.calls, app.state.preempted = 0, []
+    return app
+
+
 def markup_server(name: str, device: str) -> Starlette:
     """A server whose /health and /v1/models carry names that are markup in Rich and in HTML."""
 

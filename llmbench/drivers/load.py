@@ -58,7 +58,7 @@ from llmbench.core.errors import RunInterrupted, UserError
 from llmbench.core.process import Stop
 from llmbench.drivers.run import run as run_driver
 from llmbench.options import EndpointOptions, OpenLoop, RunOptions
-from llmbench.results.metrics import describe
+from llmbench.results.metrics import describe, mid_stream_stalls
 from llmbench.results.schema import LOAD_VERSION, Run, llmbench_version, utc_now
 from llmbench.results.storage import prepare_driver_dir, prepare_output, write_record
 from llmbench.runner.loop import NullReporter, Reporter
@@ -72,6 +72,7 @@ from llmbench.workloads.prompts import PromptSet
 SLO_METRICS = ("ttft_ms", "tpot_ms", "e2e_ms", "ttft_from_schedule_ms", "e2e_from_schedule_ms")
 PERCENTILE_METRICS = ("ttft_ms", "tpot_ms", "e2e_ms", "ttft_from_schedule_ms")  # each rate's p50/p90/p99
 BOUNDED_QUANTILES = (0.9, 0.99)  # the printed high percentiles, each with its order-statistic bound
+STALLED_LISTED = 20  # requests with mid-stream stalls listed per rate, the longest first
 OVER_SATURATED = "over-saturation"  # the rate's stop reason (its run's interrupted_by)
 UNFINISHED = "unfinished:"  # a failure the stop dropped in flight (llmbench.runner.loop)
 MAX_AUTO_TRIALS = 12  # ramp + bisection, at most
@@ -109,6 +110,10 @@ DEFINITIONS = {
     "verdict": "holds: the attainment's lower bound >= min_attainment; fails: its upper bound < min_attainment; "
     "unproven: neither (too few requests to tell); on the steady-state window",
     "proven_rate_rps": "the highest offered rate whose verdict is holds",
+    "mid_stream_stalls": "finished requests with a gap between stamps >= 8 x the request's own median gap and >= 50 "
+    "ms longer (at least 4 gaps to judge): requests (count, share of finished), stalls, the longest (ms), and the "
+    "20 requests with the longest (a preemption or a swap shows so); server_preemptions: the server's own count "
+    "over the rate (vllm:num_preemptions, --server-metrics), null where it reports none",
 }
 
 
@@ -235,6 +240,7 @@ def rate_figures(run: Run, spec: LoadSpec) -> dict[str, Any]:
         "achieved_rate_rps": s.achieved_rate_rps if s else None,
         **population_figures(ok, failed, spec, (max([*ends, *due]) - min(due)) if due else 0.0),
         "send_lateness_ms": _pcts(s.send_lateness_ms if s else None, ("p50", "p99", "max")),
+        "server_preemptions": _preemptions(run),
         "complete": run.complete,
     }  # fmt: skip
     steady = steady_figures(ok, failed, spec)
@@ -243,6 +249,13 @@ def rate_figures(run: Run, spec: LoadSpec) -> dict[str, Any]:
     row["holds"] = judged["sent"] > 0 and judged["attainment"] >= spec.min_attainment
     row["verdict"] = _verdict(judged, spec.min_attainment)
     return row
+
+
+def _preemptions(run: Run) -> float | None:
+    """The preemptions the server counted over the rate (``--server-metrics``: vLLM's ``vllm:num_preemptions``),
+    beside the stalls the client saw; None where the server reports none."""
+    counters = (run.server_metrics or {}).get("counters", {})
+    return (counters.get("preemptions") or {}).get("delta")
 
 
 def _verdict(figures: dict[str, Any], target: float) -> str:
@@ -316,6 +329,26 @@ def population_figures(ok: list[Any], failed: list[Any], spec: LoadSpec, span: f
         "fluid_holds": sent > 0 and fluid / sent >= spec.fluidity_share,
         "stall_free": round(stall_free / sent, 4) if sent else 0.0,
         "reader_stall_ms": _pcts(stalls, ("p50", "p90")),
+        "mid_stream_stalls": _mid_stream(ok),
+    }
+
+
+def _mid_stream(ok: list[Any]) -> dict[str, Any]:
+    """Gaps far above a request's own pace (:func:`llmbench.results.metrics.mid_stream_stalls`: a preemption or a
+    swap looks so): how many requests had one, how many there were, the longest, and the requests that had them
+    (the :data:`STALLED_LISTED` with the longest)."""
+    stalled = []
+    for r in ok:
+        if gaps := mid_stream_stalls(r.token_times_ms):
+            stalled.append({"prompt_index": r.prompt_index, "repeat": r.repeat, "stalls": len(gaps),
+                            "longest_ms": round(max(gaps), 3), "stall_ms": round(sum(gaps), 3)})  # fmt: skip
+    stalled.sort(key=lambda x: -x["longest_ms"])
+    return {
+        "requests": len(stalled),
+        "share": round(len(stalled) / len(ok), 4) if ok else 0.0,
+        "stalls": sum(x["stalls"] for x in stalled),
+        "longest_ms": stalled[0]["longest_ms"] if stalled else None,
+        "stalled": stalled[:STALLED_LISTED],
     }
 
 

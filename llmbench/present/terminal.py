@@ -754,6 +754,10 @@ def load_lines(record: dict) -> list[str]:
             lines.append(f"{r['offered_rate_rps']:g}/s STOPPED at {stopped['at_s']:.1f} s{left}, past saturation: "
                          f"{stopped['reason']}; {stopped['unfinished']} unfinished (counted as failed), "
                          f"{stopped['unsent'] or 0} never sent")  # fmt: skip
+    stalled = [r for r in record["rates"] if (r.get("mid_stream_stalls") or {}).get("requests")]
+    if stalled:
+        lines.append("mid-stream stalls (a gap >= 8x the request's own median gap and >= 50 ms over it: a preemption "
+                     "or a swap looks so): " + "; ".join(_stall_text(r) for r in stalled))  # fmt: skip
     lines.extend(_window_lines(record))
     fluid = "fluidity_target" in record  # a load.json from before the fluid capacity has none of it
     if fluid:
@@ -766,6 +770,13 @@ def load_lines(record: dict) -> list[str]:
     if not record.get("complete", True):
         lines.append("INCOMPLETE: interrupted; the rates above are those finished")
     return lines
+
+
+def _stall_text(row: dict) -> str:
+    m = row["mid_stream_stalls"]
+    server = row.get("server_preemptions")
+    return (f"{row['offered_rate_rps']:g}/s {m['requests']} requests ({_share(m['share'])}), longest "
+            f"{m['longest_ms']:,.0f} ms" + (f", server preemptions {server:g}" if server is not None else ""))
 
 
 def _window_lines(record: dict) -> list[str]:

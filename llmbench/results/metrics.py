@@ -237,6 +237,28 @@ def buffered_stream(times_ms: Sequence[float]) -> bool | None:
     return 2 * under >= gaps
 
 
+# A mid-stream stall: one gap far above the request's own pace. A server that preempts a request (evicts its KV
+# cache and later recomputes it) or swaps it out shows this way, as one long gap about a re-prefill of its context
+# (vLLM counts preemptions only on the server, vllm:num_preemptions). The rule, per request with at least
+# STALL_MIN_GAPS gaps between its stamps: a gap is a stall when it is at least STALL_RATIO times the request's median
+# gap *and* at least STALL_MIN_MS longer than it (a 3 ms gap in a 0.3 ms stream is no stall anyone waits on).
+STALL_RATIO = 8.0
+STALL_MIN_MS = 50.0
+STALL_MIN_GAPS = 4
+
+
+def mid_stream_stalls(times_ms: Sequence[float]) -> list[float]:
+    """The gaps (ms) of one request's stamps that are mid-stream stalls (the rule above); [] when it has fewer
+    than ``STALL_MIN_GAPS`` gaps to judge its own pace by."""
+    import numpy as np
+
+    if len(times_ms) < STALL_MIN_GAPS + 1:
+        return []
+    gaps = np.diff(np.asarray(times_ms, dtype=float))
+    median = float(np.median(gaps))
+    return [float(g) for g in gaps[(gaps >= STALL_RATIO * median) & (gaps - median >= STALL_MIN_MS)]]
+
+
 def stream_figures(requests: Sequence[RequestResult]) -> dict:
     """The buffering detector over an endpoint run's requests (fields of :class:`Summary`).
 

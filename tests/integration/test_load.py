@@ -289,3 +289,24 @@ def test_the_stop_is_off_for_a_list_of_rates_unless_asked_and_on_for_auto():
     assert not ld.LoadSpec(rates=[1.0], slos=[]).stops and ld.LoadSpec(rates=None, slos=[]).stops
     assert ld.LoadSpec(rates=[1.0], slos=[], stop_saturated=True).stops
     assert not ld.LoadSpec(rates=None, slos=[], stop_saturated=False).stops
+
+
+def test_mid_stream_stalls_are_flagged_per_request_beside_the_servers_own_preemption_count(tmp_path):
+    """A server that preempts every third request it gets for 0.5 s after its 5th event, and counts it on /metrics
+    as vLLM does: the client flags exactly those requests (calls 3, 6, 9 and 12; the warm-up is call 1, so the
+    measured requests 1, 4, 7 and 10: prompt 1 each time round), each stall about the pause, and the row puts the
+    server's count beside them."""
+    from tests.servers import preempting_server
+
+    app = preempting_server(tokens=12, gap_s=0.01, every=3, pause_s=0.5)
+    with BackgroundServer(app) as url:
+        ep = EndpointOptions(endpoint=url, server_metrics=True, metrics_interval_s=0.2)
+        spec = ld.LoadSpec(rates=[10.0], slos=[ld.Slo("ttft_ms", 90, 1000.0)], arrival="constant", requests=12,
+                           duration_s=None)  # fmt: skip
+        record, _ = asyncio.run(ld.load(PROMPTS, ep, RunOptions(max_new_tokens=12, warmup=1), spec, tmp_path / "p"))
+    (row,) = record["rates"]
+    stalls = row["mid_stream_stalls"]
+    long = {(x["prompt_index"], x["repeat"]) for x in stalls["stalled"] if x["longest_ms"] >= 400}
+    assert long == {(1, 0), (1, 1), (1, 2), (1, 3)} and app.state.preempted == [3, 6, 9, 12]
+    assert stalls["requests"] >= 4 and 500 <= stalls["longest_ms"] < 1500
+    assert row["server_preemptions"] == 4.0

@@ -369,3 +369,21 @@ def test_the_stop_settings_are_bounded_in_one_line(cli, tmp_path, option):
         ld.LoadSpec(
             rates=[1.0], slos=[ld.Slo("ttft_ms", 90, 5.0)], requests=3, duration_s=None, **{name: -1.0}
         ).validate()
+
+
+def test_a_mid_stream_stall_is_a_gap_far_above_the_requests_own_pace():
+    from llmbench.results.metrics import mid_stream_stalls
+
+    steady = [10.0 * k for k in range(12)]
+    assert mid_stream_stalls(steady) == []
+    paused = steady[:6] + [t + 300 for t in steady[6:]]  # one gap of 310 ms in a 10 ms stream
+    assert mid_stream_stalls(paused) == [pytest.approx(310.0)]
+    assert mid_stream_stalls(steady[:6] + [t + 45 for t in steady[6:]]) == []  # 55 ms: 5.5x the pace, no stall
+    fast = [0.5 * k for k in range(12)]
+    assert mid_stream_stalls(fast[:6] + [t + 20 for t in fast[6:]]) == []  # 41x the pace, but 20 ms: nobody waits
+    assert mid_stream_stalls([0.0, 10.0, 20.0, 400.0]) == []  # 3 gaps: too few to know the request's pace
+    row = ld.rate_figures(_rate_run(2.0, [STEADY] * 3 + [PAUSED]), ld.LoadSpec(rates=[2.0], slos=[]))
+    assert row["mid_stream_stalls"] == {"requests": 1, "share": 0.25, "stalls": 1, "longest_ms": 600.0,
+                                        "stalled": [{"prompt_index": 3, "repeat": 0, "stalls": 1, "longest_ms": 600.0,
+                                                     "stall_ms": 600.0}]}  # fmt: skip
+    assert row["server_preemptions"] is None  # no --server-metrics

@@ -62,6 +62,7 @@ KNOWN: dict[str, tuple[str, tuple[str, ...]]] = {
     "prefix_cache_hits_tokens": ("counter", ("vllm:prefix_cache_hits", "vllm:gpu_prefix_cache_hits",
                                              "sglang:cached_tokens")),
     "rejected_requests": ("counter", ("llmbench_requests_rejected",)),
+    "preemptions": ("counter", ("vllm:num_preemptions",)),  # requests evicted and recomputed (or swapped out)
 }  # fmt: skip
 # how a gauge's label sets combine (module docstring): "sum" for counts, "mean" for fractions of a rank's own
 GAUGE_OVER_LABELS: dict[str, str] = {"running_requests": "sum", "waiting_requests": "sum", "kv_cache_usage": "mean"}
