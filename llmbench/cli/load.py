@@ -38,7 +38,7 @@ def load(ctx: typer.Context, quiet: QuietOpt = False, **s: Any) -> None:
             workers=a.workers, ray=a.ray, min_attainment=a.min_attainment, one_token_passes=a.one_token_passes,
             fluidity_target=a.fluidity_target, fluidity_share=a.fluidity_share, auto_start=a.auto_start,
             auto_steps=a.auto_steps, stop_saturated=a.stop_saturated, stop_min_s=a.stop_min_s,
-            stop_window_s=a.stop_window_s,
+            stop_window_s=a.stop_window_s, probe_rate=a.probe_rate,
         )  # fmt: skip
         spec.validate()
         target = endpoint_options_of(asked.server, asked.model, asked.arrivals)
@@ -53,5 +53,7 @@ def load(ctx: typer.Context, quiet: QuietOpt = False, **s: Any) -> None:
                                              reporter=reporter))  # fmt: skip
     display.out.print(display.load_table(record))
     print_lines(display.load_lines(record))
-    display.out.print(f"wrote {path} and {len(record['rates'])} run files", markup=False)
+    probed = sum(1 for r in record["rates"] if r.get("probes"))
+    display.out.print(f"wrote {path} and {len(record['rates'])} run files"
+                      + (f" (and {probed} probe files)" if probed else ""), markup=False)  # fmt: skip
     record_file(history, path)

@@ -148,6 +148,53 @@ async def run(
     return runs[0], track.path
 
 
+async def run_beside(
+    prompts: workload.Source,
+    target: EndpointOptions,
+    beside: EndpointOptions,
+    options: RunOptions,
+    *,
+    output: str | Path | None = None,
+    beside_output: str | Path | None = None,
+    stop: Stop | None = None,
+    reporter: Reporter | None = None,
+) -> tuple[Run, Run]:
+    """Two open loops against servers (load's rate and its probes, ``load --probe-rate``) on one event loop and one
+    clock, each request at its own schedule's due time: the runs of ``target`` and of ``beside``, each written to
+    its own file. One client process (its requests must share the clock they are stamped on)."""
+    options.check()
+    options = options.replaced()
+    pending = workload.begin(prompts, options)
+    for side in (target, beside):
+        if side.open_loop is None or side.open_loop.rate is None:
+            raise UserError("requests beside a load need an open loop at a rate on both sides")
+        if side.open_loop.ray or (side.open_loop.workers or 1) > 1:
+            raise UserError("--probe-rate sends the probes from the load's own client process: drop --workers/--ray")
+        side.check()
+        pending.check_target(side)
+    paths = [prepare_output(p, False) if p is not None else None for p in (output, beside_output)]
+    backends = [make_backend(t, options, reporter=reporter, in_process=pending.counted_here) for t in (target, beside)]
+    prepared = await workload.prepare(pending, backends[0], options)
+    prompts = prepared.prompts
+    try:
+        for b in backends:
+            await b.start(prompts)
+        tracks = [new_track(b, prompts, p) for b, p in zip(backends, paths, strict=True)]
+        for track in tracks:
+            for record in (track.fresh, track.run):
+                prepared.annotate(record.config)
+        if reporter is not None:
+            reporter.status(f"{started_line(tracks[0].fresh)}; beside it {started_line(tracks[1].fresh)}")
+        plan = [item for track, b in zip(tracks, backends, strict=True)
+                for item in scheduled(track, prompts, getattr(b, "offsets", []))]  # fmt: skip
+        runs = await execute(tracks, plan, prompts, warmup=options.warmup, concurrency=1, stop=stop,
+                             reporter=reporter)  # fmt: skip
+    finally:
+        for b in backends:
+            await b.close()
+    return runs[0], runs[1]
+
+
 def _dealt(target: EndpointOptions, options: RunOptions, pending: workload.Pending, resume: object) -> EndpointOptions:
     """``target`` with its client processes decided (:func:`llmbench.options.client_processes`): ``--workers``, or
     as many as its streams (a closed loop) or its expected events (an open loop) need, where the run can be

@@ -758,6 +758,7 @@ def load_lines(record: dict) -> list[str]:
     if stalled:
         lines.append("mid-stream stalls (a gap >= 8x the request's own median gap and >= 50 ms over it: a preemption "
                      "or a swap looks so): " + "; ".join(_stall_text(r) for r in stalled))  # fmt: skip
+    lines.extend(_probe_lines(record))
     lines.extend(_window_lines(record))
     fluid = "fluidity_target" in record  # a load.json from before the fluid capacity has none of it
     if fluid:
@@ -772,11 +773,35 @@ def load_lines(record: dict) -> list[str]:
     return lines
 
 
+def _probe_lines(record: dict) -> list[str]:
+    """Each rate's probes (``--probe-rate``: one newcomer's wait while the load runs) and the newcomer's capacity."""
+    probed = [r for r in record["rates"] if r.get("probes")]
+    if not probed:
+        return []
+    lines = [f"probes ({record['probe_rate_rps']:g}/s beside each rate's load, full-length streams, reported apart):"]
+    for r in probed:
+        p = r["probes"]
+        qoe = (p.get("andes_qoe") or {}).get("min")
+        lines.append(f"  {r['offered_rate_rps']:g}/s: {p['sent']} probes, TTFT p50 {_p(p['ttft_ms'], 'p50')} p90 "
+                     f"{_p(p['ttft_ms'], 'p90')} ms, TPOT p50 {_p(p['tpot_ms'], 'p50', 1)} ms, fluid "
+                     f"{_share(p['fluidity_attainment'])}, stall-free {_share(p['stall_free'])}, QoE min "
+                     f"{_num(qoe)}, {p['failed']} failed")  # fmt: skip
+    cap, failing = record.get("newcomer_capacity_rps"), record.get("newcomer_first_failing_rps")
+    share = _share(record.get("fluidity_share"))
+    lines.append("a newcomer's capacity: " + (
+        f"{cap:g} requests/s, the highest offered rate at which >= {share} of the probes stayed fluid, every lower "
+        "rate too" if cap is not None else f"none: at the lowest rate, fewer than {share} of the probes were fluid")
+        + (f"; at {failing:g}/s they were not" if failing is not None and cap is not None else ""))  # fmt: skip
+    return lines
+
+
 def _stall_text(row: dict) -> str:
     m = row["mid_stream_stalls"]
     server = row.get("server_preemptions")
-    return (f"{row['offered_rate_rps']:g}/s {m['requests']} requests ({_share(m['share'])}), longest "
-            f"{m['longest_ms']:,.0f} ms" + (f", server preemptions {server:g}" if server is not None else ""))
+    return (
+        f"{row['offered_rate_rps']:g}/s {m['requests']} requests ({_share(m['share'])}), longest "
+        f"{m['longest_ms']:,.0f} ms" + (f", server preemptions {server:g}" if server is not None else "")
+    )
 
 
 def _window_lines(record: dict) -> list[str]:

@@ -156,6 +156,10 @@ class LoadPlan(Section):
     )  # fmt: skip
     auto_start: float = setting(1.0, "auto: the first rate tried (then doubled or halved).")
     auto_steps: int = setting(3, "auto: bisections after the ramp.")
+    probe_rate: Optional[float] = setting(
+        None, "Probes: full-length streamed requests at this constant rate beside each rate's load, reported apart "
+        "(a newcomer's wait: TTFT, TPOT, stalls, QoE, fluidity).", gt=0, le=limits.MAX_RATE_RPS, allow_inf_nan=False,
+    )  # fmt: skip
     stop_saturated: Optional[bool] = setting(
         None, "End a rate early once it is past saturation (a growing queue, or refusals). Default: on with --rates "
         "auto.", flag="--stop-saturated/--no-stop-saturated",

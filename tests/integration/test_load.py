@@ -310,3 +310,29 @@ def test_mid_stream_stalls_are_flagged_per_request_beside_the_servers_own_preemp
     assert long == {(1, 0), (1, 1), (1, 2), (1, 3)} and app.state.preempted == [3, 6, 9, 12]
     assert stalls["requests"] >= 4 and 500 <= stalls["longest_ms"] < 1500
     assert row["server_preemptions"] == 4.0
+
+
+# -- probes beside the load (issue 63) ---------------------------------------------------------------------------
+
+
+def test_probes_beside_the_load_report_a_newcomers_wait_apart_and_its_capacity(cli, server, tmp_path):
+    """Probes at 2/s beside each rate: at 2/s the server (one request at a time, ~50 ms each) serves them as it
+    serves the load, fluid; at 60/s it refuses most of what arrives, probes included, and a refused probe is not
+    fluid. The newcomer's capacity is the rate below; each rate's probes have their own run file."""
+    out = tmp_path / "probed"
+    r = cli("load", _prompts(tmp_path), "--endpoint", server, "--rates", "2,60", "--duration", "3",
+            "--arrival", "constant", "--probe-rate", "2", "--slo", "ttft_ms:p90=1000", "--max-new-tokens",
+            str(NEW_TOKENS), "--ignore-eos", "-o", out, "-q")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    record = json.loads((out / "load.json").read_text(encoding="utf-8"))
+    low, high = record["rates"]
+    assert record["probe_rate_rps"] == 2.0 and low["probes"]["probe_rate_rps"] == 2.0
+    assert low["probes"]["sent"] == 6 and low["sent"] == 6  # 2/s over the load's 3 s, apart from the load's own
+    assert low["probes"]["fluidity_attainment"] == 1.0 and low["probes"]["andes_qoe"]["min"] > 0.9
+    assert low["probes"]["reader_stall_ms"] is not None and low["probes"]["ttft_ms"]["p50"] > 0
+    assert high["probes"]["http_429"] > 0 and not high["probes"]["fluid_holds"]
+    assert record["newcomer_capacity_rps"] == 2.0 and record["newcomer_first_failing_rps"] == 60.0
+    probes = load_run(out / low["probes"]["run_file"])
+    assert low["probes"]["run_file"] == "rate-2.probes.json" and probes.config.endpoint.arrival.rate_rps == 2.0
+    assert len(probes.requests) == 6 and probes.complete
+    assert "newcomer" in r.stdout and "probes" in r.stdout

@@ -357,8 +357,8 @@ def test_a_rate_of_too_few_requests_is_unproven_not_held():
     assert refused["steady"] is None and refused["verdict"] == "fails" and refused["ttft_ms"] is None
 
 
-@pytest.mark.parametrize("option", ["--stop-min-s", "--stop-window-s"])
-def test_the_stop_settings_are_bounded_in_one_line(cli, tmp_path, option):
+@pytest.mark.parametrize("option", ["--stop-min-s", "--stop-window-s", "--probe-rate"])
+def test_the_stop_and_probe_settings_are_bounded_in_one_line(cli, tmp_path, option):
     p = _prompts(tmp_path)
     for bad in ("0", "-1", "nan", "inf", "x", "1e9"):
         r = cli("load", p, "--endpoint", "http://127.0.0.1:9", "--slo", "ttft_ms:p90=5", "--stop-saturated", option,
@@ -387,3 +387,9 @@ def test_a_mid_stream_stall_is_a_gap_far_above_the_requests_own_pace():
                                         "stalled": [{"prompt_index": 3, "repeat": 0, "stalls": 1, "longest_ms": 600.0,
                                                      "stall_ms": 600.0}]}  # fmt: skip
     assert row["server_preemptions"] is None  # no --server-metrics
+
+
+def test_probes_beside_a_load_spread_over_processes_are_refused_in_one_line(cli, tmp_path):
+    r = cli("load", _prompts(tmp_path), "--endpoint", "http://127.0.0.1:9", "--slo", "ttft_ms:p90=5", "--rates", "1",
+            "--probe-rate", "0.5", "--workers", "2", "-o", tmp_path / "x", "-q")  # fmt: skip
+    assert r.returncode == 2 and "--probe-rate" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
