@@ -34,9 +34,11 @@ def gguf_path() -> Path:
     return Path(spec.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
-def start_server(port: int, threads: int) -> subprocess.Popen:
+def start_server(port: int, threads: int, *extra: str) -> subprocess.Popen:
+    """llama-cpp-python's server on SmolLM2's GGUF (``extra``: more of its flags), waited for."""
     args = [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf_path()), "--host", "127.0.0.1",
-            "--port", str(port), "--n_threads", str(threads), "--n_ctx", "2048", "--verbose", "False"]  # fmt: skip
+            "--port", str(port), "--n_threads", str(threads), "--n_ctx", "2048", "--verbose", "False",
+            *extra]  # fmt: skip
     log = open(tempfile.gettempdir() + "/llama_cpp_server.log", "w")  # noqa: SIM115  (a pipe nobody reads could block it)
     proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 120

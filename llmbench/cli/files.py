@@ -69,6 +69,7 @@ def report(
 
         require("llmbench report", "report", "matplotlib")
         from llmbench.present.html import REPORT_FIELDS, build_load_report, build_report, build_scan_report
+        from llmbench.results.storage import rate_runs
 
         first = kind_of(runs[0], among=("scan", "load")) if len(runs) == 1 else None
         scan_record = first.record if first is not None and first.kind == "scan" else None
@@ -78,7 +79,8 @@ def report(
                 raise UserError("report draws load.json files alone, or run files alone: not both at once")
             with written_record(runs[0] if scan_record is not None else ", ".join(str(p) for p, _ in loads)):
                 page = build_scan_report(scan_record) if scan_record is not None else build_load_report(
-                    [(_short_name(p, runs), r) for p, r in loads])  # fmt: skip
+                    [(_short_name(p, runs), r) for p, r in loads],
+                    {_short_name(p, runs): rate_runs(p, r) for p, r in loads})  # fmt: skip
             path = prepare_output(output, overwrite)
             write_text(path, page)
             typer.echo(f"wrote {path} ({path.stat().st_size / 1024:.0f} KiB)")

@@ -620,9 +620,67 @@ def load_figure(records: list[tuple[str, dict]]):
     return fig
 
 
-def build_load_report(records: list[tuple[str, dict]]) -> str:
+MAX_RATE_PANELS = 9  # rates drawn over their run, the highest first: past that a page of small panels is a blur
+
+
+def rate_timelines_figure(record: dict, runs: dict[float, tuple[Any, Any]]):
+    """Each rate over its own run (the highest :data:`MAX_RATE_PANELS`): every finished request's TTFT against its
+    send time (probes, ``--probe-rate``, apart), the requests in flight on the right axis, the steady-state window
+    shaded, and where the over-saturation stop ended the rate (with its reason) and the unfinished it dropped."""
+    from llmbench.analysis.steady import life_concurrency
+
+    rows = sorted((r for r in record["rates"] if r["offered_rate_rps"] in runs),
+                  key=lambda r: -r["offered_rate_rps"])[:MAX_RATE_PANELS]  # fmt: skip
+    rows.sort(key=lambda r: r["offered_rate_rps"])
+    ncols = min(3, len(rows))
+    nrows = -(-len(rows) // ncols)
+    fig, axes = _pyplot().subplots(nrows, ncols, figsize=(11.0, 3.0 * nrows), squeeze=False)
+    for ax in axes.flat[len(rows) :]:
+        ax.set_visible(False)
+    for ax, row in zip(axes.flat, rows, strict=False):
+        run, probes = runs[row["offered_rate_rps"]]
+        timed = [r for r in run.requests if r.scheduled_s is not None and r.send_lateness_ms is not None
+                 and r.e2e_from_schedule_ms is not None]  # fmt: skip
+        send = np.array([r.scheduled_s + r.send_lateness_ms / 1000 for r in timed])
+        end = np.array([r.scheduled_s + r.e2e_from_schedule_ms / 1000 for r in timed])
+        ax.plot(send, [r.ttft_ms for r in timed], ".", ms=2, color="C0", alpha=0.6, label="TTFT, load")
+        if probes is not None and probes.requests:
+            ax.plot([r.scheduled_s for r in probes.requests], [r.ttft_ms for r in probes.requests], "D", ms=3.5,
+                    color="C3", label="TTFT, probe")  # fmt: skip
+        ax.set_yscale("log")
+        ax.set_xlabel("send time, s")
+        ax.set_ylabel("TTFT, ms (log)")
+        window = (row.get("steady") or {}).get("window") or {}
+        if window and not str(window.get("method", "")).startswith("whole run"):
+            ax.axvspan(window["start_s"], window["end_s"], color="#2ca02c", alpha=0.12,
+                       label=f"steady window ({_share_text(window['share'])})")  # fmt: skip
+        if stopped := row.get("stopped"):
+            ax.axvline(stopped["at_s"], color="#d62728", lw=1.2, ls="--",
+                       label=f"stopped at {stopped['at_s']:.1f} s: {stopped['reason'].split(':')[0]}")  # fmt: skip
+        if send.size:
+            order = np.argsort(send)
+            ax2 = ax.twinx()
+            ax2.plot(send[order], life_concurrency(send, end)[order], "-", lw=0.8, color="#7f7f7f",
+                     label="in flight (over each life)")  # fmt: skip
+            ax2.set_ylabel("requests in flight", fontsize=7)
+            ax2.spines["right"].set_visible(True)
+        ax.set_title(f"{row['offered_rate_rps']:g}/s: {row.get('verdict') or ''}", fontsize=8)
+        ax.legend(fontsize=6, frameon=False, loc="upper left")
+    fig.tight_layout()
+    return fig
+
+
+def _share_text(v: float) -> str:
+    return f"{v:.0%}"
+
+
+def build_load_report(
+    records: list[tuple[str, dict]], runs: dict[str, dict[float, tuple[Any, Any]]] | None = None
+) -> str:
     """The HTML of one or more load tests: TTFT and TPOT percentiles and goodput against the offered rate, the
-    saturation point marked (several files: overlaid, the first is the base)."""
+    saturation point marked (several files: overlaid, the first is the base); with ``runs`` (per record's name,
+    each rate's run and probes: :func:`llmbench.results.storage.rate_runs`), each rate over its run
+    (:func:`rate_timelines_figure`)."""
     from llmbench.present.terminal import load_lines
 
     parts = [
@@ -633,6 +691,12 @@ def build_load_report(records: list[tuple[str, dict]]) -> str:
         parts.append(f"<h2>{html.escape(name)}</h2>")
         parts += [f"<p>{html.escape(line)}</p>" for line in load_lines(record)]
     parts.append("<h2>Latency and goodput against offered rate</h2>" + _svg(load_figure(records)))
+    for name, record in records:
+        if rates := (runs or {}).get(name):
+            parts.append(f"<h2>Each rate over its run{html.escape(f': {name}' if len(records) > 1 else '')}</h2>"
+                         "<p>TTFT of each request at its send time (probes apart), the requests in flight, the "
+                         "steady-state window shaded, and where the over-saturation stop ended a rate.</p>"
+                         + _svg(rate_timelines_figure(record, rates)))  # fmt: skip
     parts.append("</body></html>")
     return "\n".join(parts)
 

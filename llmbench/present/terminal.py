@@ -778,7 +778,9 @@ def _probe_lines(record: dict) -> list[str]:
     probed = [r for r in record["rates"] if r.get("probes")]
     if not probed:
         return []
-    lines = [f"probes ({record['probe_rate_rps']:g}/s beside each rate's load, full-length streams, reported apart):"]
+    rate = record.get("probe_rate_rps") or probed[0]["probes"].get("probe_rate_rps")
+    lines = [f"probes ({_num(rate, 3).rstrip('0').rstrip('.')}/s beside each rate's load, full-length streams, "
+             "reported apart):"]
     for r in probed:
         p = r["probes"]
         qoe = (p.get("andes_qoe") or {}).get("min")

@@ -712,6 +712,26 @@ def read_load(path: str | Path) -> dict | None:
     return _read_record(path, "load_version", LOAD_VERSION)
 
 
+def rate_runs(load_path: str | Path, record: dict) -> dict[float, tuple[Any, Any]]:
+    """Each rate of a load.json with its run file (and its probes' file) beside it, read with the fields a rate's
+    picture needs (a rate whose file is gone is left out: the picture shows what is there)."""
+    folder = Path(load_path).parent
+    fields = ("scheduled_s", "send_lateness_ms", "e2e_from_schedule_ms")  # a request's send and end on the run's clock
+    out: dict[float, tuple[Any, Any]] = {}
+    for row in record.get("rates", []):
+        path = folder / str(row.get("run_file") or "")
+        if not row.get("run_file") or not path.is_file():
+            continue
+        probe = (row.get("probes") or {}).get("run_file")
+        probe_path = folder / probe if probe else None
+        out[row["offered_rate_rps"]] = (
+            load_run(path, scalars_only=True, request_fields=fields),
+            load_run(probe_path, scalars_only=True, request_fields=fields)
+            if probe_path is not None and probe_path.is_file() else None,
+        )  # fmt: skip
+    return out
+
+
 def read_paint(path: str | Path) -> dict | None:
     """A paint JSON's record (llmbench paint), or None when ``path`` is something else. UserError for another
     version. Told by its first bytes (it is written with paint_version first), as a load.json."""

@@ -26,9 +26,13 @@ def figures(monkeypatch):
     """Every figure the report module saves, with its layout problems (text over text) and its axes."""
     seen: list[dict] = []
 
+    def xlabel(fig, ax) -> str:  # a twin axis (ax.twinx()) shares the x axis, and its label, of its host
+        return ax.get_xlabel() or next((o.get_xlabel() for o in fig.get_axes()
+                                        if o is not ax and ax.get_shared_x_axes().joined(ax, o)), "")  # fmt: skip
+
     def hook(fig):
         seen.append({"problems": report.layout_problems(fig), "axes": fig.get_axes(),
-                     "labels": [(ax.get_xlabel(), ax.get_ylabel()) for ax in fig.get_axes()]})  # fmt: skip
+                     "labels": [(xlabel(fig, ax), ax.get_ylabel()) for ax in fig.get_axes()]})  # fmt: skip
 
     monkeypatch.setattr(report, "FIGURE_HOOK", hook)
     return seen
@@ -145,3 +149,30 @@ def test_the_reader_figure_shades_each_stall_and_never_reads_ahead_of_what_arriv
             assert n <= got + 1e-6
         assert read[-1] == arrived[-1]  # the reader ends on the last character
     assert report.reader_svg(synthetic_run(n=2, tokens=1).model_copy(update={"requests": []})) is None
+
+
+def test_each_rate_over_its_run_shows_its_window_its_probes_and_where_it_was_stopped(figures):
+    """Three rates of a load test drawn over their runs: the calm one's steady window shaded, the probes apart,
+    and the saturated one's stop line with its reason (issue 63)."""
+    from llmbench.drivers import load as ld
+    from tests.unit.test_load import LATE, STEADY, _rate_run
+
+    spec = ld.LoadSpec(rates=[2.0, 10.0, 40.0], slos=[ld.Slo("ttft_ms", 90, 1000.0)])
+    runs, rows = {}, []
+    for rate, kinds in ((2.0, [STEADY] * 40), (10.0, [LATE] * 60 + [STEADY] * 260), (40.0, [LATE] * 120)):
+        run, probes = _rate_run(rate, kinds), _rate_run(0.5, [STEADY] * 10)
+        row = {**ld.rate_figures(run, spec), "probes": ld.probe_figures(probes, spec), "stopped": None}
+        if rate == 40.0:
+            row["stopped"] = {"reason": "queueing: the requests in flight rose", "at_s": 2.5, "schedule_s": 3.0,
+                              "unfinished": 5, "unsent": 10, "rule": {}}  # fmt: skip
+        runs[rate] = (run, probes)
+        rows.append(row)
+    record = {**load_record([2.0, 10.0, 40.0], 20.0), "rates": rows, "probe_rate_rps": 0.5}
+    report.build_load_report([("load", record)], {"load": runs})
+    _assert_readable(figures)
+    panels = [ax for ax in figures[-1]["axes"] if ax.get_title()]
+    assert [ax.get_title().split(":")[0] for ax in panels] == ["2/s", "10/s", "40/s"]
+    labels = {line.get_label() for ax in panels for line in ax.get_lines()} | {
+        p.get_label() for ax in panels for p in ax.patches}  # fmt: skip
+    assert {"TTFT, load", "TTFT, probe", "stopped at 2.5 s: queueing"} <= labels
+    assert any(label.startswith("steady window (") for label in labels)
