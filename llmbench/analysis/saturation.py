@@ -6,8 +6,8 @@ flight and the TTFT both rise, by a slope test with a margin of error (``docs/gu
 at least 30 s, a window of up to 120 s). llmbench's rule, for the two ways a server can be past saturation:
 
 - **A server that queues** (it accepts everything and serves it late): in the window, the last ``window_s`` seconds
-  less the ramp-up (the median life of the first ``min_points`` finished requests, :mod:`.steady`'s edge: a life
-  measured later would grow with the very queue the rule looks for), fit a least-squares line to the requests in
+  less the ramp-up (the median life of the first ``ramp_points`` (5) finished requests, :mod:`.steady`'s edge: a
+  life measured later grows with the very queue the rule looks for), fit a least-squares line to the requests in
   flight (sampled at each finished request: the loop's own count) against time, and one to each finished request's
   TTFT against its send time. The rate is *queueing* when both slopes' one-sided lower ``confidence`` bounds
   (Student t on the slope's standard error) are above 0 **and** both fitted lines end at least ``growth`` (1.5) times
@@ -17,11 +17,13 @@ at least 30 s, a window of up to 120 s). llmbench's rule, for the two ways a ser
   requests that were refused has its one-sided lower Wilson bound above ``1 - min_attainment``: even if every
   other request met every SLO, the rate could not hold.
 
-Either must hold at every check for ``hold_s`` on end (5 s, or half of ``min_s`` if less), after ``min_s`` of
-the rate (10 s by default: llmbench's rates last 30 s unless told; GuideLLM waits 30 s of longer runs) and with at
-least ``min_points`` (20) points in each fit: one check in thousands is no finding (a check runs at most every
-0.5 s, so the waits and the growth guard keep repeated testing from stopping a stationary server). The state
-of the last check (slopes, bounds, counts) goes into the rate's record, with the reason.
+Either must hold at every check for ``hold_s`` on end (5 s, or half of ``min_s`` if less), after ``min_s`` of the
+rate (10 s by default: llmbench's rates last 30 s unless told; GuideLLM waits 30 s of longer runs) and with at least
+``min_points`` (20) outcomes and in-flight samples and ``ttft_points`` (10) finished TTFTs in the window (past
+saturation a queue holds the requests whose TTFT would show it: on llama.cpp's server at 8/s, asking 20 of them
+stopped the rate 19 s after its schedule had ended, benchmarks/README.md): one check in thousands is no finding (a
+check runs at most every 0.5 s, so the waits and the growth guard keep repeated testing from stopping a stationary
+server). The state of the last check (slopes, bounds, counts) goes into the rate's record, with the reason.
 """
 
 from __future__ import annotations
@@ -43,7 +45,9 @@ class SaturationRule:
     window_s: float = 120.0
     hold_s: float | None = None  # None: min(5 s, min_s / 2)
     growth: float = 1.5
-    min_points: int = 20
+    min_points: int = 20  # outcomes and in-flight samples a fit needs
+    ttft_points: int = 10  # finished TTFTs the TTFT fit needs: past saturation they come slowly (the queue holds them)
+    ramp_points: int = 5  # the ramp-up: the median life of this many first finished requests
     confidence: float = 0.95
     min_attainment: float = 0.9
 
@@ -59,7 +63,7 @@ class SaturationWatch:
     in_flight: deque[tuple[float, float]] = field(default_factory=deque)  # (time, requests in flight)
     ttft: deque[tuple[float, float]] = field(default_factory=deque)  # (send time, TTFT ms), in the order they end
     outcomes: deque[tuple[float, float]] = field(default_factory=deque)  # (time, 1 if refused else 0)
-    first_lives: list[float] = field(default_factory=list)  # lives (s) of the first min_points finished requests
+    first_lives: list[float] = field(default_factory=list)  # lives (s) of the first ramp_points finished requests
     ramp_s: float | None = None  # their median: the ramp-up an idle server takes, left out of every window
     since: float | None = None  # when the rule began to hold without a break
     last_check: float = -1.0
@@ -75,9 +79,9 @@ class SaturationWatch:
         if getattr(item, "ttft_ms", None) is not None and scheduled is not None and send_lateness is not None:
             send = scheduled + send_lateness / 1000
             self.ttft.append((send, item.ttft_ms))
-            if len(self.first_lives) < self.rule.min_points:
+            if len(self.first_lives) < self.rule.ramp_points:
                 self.first_lives.append(max(now_s - send, 0.0))
-                if len(self.first_lives) == self.rule.min_points:  # the ramp: one life of the first requests
+                if len(self.first_lives) == self.rule.ramp_points:  # the ramp: one life of the first requests
                     self.ramp_s = float(np.median(self.first_lives))
         if now_s - self.last_check < CHECK_EVERY_S:
             return None
@@ -114,7 +118,7 @@ class SaturationWatch:
         conc = _trend(_since(self.in_flight, lo), lo, now_s, r.confidence)
         ttft = _trend(_since(self.ttft, lo), lo, now_s, r.confidence)
         state["in_flight"], state["ttft_ms"] = conc, ttft
-        if conc is None or ttft is None or min(conc["n"], ttft["n"]) < r.min_points:
+        if conc is None or ttft is None or conc["n"] < r.min_points or ttft["n"] < r.ttft_points:
             return None
         if all(t["slope_low"] > 0 and t["end"] >= r.growth * max(t["start"], 1e-9) for t in (conc, ttft)):
             return (f"queueing: over {now_s - lo:.0f} s the requests in flight rose from {conc['start']:.1f} to "

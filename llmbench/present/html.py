@@ -643,6 +643,14 @@ def rate_timelines_figure(record: dict, runs: dict[float, tuple[Any, Any]]):
                  and r.e2e_from_schedule_ms is not None]  # fmt: skip
         send = np.array([r.scheduled_s + r.send_lateness_ms / 1000 for r in timed])
         end = np.array([r.scheduled_s + r.e2e_from_schedule_ms / 1000 for r in timed])
+        stopped = row.get("stopped")
+        if stopped:  # the requests the stop dropped were in flight from their due time until it
+            cut = [f.scheduled_s for f in run.failed_requests if f.error.startswith("unfinished:")
+                   and f.scheduled_s is not None]  # fmt: skip
+            every_send = np.concatenate([send, cut])
+            every_end = np.concatenate([end, np.full(len(cut), stopped["at_s"])])
+        else:
+            every_send, every_end = send, end
         ax.plot(send, [r.ttft_ms for r in timed], ".", ms=2, color="C0", alpha=0.6, label="TTFT, load")
         if probes is not None and probes.requests:
             ax.plot([r.scheduled_s for r in probes.requests], [r.ttft_ms for r in probes.requests], "D", ms=3.5,
@@ -654,18 +662,18 @@ def rate_timelines_figure(record: dict, runs: dict[float, tuple[Any, Any]]):
         if window and not str(window.get("method", "")).startswith("whole run"):
             ax.axvspan(window["start_s"], window["end_s"], color="#2ca02c", alpha=0.12,
                        label=f"steady window ({_share_text(window['share'])})")  # fmt: skip
-        if stopped := row.get("stopped"):
+        if stopped:
             ax.axvline(stopped["at_s"], color="#d62728", lw=1.2, ls="--",
                        label=f"stopped at {stopped['at_s']:.1f} s: {stopped['reason'].split(':')[0]}")  # fmt: skip
-        if send.size:
-            order = np.argsort(send)
+        if every_send.size:
+            order = np.argsort(every_send)
             ax2 = ax.twinx()
-            ax2.plot(send[order], life_concurrency(send, end)[order], "-", lw=0.8, color="#7f7f7f",
+            ax2.plot(every_send[order], life_concurrency(every_send, every_end)[order], "-", lw=0.8, color="#7f7f7f",
                      label="in flight (over each life)")  # fmt: skip
             ax2.set_ylabel("requests in flight", fontsize=7)
             ax2.spines["right"].set_visible(True)
         ax.set_title(f"{row['offered_rate_rps']:g}/s: {row.get('verdict') or ''}", fontsize=8)
-        ax.legend(fontsize=6, frameon=False, loc="upper left")
+        ax.legend(fontsize=6, frameon=True, framealpha=0.8, loc="best")
     fig.tight_layout()
     return fig
 

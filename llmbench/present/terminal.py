@@ -779,8 +779,10 @@ def _probe_lines(record: dict) -> list[str]:
     if not probed:
         return []
     rate = record.get("probe_rate_rps") or probed[0]["probes"].get("probe_rate_rps")
-    lines = [f"probes ({_num(rate, 3).rstrip('0').rstrip('.')}/s beside each rate's load, full-length streams, "
-             "reported apart):"]
+    lines = [
+        f"probes ({_num(rate, 3).rstrip('0').rstrip('.')}/s beside each rate's load, full-length streams, "
+        "reported apart):"
+    ]
     for r in probed:
         p = r["probes"]
         qoe = (p.get("andes_qoe") or {}).get("min")
