@@ -113,12 +113,6 @@ def main() -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=30)
-    report = out / "report.html"
-    r = subprocess.run([sys.executable, "-m", "llmbench", "report", str(out / "sweep" / "load.json"), "-o",
-                        str(report)], capture_output=True, text=True)  # fmt: skip
-    if r.returncode != 0:
-        sys.exit(f"llmbench report failed: {r.stderr.strip()}")
-    shot = screenshot(report, out / "report.png")
     result = {
         "server": a.server, "rates": a.rates, "duration_s": a.duration, "probe_rate": a.probe_rate,
         "sweep_wall_s": round(wall, 1),
@@ -134,9 +128,16 @@ def main() -> None:
             record["saturation"]["rate_rps"], "newcomer_capacity_rps": record.get("newcomer_capacity_rps"),
         "top_rate": top, "top_unstopped_wall_s": round(wall_unstopped, 1), "top_stopped_wall_s": round(wall_stopped, 1),
         "top_stopped": stopped["rates"][0].get("stopped"), "top_unstopped_sent": unstopped["rates"][0]["sent"],
-        "screenshot": shot,
     }  # fmt: skip
-    (a.output / f"load_as_served-{a.server}.json").write_text(json.dumps(result, indent=1), encoding="utf-8")
+    saved = a.output / f"load_as_served-{a.server}.json"
+    saved.write_text(json.dumps(result, indent=1), encoding="utf-8")  # kept before the report: what was measured
+    report = out / "report.html"
+    r = subprocess.run([sys.executable, "-m", "llmbench", "report", str(out / "sweep" / "load.json"), "-o",
+                        str(report)], capture_output=True, text=True)  # fmt: skip
+    if r.returncode != 0:
+        sys.exit(f"llmbench report failed: {r.stderr.strip()}")
+    result["screenshot"] = screenshot(report, out / "report.png")
+    saved.write_text(json.dumps(result, indent=1), encoding="utf-8")
     print(json.dumps(result, indent=1))
 
 

@@ -318,8 +318,12 @@ def _load_results(load: dict, path: Path) -> list[Result]:
     saturation = load.get("saturation")
     if saturation is not None and not isinstance(saturation, dict):
         raise _malformed(path, f"'saturation' is {type(saturation).__name__}, not an object")
+    # a load.json from before the verdicts and the probes has neither: None, not recorded
     values = {"saturation_rps": _number(path, "saturation.rate_rps", (saturation or {}).get("rate_rps")),
+              "proven_rate_rps": _number(path, "saturation.proven_rate_rps",
+                                         (saturation or {}).get("proven_rate_rps")),
               "fluid_capacity_rps": _number(path, "fluid_capacity_rps", load.get("fluid_capacity_rps")),
+              "newcomer_capacity_rps": _number(path, "newcomer_capacity_rps", load.get("newcomer_capacity_rps")),
               **values}  # fmt: skip
     out.append(value_result(load, path, "load", values, first, label="load.json"))
     return out

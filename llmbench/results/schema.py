@@ -835,6 +835,7 @@ class RunScalars(_Lean):
     summary: Summary | None = None
     requests: list[RequestScalars] = []
     ttft_requests: list[RequestScalars] = []
+    failed_requests: list[FailedRequest] = []  # small: what failed, when it was due (load's report draws them)
     quality: rec.Quality | None = None
     warnings: list[str] = []
     cpu: rec.Cpu | None = None

@@ -272,6 +272,10 @@ def test_a_rate_past_a_queueing_servers_capacity_stops_early_and_keeps_its_unfin
     assert len(run.requests) + len(run.failed_requests) + stopped["unsent"] == 12 * 60
     assert took < 12.0 + 12.0  # the calm rate's 12 s, and the stopped rate well under its 12 s plus its drain
     assert json.loads(path.read_text())["complete"]
+    from llmbench.results.storage import rate_runs
+
+    runs = rate_runs(path, record)  # what the report reads: the dropped requests are there to draw
+    assert len([f for f in runs[60.0][0].failed_requests if f.error.startswith("unfinished:")]) == stopped["unfinished"]
 
 
 def test_a_rate_past_a_refusing_servers_queue_stops_on_its_429s(server, tmp_path):
@@ -336,3 +340,6 @@ def test_probes_beside_the_load_report_a_newcomers_wait_apart_and_its_capacity(c
     assert low["probes"]["run_file"] == "rate-2.probes.json" and probes.config.endpoint.arrival.rate_rps == 2.0
     assert len(probes.requests) == 6 and probes.complete
     assert "newcomer" in r.stdout and "probes" in r.stdout
+    rep = cli("report", out / "load.json", "-o", tmp_path / "probed.html")  # each rate over its run, from its files
+    page = (tmp_path / "probed.html").read_text(encoding="utf-8")
+    assert rep.returncode == 0 and "Each rate over its run" in page and "TTFT, probe" in page, rep.stderr

@@ -151,9 +151,9 @@ def test_the_reader_figure_shades_each_stall_and_never_reads_ahead_of_what_arriv
     assert report.reader_svg(synthetic_run(n=2, tokens=1).model_copy(update={"requests": []})) is None
 
 
-def test_each_rate_over_its_run_shows_its_window_its_probes_and_where_it_was_stopped(figures):
-    """Three rates of a load test drawn over their runs: the calm one's steady window shaded, the probes apart,
-    and the saturated one's stop line with its reason (issue 63)."""
+def rated_load() -> tuple[dict, dict]:
+    """A load.json of three rates with their runs and probes: 2/s calm, 10/s with a cold start its steady window
+    cuts, 40/s stopped past saturation (issue 63)."""
     from llmbench.drivers import load as ld
     from tests.unit.test_load import LATE, STEADY, _rate_run
 
@@ -167,7 +167,13 @@ def test_each_rate_over_its_run_shows_its_window_its_probes_and_where_it_was_sto
                               "unfinished": 5, "unsent": 10, "rule": {}}  # fmt: skip
         runs[rate] = (run, probes)
         rows.append(row)
-    record = {**load_record([2.0, 10.0, 40.0], 20.0), "rates": rows, "probe_rate_rps": 0.5}
+    return {**load_record([2.0, 10.0, 40.0], 20.0), "rates": rows, "probe_rate_rps": 0.5}, runs
+
+
+def test_each_rate_over_its_run_shows_its_window_its_probes_and_where_it_was_stopped(figures):
+    """Three rates of a load test drawn over their runs: the calm one's steady window shaded, the probes apart,
+    and the saturated one's stop line with its reason (issue 63)."""
+    record, runs = rated_load()
     report.build_load_report([("load", record)], {"load": runs})
     _assert_readable(figures)
     panels = [ax for ax in figures[-1]["axes"] if ax.get_title()]

@@ -322,6 +322,10 @@ def test_a_rate_is_judged_on_its_steady_window_where_a_cold_start_would_have_fai
     driver._add(10.0, run, folder / "rate-10.json")
     record = driver.save(complete=True)
     assert record["saturation"]["proven_rate_rps"] == 10.0 and "verdict" in record["definitions"]
+    from llmbench.history.records import results_of_file
+
+    values = {m["metric"]: m["value"] for m in results_of_file(folder / "load.json")[-1].metrics}
+    assert values["proven_rate_rps"] == 10.0 and "newcomer_capacity_rps" not in values  # no probes: not recorded
     shown = cli("show", folder / "load.json")
     assert shown.returncode == 0, shown.stderr
     assert "held at 95% confidence" in shown.stdout and "up to 10 requests/s" in shown.stdout
