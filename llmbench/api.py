@@ -259,13 +259,18 @@ async def ameasure_load(
     workers: int | None = _LOAD.arrivals.workers,
     min_attainment: float = _LOAD.arrivals.min_attainment,
     one_token_passes: bool = _LOAD.arrivals.one_token_passes,
+    probe_rate: float | None = _LOAD.arrivals.probe_rate,
+    stop_saturated: bool | None = _LOAD.arrivals.stop_saturated,
+    stop_min_s: float = _LOAD.arrivals.stop_min_s,
+    stop_window_s: float = _LOAD.arrivals.stop_window_s,
     stop: Stop | None = None,
     reporter: Reporter | None = None,
 ) -> dict[str, Any]:
     """``endpoint`` under open-loop load at each of ``rates`` (None: search for the saturation point) against
     ``slos`` (``"ttft_ms:p90=1000"``, ...): the load.json record (written into the folder ``output``, with a
     run file per rate). See ``llmbench load``. ``seed``: the requests' seed, which draws the schedules too (None:
-    ``options``' own)."""
+    ``options``' own). ``probe_rate``: probes beside each rate's load; ``stop_saturated`` (None: on for the search)
+    ends a rate past saturation early (``stop_min_s``, ``stop_window_s``: the rule's wait and window)."""
     from llmbench.drivers import load as ld
 
     options = options or run_options_of(_LOAD.requests, _LOAD.reader)  # the load command's request defaults
@@ -274,7 +279,8 @@ async def ameasure_load(
     spec = ld.LoadSpec(
         rates=sorted(rates) if rates is not None else None, slos=[ld.Slo.parse(s) for s in slos], arrival=arrival,
         duration_s=None if requests is not None else duration_s, requests=requests, seed=options.seed, workers=workers,
-        min_attainment=min_attainment, one_token_passes=one_token_passes,
+        min_attainment=min_attainment, one_token_passes=one_token_passes, probe_rate=probe_rate,
+        stop_saturated=stop_saturated, stop_min_s=stop_min_s, stop_window_s=stop_window_s,
     )  # fmt: skip
     target = endpoint if isinstance(endpoint, EndpointOptions) else EndpointOptions(endpoint=endpoint)
     record, _path = await ld.load(as_prompt_set(prompts), target, options, spec, output, stop=stop, reporter=reporter)

@@ -121,9 +121,10 @@ class SaturationWatch:
         if conc is None or ttft is None or conc["n"] < r.min_points or ttft["n"] < r.ttft_points:
             return None
         if all(t["slope_low"] > 0 and t["end"] >= r.growth * max(t["start"], 1e-9) for t in (conc, ttft)):
-            return (f"queueing: over {now_s - lo:.0f} s the requests in flight rose from {conc['start']:.1f} to "
-                    f"{conc['end']:.1f} and TTFT from {ttft['start']:,.0f} to {ttft['end']:,.0f} ms (both slopes "
-                    f"above 0 at {r.confidence:.0%} confidence)")  # fmt: skip
+            # the slopes, not the fitted ends: a line through a queue's first TTFTs can start below 0
+            return (f"queueing: over {now_s - lo:.0f} s the requests in flight grew {conc['slope']:.2g} a second (to "
+                    f"{conc['end']:.1f}) and TTFT {ttft['slope']:,.0f} ms a second (to {ttft['end']:,.0f} ms), both "
+                    f"above 0 at {r.confidence:.0%} confidence")  # fmt: skip
         return None
 
 

@@ -144,3 +144,20 @@ def test_the_one_thread_default_reads_omp_num_threads_or_the_physical_cores(monk
 
     monkeypatch.setenv("OMP_NUM_THREADS", omp)
     assert sp.default_threads() == (want or psutil.cpu_count(logical=False) or 1)
+
+
+def test_measure_load_hands_the_stop_and_the_probes_to_the_load(monkeypatch):
+    from llmbench.drivers import load as ld
+
+    seen = []
+
+    async def load(prompts, target, options, spec, output, **kw):
+        seen.append(spec)
+        return {}, None
+
+    monkeypatch.setattr(ld, "load", load)
+    llmbench.measure_load(["a"], "http://127.0.0.1:9/v1", ["ttft_ms:p90=100"], rates=[1.0], output="x",
+                          probe_rate=0.5, stop_saturated=True, stop_min_s=3.0)  # fmt: skip
+    spec = seen[-1]
+    assert (spec.probe_rate, spec.stops, spec.stop_min_s) == (0.5, True, 3.0)
+    assert spec.stop_window_s == sp.commands.LoadPlan.model_fields["stop_window_s"].default
