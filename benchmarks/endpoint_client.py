@@ -39,12 +39,17 @@ def start_server(port: int, threads: int, *extra: str) -> subprocess.Popen:
     args = [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf_path()), "--host", "127.0.0.1",
             "--port", str(port), "--n_threads", str(threads), "--n_ctx", "2048", "--verbose", "False",
             *extra]  # fmt: skip
-    log = open(tempfile.gettempdir() + "/llama_cpp_server.log", "w")  # noqa: SIM115  (a pipe nobody reads could block it)
+    return started(args, port, "llama_cpp.server", 120.0)
+
+
+def started(args: list[str], port: int, name: str, timeout_s: float) -> subprocess.Popen:
+    """``args`` started with its output in a log file, and waited for until its /v1/models answers on ``port``."""
+    log = open(f"{tempfile.gettempdir()}/{name.replace(' ', '_')}.log", "w")  # noqa: SIM115  (a pipe nobody reads could block it)
     proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, text=True)
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            sys.exit(f"llama_cpp.server did not start: see {log.name}")
+            sys.exit(f"{name} did not start: see {log.name}")
         try:
             c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
             c.request("GET", "/v1/models")
@@ -53,7 +58,7 @@ def start_server(port: int, threads: int, *extra: str) -> subprocess.Popen:
         except OSError:
             time.sleep(0.3)
     proc.kill()
-    sys.exit("llama_cpp.server did not answer in 120 s")
+    sys.exit(f"{name} did not answer in {timeout_s:.0f} s")
 
 
 class Worker:

@@ -25,36 +25,19 @@ import json
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from endpoint_client import gguf_path, start_server  # noqa: E402  (llama.cpp's server, started and waited for)
+from endpoint_client import gguf_path, start_server, started  # noqa: E402  (llama.cpp's server, started and waited for)
 
 
 def start_serve(port: int, max_queue: int) -> subprocess.Popen:
     """``llmbench serve`` on SmolLM2's GGUF, float32, waited for until /v1/models answers."""
-    import http.client
-
     args = [sys.executable, "-m", "llmbench", "serve", "--model", str(gguf_path()), "--dtype", "float32", "--port",
             str(port), "--max-queue", str(max_queue)]  # fmt: skip
-    log = open(tempfile.gettempdir() + "/llmbench_serve.log", "w")  # noqa: SIM115  (a pipe nobody reads could block it)
-    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, text=True)
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            sys.exit(f"llmbench serve did not start: see {log.name}")
-        try:
-            c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-            c.request("GET", "/v1/models")
-            if c.getresponse().status == 200:
-                return proc
-        except OSError:
-            time.sleep(0.5)
-    proc.kill()
-    sys.exit("llmbench serve did not answer in 300 s")
+    return started(args, port, "llmbench serve", 300.0)
 
 
 def load(url: str, out: Path, rates: str, a: argparse.Namespace, *extra: str) -> tuple[dict, float]:

@@ -790,6 +790,8 @@ def _probe_lines(record: dict) -> list[str]:
                      f"{_p(p['ttft_ms'], 'p90')} ms, TPOT p50 {_p(p['tpot_ms'], 'p50', 1)} ms, fluid "
                      f"{_share(p['fluidity_attainment'])}, stall-free {_share(p['stall_free'])}, QoE min "
                      f"{_num(qoe)}, {p['failed']} failed")  # fmt: skip
+    if "newcomer_capacity_rps" not in record:  # a record put together by hand: probes, but no capacity judged
+        return lines
     cap, failing = record.get("newcomer_capacity_rps"), record.get("newcomer_first_failing_rps")
     share = _share(record.get("fluidity_share"))
     lines.append("a newcomer's capacity: " + (

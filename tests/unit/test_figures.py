@@ -167,7 +167,8 @@ def rated_load() -> tuple[dict, dict]:
                               "unfinished": 5, "unsent": 10, "rule": {}}  # fmt: skip
         runs[rate] = (run, probes)
         rows.append(row)
-    return {**load_record([2.0, 10.0, 40.0], 20.0), "rates": rows, "probe_rate_rps": 0.5}, runs
+    return {**load_record([2.0, 10.0, 40.0], 20.0), "rates": rows, "probe_rate_rps": 0.5, "fluidity_share": 0.99,
+            **ld.newcomer_capacity(rows)}, runs  # fmt: skip
 
 
 def test_each_rate_over_its_run_shows_its_window_its_probes_and_where_it_was_stopped(figures):
