@@ -51,7 +51,7 @@ def load(ctx: typer.Context, quiet: QuietOpt = False, **s: Any) -> None:
         with measuring(quiet) as (stop, reporter):
             record, path = run_async(ld.load(prompt_set, target, options, spec, out_dir, stop=stop,
                                              reporter=reporter))  # fmt: skip
-    display.out.print(display.load_table(record))
+    display.print_wide(display.load_table(record), display.LOAD_TABLE_WIDTH)
     print_lines(display.load_lines(record))
     probed = sum(1 for r in record["rates"] if r.get("probes"))
     display.out.print(f"wrote {path} and {len(record['rates'])} run files"

@@ -29,7 +29,7 @@ def show(
             return
         if found.kind == "load":
             with written_record(run_file):
-                display.out.print(display.load_table(record))
+                display.print_wide(display.load_table(record), display.LOAD_TABLE_WIDTH)
                 print_lines(display.load_lines(record))
             return
         if found.kind == "paint":

@@ -20,6 +20,7 @@ from llmbench.results.schema import RequestResult, Run, Stats
 
 err = Console(stderr=True, highlight=False)
 out = Console(highlight=False)
+LOAD_TABLE_WIDTH = 200  # load's table has 16 columns: printed whole in a CI log, not squeezed to ellipses
 
 
 def print_wide(renderable: Any, min_width: int = 120) -> None:
