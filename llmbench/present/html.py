@@ -673,7 +673,8 @@ def rate_timelines_figure(record: dict, runs: dict[float, tuple[Any, Any]]):
             ax2.set_ylabel("requests in flight", fontsize=7)
             ax2.spines["right"].set_visible(True)
         ax.set_title(f"{row['offered_rate_rps']:g}/s: {row.get('verdict') or ''}", fontsize=8)
-        ax.legend(fontsize=6, frameon=True, framealpha=0.8, loc="best")
+        if ax.get_legend_handles_labels()[0]:  # a rate whose every request was refused draws nothing to name
+            ax.legend(fontsize=6, frameon=True, framealpha=0.8, loc="best")
     fig.tight_layout()
     return fig
 
