@@ -65,8 +65,8 @@ from llmbench.drivers.load_figures import (  # noqa: F401  (the figures' names, 
     rate_figures,
     steady_figures,
 )
+from llmbench.drivers.run import ONE_CLIENT, run_beside
 from llmbench.drivers.run import run as run_driver
-from llmbench.drivers.run import run_beside
 from llmbench.options import EndpointOptions, OpenLoop, RunOptions
 from llmbench.results.schema import LOAD_VERSION, Run, llmbench_version, utc_now
 from llmbench.results.storage import prepare_driver_dir, prepare_output, write_record
@@ -146,7 +146,7 @@ class LoadSpec:
             raise UserError(f"--rates lists {len(self.rates)} rates: expected at most {MAX_RATES} (each is a run)")
         self.open_loop(1.0).check()
         if self.probe_rate is not None and (self.ray or (self.workers or 1) > 1):
-            raise UserError("--probe-rate sends the probes from the load's own client process: drop --workers/--ray")
+            raise UserError(ONE_CLIENT)
         if self.probe_rate is not None:  # each rate's probes: a schedule over the span its load's arrivals take
             for rate in self.rates or [self.auto_start]:
                 check_schedule(self.probe_rate, None, self.requests / rate if self.requests else self.duration_s)

@@ -120,15 +120,12 @@ def rate_figures(run: Run, spec: FigureSettings) -> dict[str, Any]:
     """One rate's row of load.json, from its run (see the module docstring for every definition): the whole
     run's figures, and the same on its steady-state window (``steady``), which judges the rate."""
     ok, failed = run.requests, run.failed_requests
-    due = [d for d in [*(r.scheduled_s for r in ok), *(f.scheduled_s for f in failed)] if d is not None]
-    ends = [r.scheduled_s + r.e2e_from_schedule_ms / 1000 for r in ok
-            if r.scheduled_s is not None and r.e2e_from_schedule_ms is not None]  # fmt: skip
     s = run.summary
     row = {
         "offered_rate_rps": run.config.endpoint.arrival.rate_rps if run.config.endpoint and run.config.endpoint.arrival
         else None,
         "achieved_rate_rps": s.achieved_rate_rps if s else None,
-        **population_figures(ok, failed, spec, (max([*ends, *due]) - min(due)) if due else 0.0),
+        **population_figures(ok, failed, spec, span_s(ok, failed)),
         "send_lateness_ms": _pcts(s.send_lateness_ms if s else None, ("p50", "p99", "max")),
         "server_preemptions": _preemptions(run),
         "complete": run.complete,
@@ -139,6 +136,14 @@ def rate_figures(run: Run, spec: FigureSettings) -> dict[str, Any]:
     row["holds"] = judged["sent"] > 0 and judged["attainment"] >= spec.min_attainment
     row["verdict"] = _verdict(judged, spec.min_attainment)
     return row
+
+
+def span_s(ok: list[Any], failed: list[Any]) -> float:
+    """The seconds a rate's requests took: from the first due time to the last answer's end (0 without due times)."""
+    due = [d for d in [*(r.scheduled_s for r in ok), *(f.scheduled_s for f in failed)] if d is not None]
+    ends = [r.scheduled_s + r.e2e_from_schedule_ms / 1000 for r in ok
+            if r.scheduled_s is not None and r.e2e_from_schedule_ms is not None]  # fmt: skip
+    return (max([*ends, *due]) - min(due)) if due else 0.0
 
 
 def _preemptions(run: Run) -> float | None:
@@ -229,10 +234,7 @@ def probe_figures(run: Run, spec: FigureSettings) -> dict[str, Any]:
     (TTFT, TPOT, SLO attainment, fluidity, reader stalls and QoE, mid-stream stalls: what one newcomer waits for
     while the server is busy), over the span from the first probe's due time to the last one's end."""
     ok, failed = run.requests, run.failed_requests
-    due = [d for d in [*(r.scheduled_s for r in ok), *(f.scheduled_s for f in failed)] if d is not None]
-    ends = [r.scheduled_s + r.e2e_from_schedule_ms / 1000 for r in ok
-            if r.scheduled_s is not None and r.e2e_from_schedule_ms is not None]  # fmt: skip
-    return population_figures(ok, failed, spec, (max([*ends, *due]) - min(due)) if due else 0.0)
+    return population_figures(ok, failed, spec, span_s(ok, failed))
 
 
 def _mid_stream(ok: list[Any]) -> dict[str, Any]:

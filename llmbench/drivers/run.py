@@ -148,6 +148,9 @@ async def run(
     return runs[0], track.path
 
 
+ONE_CLIENT = "--probe-rate sends the probes from the load's own client process: drop --workers/--ray"
+
+
 async def run_beside(
     prompts: workload.Source,
     target: EndpointOptions,
@@ -169,7 +172,7 @@ async def run_beside(
         if side.open_loop is None or side.open_loop.rate is None:
             raise UserError("requests beside a load need an open loop at a rate on both sides")
         if side.open_loop.ray or (side.open_loop.workers or 1) > 1:
-            raise UserError("--probe-rate sends the probes from the load's own client process: drop --workers/--ray")
+            raise UserError(ONE_CLIENT)
         side.check()
         pending.check_target(side)
     paths = [prepare_output(p, False) if p is not None else None for p in (output, beside_output)]

@@ -5,8 +5,9 @@ No scripts, fonts or images are fetched: the file opens offline. The figures sho
 (with an honest caveat when the sample is too small), and, for several runs, their distributions overlaid
 with compare's verdict.
 
-Why one module of 600-odd lines (over 600): every figure shares one style, one SVG writer and the hook the layout
-check reads (:data:`FIGURE_HOOK`); a figure drawn elsewhere could escape the check that no text covers another.
+Why one module of 700-odd lines (over 600): every figure shares one style, one SVG writer and the hook the layout
+check reads (:data:`FIGURE_HOOK`); a figure drawn elsewhere (a load rate's panel among them) could escape the check
+that no text covers another.
 """
 
 from __future__ import annotations
@@ -661,7 +662,7 @@ def rate_timelines_figure(record: dict, runs: dict[float, tuple[Any, Any]]):
         window = (row.get("steady") or {}).get("window") or {}
         if window and not str(window.get("method", "")).startswith("whole run"):
             ax.axvspan(window["start_s"], window["end_s"], color="#2ca02c", alpha=0.12,
-                       label=f"steady window ({_share_text(window['share'])})")  # fmt: skip
+                       label=f"steady window ({window['share']:.0%})")  # fmt: skip
         if stopped:
             ax.axvline(stopped["at_s"], color="#d62728", lw=1.2, ls="--",
                        label=f"stopped at {stopped['at_s']:.1f} s: {stopped['reason'].split(':')[0]}")  # fmt: skip
@@ -677,10 +678,6 @@ def rate_timelines_figure(record: dict, runs: dict[float, tuple[Any, Any]]):
             ax.legend(fontsize=6, frameon=True, framealpha=0.8, loc="best")
     fig.tight_layout()
     return fig
-
-
-def _share_text(v: float) -> str:
-    return f"{v:.0%}"
 
 
 def build_load_report(
