@@ -229,7 +229,7 @@ class BootedServer:
         index, repeat, start, ttft = self.first
         gap = round(start - self.ready_at, 6)
         others = (r for r in requests if (r.prompt_index, r.repeat) != (index, repeat) and not r.ttft_only)
-        warm = [r.ttft_ms for r in others if math.isfinite(r.ttft_ms)]
+        warm = [r.ttft_ms for r in others if r.ttft_ms is not None and math.isfinite(r.ttft_ms)]
         p50 = round(float(statistics.median(warm)), 3) if warm else None
         boot.ready_to_first_request_s = gap
         boot.exec_to_first_token_s = round(boot.exec_to_ready_s + gap + ttft / 1000, 6)

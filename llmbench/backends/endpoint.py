@@ -52,8 +52,10 @@ from llmbench.results.schema import (
     RunConfig,
     new_run_record,
 )
+from llmbench.workloads import tools
 from llmbench.workloads.arrivals import plan_arrivals, trace_arrivals
 from llmbench.workloads.prompts import PromptSet
+from llmbench.workloads.tools import Ask
 
 _NS_PER_MS = 1_000_000
 
@@ -62,6 +64,7 @@ class EndpointBackend:
     """Streams each request to ``endpoint``; ``concurrency`` of them may be in flight (the loop's workers)."""
 
     cancel_on_stop = True  # an HTTP stream can be dropped at once: the first stop cancels requests in flight
+    speaks_tools = True  # sends a workload's tools and response format, and reads tool calls (workloads.tools)
 
     def __init__(self, endpoint: EndpointOptions, options: RunOptions, *, label: str = "") -> None:
         options.check()
@@ -106,6 +109,7 @@ class EndpointBackend:
         self._parser = ThreadPoolExecutor(1, thread_name_prefix="llmbench-parse")
         self._switch: float | None = None  # the interpreter's switch interval before start() shortened it
         self._watch: asyncio.Task[None] | None = None
+        self._constraints: set[str] = set()  # what a server compiles, sent by a request of this run (warm-ups too)
         if endpoint.server_command is not None:
             self.server = BootedServer(endpoint.server_argv(), endpoint.endpoint, self.headers, endpoint.boot_timeout_s)
 
@@ -188,7 +192,12 @@ class EndpointBackend:
         if request.repeat >= 0 and self._cpu0 is None:  # the client's own cost counts from the first measured one
             self._cpu0, self._t0 = time.process_time(), time.perf_counter()
         seed = self.options.request_seed(request.prompt_index, request.repeat)
-        body = request_body(self.model, request.prompt, self.options, seed, request.messages)
+        body = request_body(self.model, request.prompt, self.options, seed, request.messages, request.ask,
+                            request.tool_result is not None)  # fmt: skip
+        constraint = request.ask.constraint_sha256() if request.ask is not None else None
+        first_use = constraint is not None and constraint not in self._constraints
+        if constraint is not None:
+            self._constraints.add(constraint)
         if request.max_new_tokens is not None:  # a dataset's own output length (ignore_eos is sent then)
             body["max_tokens"] = request.max_new_tokens
         try:
@@ -202,7 +211,8 @@ class EndpointBackend:
             self.odd_content_types.add(s.content_type)
         # --server-command: the loop sends the server's first request before the warm-up
         if self.server is not None and self.server.first is None and request.repeat >= 0 and self._cpu0 is not None:
-            self.server.note_first(request.prompt_index, request.repeat, s.start_ns, result.ttft_ms)
+            first = result.ttft_ms if result.ttft_ms is not None else result.tool_name_ms
+            self.server.note_first(request.prompt_index, request.repeat, s.start_ns, first or result.e2e_ms)
             self._first_cost = (time.process_time() - self._cpu0, time.perf_counter() - self._t0)
         if s.reasoning_ns:
             result.ttfrt_ms = round((s.reasoning_ns[0] - s.start_ns) / _NS_PER_MS, 3)
@@ -211,8 +221,10 @@ class EndpointBackend:
             late = round((s.start_ns - request.due_ns) / _NS_PER_MS, 3)
             result.scheduled_s = request.scheduled_s
             result.send_lateness_ms = late
-            result.ttft_from_schedule_ms = round(result.ttft_ms + late, 3)
+            result.ttft_from_schedule_ms = round(result.ttft_ms + late, 3) if result.ttft_ms is not None else None
             result.e2e_from_schedule_ms = round(result.e2e_ms + late, 3)
+        if constraint is not None:
+            result.constraint_sha256, result.constraint_first_use = constraint, first_use
         return result
 
     def _result(self, request: Request, body: dict, s: Stream, reads: list[tuple[int, bytes]],
@@ -223,14 +235,15 @@ class EndpointBackend:
         c = self.counter.count(s, body["messages"])
         timing = s.timing or {}
         # an end-of-sequence token has no text but usage counts it: its finishing event stamps it
-        eos = s.finish_reason == "stop" and c.source == "usage" and s.finish_ns and s.finish_ns > s.stamps_ns[-1]
+        eos = (s.finish_reason == "stop" and c.source == "usage" and s.finish_ns and s.stamps_ns and not s.calls
+               and s.finish_ns > s.stamps_ns[-1])  # fmt: skip
         result = request_result(
             prompt_index=request.prompt_index,
             repeat=request.repeat,
             start_ns=s.start_ns,
             stamps_ns=s.stamps_ns,
             prompt_tokens=c.prompt_tokens,
-            output_tokens=max(c.output_tokens, 1),
+            output_tokens=max(c.output_tokens, 1) if s.stamps_ns else 0,  # tool calls alone: no text tokens
             last_token_ns=s.finish_ns if eos else None,
             output_sha256=text_sha256(s.text),  # endpoint runs receive text, not token ids
             output_text=s.text,
@@ -246,6 +259,9 @@ class EndpointBackend:
             cached_tokens=cached_tokens(s.usage),
             text_offsets=list(accumulate(len(piece) for piece in s.pieces)),  # each event's text's end
             server_send_ms=server_sends(timing, s.start_unix_ns, len(s.stamps_ns)),
+            answered_ns=s.answered_ns,
+            tool_call_tokens=c.tool_call_tokens,
+            **answer_checks(request.ask, s),
         )
         return s, result
 
@@ -345,6 +361,36 @@ class EndpointBackend:
         if self._switch is not None:
             sys.setswitchinterval(self._switch)
             self._switch = None
+
+
+def answer_checks(ask: Ask | None, s: Stream) -> dict[str, Any]:
+    """A request's tool-call and structured-output fields (RequestResult's; METRIC_FORMULAS): the calls as
+    assembled, when their names and arguments arrived, and whether they and the text match what was asked."""
+    out: dict[str, Any] = {}
+    calls = [s.calls[k] for k in sorted(s.calls)]
+    if calls or (ask is not None and ask.tools):
+        out["tool_calls"] = len(calls)
+    if calls:
+
+        def ms(t: int | None) -> float | None:
+            return round((t - s.start_ns) / _NS_PER_MS, 3) if t is not None else None
+
+        # a call's arguments are complete when they first parsed, if what finally came parses too (a call with
+        # no arguments: at its name)
+        done = [(c.parsed_ns if c.fragments else c.name_ns) if tools.check_value(c.arguments or "{}", None) is None
+                else None for c in calls]  # fmt: skip
+        why = tools.check_calls(ask, [(c.name, c.arguments) for c in calls])
+        ends = [t for t in done if t is not None]
+        out.update(tool_call_names=[c.name for c in calls], tool_call_arguments=[c.arguments for c in calls],
+                   tool_call_ids=[c.id or "" for c in calls],
+                   tool_call_events=len(s.tool_ns), tool_name_ms=ms(calls[0].name_ns), tool_args_ms=ms(done[0]),
+                   tool_calls_ms=ms(max(ends)) if len(ends) == len(done) else None,
+                   tool_args_valid=why is None, tool_args_error=why)  # fmt: skip
+    schema = ask.output_schema() if ask is not None else None
+    if schema is not None:
+        why = tools.check_value(s.text, schema) if s.text.strip() else "no text (the answer was tool calls)"
+        out.update(output_valid=why is None, output_error=why)
+    return out
 
 
 LATE_MS = 10.0  # a request sent later than this after its due time: the client, not the server, set its latency

@@ -284,7 +284,7 @@ class Scan:
             return row
         row.update(
             prompt_tokens=int(np.median([q.prompt_tokens for q in reqs if q.prompt_tokens is not None])),
-            ttft_ms_mean=s.ttft_ms.mean, ttft_ms_p50=s.ttft_ms.p50,
+            ttft_ms_mean=s.ttft_ms.mean if s.ttft_ms else None, ttft_ms_p50=s.ttft_ms.p50 if s.ttft_ms else None,
             tpot_ms_mean=s.tpot_ms.mean if s.tpot_ms else None, tpot_ms_p50=s.tpot_ms.p50 if s.tpot_ms else None,
         )  # fmt: skip
         if p.kind == "batch" and s.tpot_ms:

@@ -306,6 +306,12 @@ class Prepared:
             config.synthetic = synthetic_record(self.synthetic)
         if self.turns > 1:
             config.sessions = sessions.record(self.prompts, self.turns, self.think_time_s, self.followups)
+        elif self.prompts.turns is not None:  # agent tasks: their steps are the turns
+            config.sessions = sessions.task_record(self.prompts)
+        if self.prompts.asks is not None:
+            from llmbench.workloads.tools import record
+
+            config.tools = record(self.prompts)
 
 
 async def prepare(pending: Pending, backend: Any, options: RunOptions) -> Prepared:
@@ -335,7 +341,10 @@ async def prepare(pending: Pending, backend: Any, options: RunOptions) -> Prepar
     else:
         prompts = src
     followups = prompts.followups is not None
-    expanded = sessions.expand(prompts, options.turns)
+    if prompts.asks is not None and not getattr(backend, "speaks_tools", False):
+        raise UserError("a workload with tools or response_format is sent to a server: run --endpoint URL (llmbench "
+                        "serve, vLLM, llama.cpp's server), in one client process (no --workers)")  # fmt: skip
+    expanded = sessions.expand(sessions.expand_tasks(prompts, options.turns), options.turns)
     return Prepared(expanded, made, options.turns, options.think_time_s, followups)
 
 

@@ -142,8 +142,9 @@ def timeline_svg(run: Run) -> str:
     ax.set_xlabel("seconds since the request was sent")
     ax.set_ylabel("tokens received")
     ax.set_title(f"token timeline: {len(reqs)} of {len(run.requests)} requests (dot: first token)")
-    med = sorted(run.requests, key=lambda r: r.e2e_ms)[len(run.requests) // 2]
-    ttft, e2e = med.ttft_ms / 1000, med.e2e_ms / 1000
+    texts = [r for r in run.requests if r.ttft_ms is not None] or run.requests
+    med = sorted(texts, key=lambda r: r.e2e_ms)[len(texts) // 2]
+    ttft, e2e = (med.ttft_ms or med.e2e_ms) / 1000, med.e2e_ms / 1000
     ax2.barh([1], [ttft], color="#d9d9d9", label="waiting, nothing on screen")
     ax2.barh([1], [e2e - ttft], left=[ttft], color="#4c9be8", label="text appearing, token by token")
     ax2.barh([0], [e2e], color="#d9d9d9")

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import hashlib
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from itertools import pairwise
 from typing import Any
 
-from llmbench.results.schema import RequestResult, RequestScalars, Stats, Summary
+from llmbench.results.agents import tool_figures
+from llmbench.results.describe import describe as describe  # re-exported: the name every reader imports
+from llmbench.results.schema import RequestResult, RequestScalars, Summary
 
 _NS_PER_MS = 1_000_000
 
@@ -56,6 +58,7 @@ def request_result(
     output_tokens: int | None = None,
     last_token_ns: int | None = None,
     started_s: float = 0.0,
+    answered_ns: int | None = None,
     **extra: Any,
 ) -> RequestResult:
     """One request's metrics from raw clock readings, by the formulas in ``schema.METRIC_FORMULAS``.
@@ -65,7 +68,8 @@ def request_result(
     by tokens, not events. ``last_token_ns``: the stamp of the last counted token when it is not the last
     stamp (an end-of-sequence token that carried no text): TPOT's span ends there. ``tokenized_ns`` None:
     templating happened elsewhere (tokenize_ms 0). Times are rounded to the microsecond once, so
-    ``token_times_ms[0] == ttft_ms`` exactly.
+    ``token_times_ms[0] == ttft_ms`` exactly. ``answered_ns``: the answer's last event when it may be no text
+    stamp (a tool call's arguments): E2E ends there; an answer without text has ``ttft_ms`` None.
     """
     times = [round((t - start_ns) / _NS_PER_MS, 3) for t in stamps_ns]
     n = len(times) if output_tokens is None else output_tokens
@@ -83,9 +87,13 @@ def request_result(
         prompt_tokens=prompt_tokens,
         output_tokens=n,
         tokenize_ms=round((tokenized_ns - start_ns) / _NS_PER_MS, 3) if tokenized_ns is not None else 0.0,
-        ttft_ms=times[0] if times else float("nan"),
+        ttft_ms=times[0] if times else None,
         tpot_ms=tpot,
-        e2e_ms=times[-1] if times else float("nan"),
+        e2e_ms=round((answered_ns - start_ns) / _NS_PER_MS, 3)
+        if answered_ns is not None
+        else times[-1]
+        if times
+        else float("nan"),
         token_times_ms=times,
         output_token_ids_sha256=output_sha256,
         output_text=output_text,
@@ -166,31 +174,11 @@ def shape_summary(requests: Sequence[Any]) -> dict[str, Any]:
     return {k: describe(v for r in requests if (v := getattr(r, k)) is not None) for k in SHAPE_METRICS}
 
 
-def describe(values: Iterable[float]) -> Stats | None:
-    """n, mean, p50/p90/p99 (linear interpolation), min, max and sample std (ddof=1); None when empty."""
-    import numpy as np  # here: show and compare of a run whose summary is written need none (~45 ms to import)
-
-    a = np.asarray(list(values), dtype=float)
-    if a.size == 0:
-        return None
-    p50, p90, p99 = np.percentile(a, [50, 90, 99])
-    return Stats(
-        n=int(a.size),
-        mean=float(a.mean()),
-        p50=float(p50),
-        p90=float(p90),
-        p99=float(p99),
-        min=float(a.min()),
-        max=float(a.max()),
-        std=float(a.std(ddof=1)) if a.size > 1 else 0.0,
-    )
-
-
 def decode_tokens_per_s(r: RequestResult | RequestScalars) -> float | None:
     """(n - 1) / (last - first) for one request; None with fewer than 2 tokens or no time between them. The
     first and last stamps are ``ttft_ms`` and ``e2e_ms`` (the run's invariants), so a reader without the stamps
     gets the same number."""
-    if r.output_tokens < 2:
+    if r.output_tokens < 2 or r.ttft_ms is None:
         return None
     span_ms = r.e2e_ms - r.ttft_ms
     return (r.output_tokens - 1) / (span_ms / 1000.0) if span_ms > 0 else None
@@ -199,6 +187,8 @@ def decode_tokens_per_s(r: RequestResult | RequestScalars) -> float | None:
 def prefill_tokens_per_s(r: RequestResult | RequestScalars) -> float | None:
     """prompt_tokens / (ttft - tokenize), per second; None when the prompt's length is unknown or there is no
     time between them."""
+    if r.ttft_ms is None:
+        return None
     span_ms = r.ttft_ms - getattr(r, "tokenize_ms", 0.0)
     return r.prompt_tokens / (span_ms / 1000.0) if r.prompt_tokens and span_ms > 0 else None
 
@@ -297,9 +287,10 @@ def summarize(
     tps = [v for v in (decode_tokens_per_s(r) for r in requests) if v is not None]
     tpot = describe(r.tpot_ms for r in requests if r.tpot_ms is not None)
     bound, efficiency = roofline(decode_weight_bytes, mem_read_gbps, tpot.mean if tpot else None)
-    ttft, e2e = describe(r.ttft_ms for r in requests), describe(r.e2e_ms for r in requests)
-    tokens = describe(r.output_tokens for r in requests)
-    assert ttft is not None and e2e is not None and tokens is not None  # requests is not empty
+    # TTFT over the answers with visible text (an answer of tool calls alone has none: tool_name_ms is its wait)
+    ttft = describe(r.ttft_ms for r in requests if r.ttft_ms is not None)
+    e2e, tokens = describe(r.e2e_ms for r in requests), describe(r.output_tokens for r in requests)
+    assert e2e is not None and tokens is not None  # requests is not empty
     return Summary(
         requests=len(requests),
         ttft_ms=ttft,
@@ -321,6 +312,7 @@ def summarize(
         **engine_figures(requests),
         **cache_figures(requests),
         **speculative_figures(requests),
+        **tool_figures(requests),
     )
 
 
@@ -395,8 +387,8 @@ def cache_figures(requests: Sequence[RequestResult]) -> dict:
         cold, warm = [r for r in told if r.cached_tokens == 0], [r for r in told if (r.cached_tokens or 0) > 0]
     return {
         "cached_tokens_share": round(sum(r.cached_tokens or 0 for r in told) / prompt, 6) if prompt else None,
-        "ttft_cold_ms": describe(r.ttft_ms for r in cold),
-        "ttft_warm_ms": describe(r.ttft_ms for r in warm),
+        "ttft_cold_ms": describe(r.ttft_ms for r in cold if r.ttft_ms is not None),
+        "ttft_warm_ms": describe(r.ttft_ms for r in warm if r.ttft_ms is not None),
     }
 
 

@@ -114,6 +114,20 @@ class SessionsRecord(TypedDict, total=False):
     think_time_s: Seconds
     later_turns: str
     follow_ups: list[str]
+    tasks: Count  # agent tasks (tool_results): how many, their steps in all, their tools' latencies
+    steps: Count
+    tool_latencies_ms: list[NonNeg]
+
+
+@with_config(OPEN)
+class ToolsRecord(TypedDict, total=False):
+    """``config.tools``: a workload that asks for tool calls or structured output (:mod:`llmbench.workloads.tools`)."""
+
+    prompts_with_tools: Count
+    prompts_with_response_format: Count
+    tool_names: list[str]
+    constraints: Count  # distinct constraints a server compiles (response formats, forced tool calls)
+    tasks: Count  # agent tasks (lines with tool_results)
 
 
 @with_config(OPEN)
@@ -374,6 +388,7 @@ Speculative = Annotated[dict[str, Any], AfterValidator(_check(SpeculativeRecord)
 PromptSource = Annotated[dict[str, Any], AfterValidator(_check(Union[PrefixGroupsSource, DatasetSource]))]
 Synthetic = Annotated[dict[str, Any], AfterValidator(_check(SyntheticRecord))]
 Sessions = Annotated[dict[str, Any], AfterValidator(_check(SessionsRecord))]
+Tools = Annotated[dict[str, Any], AfterValidator(_check(ToolsRecord))]
 Precision = Annotated[dict[str, Any], AfterValidator(_check(PrecisionRecord))]
 EngineSettings = Annotated[dict[str, Any], AfterValidator(_check(EngineSettingsRecord))]
 RequestExtra = Annotated[dict[str, Any], AfterValidator(_check(RequestExtraRecord))]

@@ -84,8 +84,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_valid
 
 from llmbench.results import records as rec
 
-SCHEMA_VERSION = 2  # the newest; a run without columns is still written as 1 (older readers read it)
-SCHEMA_VERSIONS = (1, 2)
+SCHEMA_VERSION = 3  # the newest; a run without columns is still written as 1 (older readers read it), with them as 2
+SCHEMA_VERSIONS = (1, 2, 3)
 
 # The bounds a measured value is read back with: a malformed file (a negative or NaN time, a negative count) is
 # refused in one line when read, never shown as a figure. Times are milliseconds since the request's start.
@@ -355,6 +355,9 @@ class RunConfig(_Model):
     # --turns (workloads.sessions): {turns, conversations, think_time_s, later_turns, follow_ups}; each turn is a
     # prompt of its own (prompt_count counts turns)
     sessions: rec.Sessions | None = None
+    # a workload of tool calls or structured output (workloads.tools): {prompts_with_tools,
+    # prompts_with_response_format, tool_names, constraints, tasks}; its run is schema version 3
+    tools: rec.Tools | None = None
     # the settings the run was asked for, table by table as llmbench.spec declares them (None values left out,
     # URLs without credentials): what `run --config-from` repeats; the fields above are what they resolved to
     spec: rec.SpecRecord | None = None
@@ -446,7 +449,7 @@ class RequestResult(_Model):
     prompt_tokens: Count | None  # None: unknown (an endpoint that sent no usage, no --tokenizer)
     output_tokens: Count
     tokenize_ms: Ms
-    ttft_ms: Ms
+    ttft_ms: Ms | None  # None: the answer had no visible text (tool calls alone; schema version 3)
     tpot_ms: Ms | None  # None when output_tokens < 2
     e2e_ms: Ms
     token_times_ms: list[Ms]
@@ -521,6 +524,29 @@ class RequestResult(_Model):
     fluidity: float | None = None
     decode_chars_per_s: float | None = None  # visible characters after the first event / (last - first stamp)
     decode_words_per_s: float | None = None
+    # tool calls (delta.tool_calls, assembled across events; METRIC_FORMULAS): ttft_ms stays the first visible text
+    tool_calls: Count | None = None  # calls in the answer (None: no tools offered, none came)
+    tool_call_names: list[str] | None = None
+    tool_call_arguments: list[str] | None = None  # each call's arguments as assembled, in call order
+    tool_call_ids: list[str] | None = None  # the server's id of each call ("" where it sent none)
+    tool_call_events: Count | None = None  # events that carried a call's name or arguments
+    tool_name_ms: Finite | None = None  # the first call's name arrived
+    tool_args_ms: Finite | None = None  # the first call's arguments complete, parsing as JSON
+    tool_calls_ms: Finite | None = None  # every call's arguments complete and parsing (the last one's)
+    tool_args_valid: bool | None = None  # every call names an offered tool, its arguments matching its schema
+    tool_args_error: str | None = None  # the first reason they don't
+    tool_call_tokens: Count | None = None  # usage's completion tokens beyond the text's and the reasoning's
+    # structured output (response_format): the answer's text parses and matches the schema
+    output_valid: bool | None = None
+    output_error: str | None = None
+    # what a server compiles into a grammar (workloads.tools.Ask.constraint_sha256), and whether this request was
+    # the run's first to send it (its first use: the compile is in its wait)
+    constraint_sha256: str | None = None
+    constraint_first_use: bool | None = None
+    # an agent task's later step (conversation/turn): the previous step's answer ended -> this request was sent
+    # (the tool's latency, as the workload set it, and the client's own moment); tool_wait_set_ms: as set
+    tool_wait_ms: Finite | None = None
+    tool_wait_set_ms: Finite | None = None
 
     def shapeless(self) -> bool:
         """True when recorded before the shape of the wait: stamps, but no reader's figures
@@ -532,7 +558,9 @@ class RequestResult(_Model):
         stamps = self.output_tokens if self.chunks is None else self.chunks
         if len(self.token_times_ms) != stamps:
             raise ValueError("len(token_times_ms) != output_tokens (chunks, for endpoint runs)")
-        if self.output_tokens and self.token_times_ms[0] != self.ttft_ms:
+        if (self.ttft_ms is None) != (not self.token_times_ms):
+            raise ValueError("ttft_ms is null exactly when token_times_ms is empty (an answer without text)")
+        if self.token_times_ms and self.token_times_ms[0] != self.ttft_ms:
             raise ValueError("token_times_ms[0] != ttft_ms")
         return self
 
@@ -548,9 +576,36 @@ class Stats(_Model):
     std: float
 
 
+class Share(_Model):
+    """k of n, with its Wilson 95% interval (llmbench.results.agents.share)."""
+
+    k: Count
+    n: Count
+    share: float = Field(ge=0, le=1)
+    low: float = Field(ge=0, le=1)
+    high: float = Field(ge=0, le=1)
+
+
+class TaskFigures(_Model):
+    """Agent tasks (llmbench.results.agents.task_figures): each task's end-to-end time, split exactly into model
+    time (its steps' requests, sent -> stream end) and tool time (the waits between them)."""
+
+    tasks: Count  # whole tasks: every step it sent finished
+    tasks_partial: Count = 0  # a step failed: the task ended there (not in the figures below)
+    ended_by_answer: Count = 0  # the model's last answer called no tool (it finished before its results ran out)
+    steps: Stats | None = None  # requests per task
+    e2e_ms: Stats | None = None  # first step sent -> last step's stream end
+    model_ms: Stats | None = None  # sum of its steps' request lives
+    tool_ms: Stats | None = None  # sum of the waits between steps (measured)
+    tool_set_ms: Stats | None = None  # sum of the tool latencies the workload set
+    model_share: float | None = None  # sum(model_ms) / sum(e2e_ms) over the tasks
+    step_ttft_ms: Stats | None = None  # each step's first answer event (text, else a tool call's name)
+    cached_tokens_share_later_steps: float | None = None  # steps after the first: sum(cached) / sum(prompt tokens)
+
+
 class Summary(_Model):
     requests: Count
-    ttft_ms: Stats
+    ttft_ms: Stats | None  # None: no answer had visible text (tool calls alone)
     tpot_ms: Stats | None = None
     e2e_ms: Stats
     output_tokens: Stats
@@ -599,6 +654,17 @@ class Summary(_Model):
     draft_ms: Stats | None = None
     lossless_checked: int | None = None
     lossless_mismatches: int | None = None
+    # tool calls and structured output (llmbench.results.agents.tool_figures)
+    tool_offered: int | None = None  # requests that offered tools
+    tool_answers: Share | None = None  # of those, answers with at least one call
+    tool_calls_per_answer: Stats | None = None
+    tool_name_ms: Stats | None = None  # over the answers with calls
+    tool_args_ms: Stats | None = None  # over the answers whose first call's arguments parsed
+    tool_args_valid: Share | None = None  # answers whose every call names an offered tool with matching arguments
+    output_valid: Share | None = None  # answers to a response_format whose text matches its schema
+    constraint_first_use_ms: Stats | None = None  # first answer event of a constraint's first request
+    constraint_reuse_ms: Stats | None = None  # ... of its later requests
+    tasks: TaskFigures | None = None
 
 
 class Probe(_Model):
@@ -737,7 +803,7 @@ class Columns(_Model):
 
 
 def _columns_match_version(run: Any) -> Any:
-    if (run.schema_version == 2) != (run.columns is not None):
+    if run.schema_version != 3 and (run.schema_version == 2) != (run.columns is not None):
         raise ValueError("schema_version 2 names its columns file (columns); version 1 holds its requests inline")
     return run
 
@@ -752,7 +818,7 @@ class Session(_Model):
 
 
 class Run(_Model):
-    schema_version: Literal[1, 2]  # SCHEMA_VERSIONS; a file of another version is refused, never misread
+    schema_version: Literal[1, 2, 3]  # SCHEMA_VERSIONS; a file of another version is refused, never misread
     llmbench_version: str
     run_id: str
     created_at: str  # ISO 8601, UTC
@@ -798,7 +864,7 @@ class RequestScalars(_Lean):
     repeat: Index
     prompt_tokens: Count | None
     output_tokens: Count
-    ttft_ms: Ms
+    ttft_ms: Ms | None
     tpot_ms: Ms | None
     e2e_ms: Ms
     output_token_ids_sha256: str
@@ -822,7 +888,7 @@ class RequestScalars(_Lean):
 class RunScalars(_Lean):
     """A run without per-token data (``load_run(..., scalars_only=True)``)."""
 
-    schema_version: Literal[1, 2]
+    schema_version: Literal[1, 2, 3]
     llmbench_version: str
     run_id: str
     created_at: str

@@ -123,11 +123,15 @@ def convert_run(source: str | Path, output: str | Path, *, columns: bool) -> Run
 
 
 def dumped(run: Run, columns: Columns | None) -> bytes:
-    """The run's JSON: version 1 with its requests inline, or version 2 naming ``columns`` (its lists empty)."""
+    """The run's JSON: version 1 with its requests inline, or version 2 naming ``columns`` (its lists empty);
+    version 3, either way, for a workload of tool calls (``config.tools``: an answer may have no text, its
+    ``ttft_ms`` null, which an older reader would refuse unclearly)."""
+    tools = run.config.tools is not None
     if columns is None:
-        shell = run.model_copy(update={"schema_version": 1, "columns": None})
+        shell = run.model_copy(update={"schema_version": 3 if tools else 1, "columns": None})
     else:
-        shell = run.model_copy(update={"schema_version": 2, "columns": columns, "requests": [], "ttft_requests": []})
+        shell = run.model_copy(update={"schema_version": 3 if tools else 2, "columns": columns, "requests": [],
+                                       "ttft_requests": []})  # fmt: skip
     return shell.model_dump_json(exclude_none=False).encode("utf-8")
 
 

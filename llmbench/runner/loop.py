@@ -172,7 +172,8 @@ class RunLoop:
         # failure recorded, and the others go on; a run or an ab pair can't go on without it
         self.survive = survive_backend_loss
         self.lost: dict[int, str] = {}  # id(track) -> why its backend was lost
-        self._replies: dict[tuple[int, int, int], str] = {}  # a turn's reply, until its conversation's next turn
+        # a turn's reply (the assistant message: its text and tool calls), until its conversation's next turn
+        self._replies: dict[tuple[int, int, int], dict[str, Any]] = {}
         self.start_at = start_at  # awaited after warm-up and probe: the perf_counter() instant to start at
         self.prompts = prompts
         self.warmup = warmup
@@ -378,21 +379,30 @@ class RunLoop:
         it got), after its think time; a failed turn ends the conversation. False when the run must end."""
         if unit[0][1].pair is not None:
             return await self._pair(unit)
-        history: list[dict[str, str]] = []
-        for t, req in unit:
+        history: list[dict[str, Any]] = []
+        answered: float | None = None  # perf_counter() when the previous turn's answer ended (an agent task's step)
+        for k, (t, req) in enumerate(unit):
             if id(t) in self.lost or self.stop.requested:
                 return True
             if req.conversation is not None:
+                if req.tool_result is not None:  # an agent task's step: each call of the last answer gets the result
+                    calls = history[-1].get("tool_calls") if history else None
+                    if not calls:  # the model answered without a call: the task is done, its later steps unsent
+                        t.expected.difference_update((r.prompt_index, r.repeat) for _, r in unit[k:])
+                        return True
+                    history += [{"role": "tool", "tool_call_id": c["id"], "content": req.tool_result.content}
+                                for c in calls]  # fmt: skip
                 if req.think_s > 0 and req.turn:
                     await asyncio.sleep(req.think_s)
                 req = dataclasses.replace(req, messages=tuple(history))
-            if not await self._one(t, req):
+            if not await self._one(t, req, answered):
                 return False
             if req.conversation is not None:
                 reply = self._replies.pop((id(t), req.prompt_index, req.repeat), None)
                 if reply is None:  # the turn failed: there is no reply to go on from
                     return True
-                history += [{"role": "user", "content": req.prompt}, {"role": "assistant", "content": reply}]
+                answered = reply.pop("answered")
+                history += [*([] if req.tool_result else [{"role": "user", "content": req.prompt}]), reply]
         return True
 
     async def _pair(self, unit: list[tuple[Track, Request]]) -> bool:
@@ -444,10 +454,12 @@ class RunLoop:
             tasks.append(asyncio.ensure_future(one(t, req)))
         await asyncio.gather(*tasks)
 
-    async def _one(self, t: Track, req: Request) -> bool:
-        """Measure and record one request; False when the run must end."""
+    async def _one(self, t: Track, req: Request, answered: float | None = None) -> bool:
+        """Measure and record one request; False when the run must end. ``answered``: perf_counter() when the
+        previous step's answer ended (an agent task's later step records its wait for the tool, from there)."""
         await self._activate(t)
-        started = time.perf_counter() - self.t0
+        now = time.perf_counter()
+        started = now - self.t0
         try:
             result = await self._call(t, req, started)
         except RequestFailed as e:
@@ -478,8 +490,11 @@ class RunLoop:
                 await self._record(t, self._failure(req, why, None, started))
             return False
         results = result if isinstance(result, list) else [result]
+        if req.tool_result is not None and answered is not None:
+            results[-1].tool_wait_ms = round((now - answered) * 1000, 3)
+            results[-1].tool_wait_set_ms = req.tool_result.latency_ms
         if req.conversation is not None:  # the next turn sends this reply back
-            self._replies[(id(t), req.prompt_index, req.repeat)] = results[-1].output_text
+            self._replies[(id(t), req.prompt_index, req.repeat)] = reply_message(results[-1], now)
         for r in results:
             if req.cold is not None and r.cold is None:  # the workload's structure: first of its prefix, or not
                 r.cold = req.cold
@@ -642,6 +657,24 @@ async def execute(
     ``concurrency``, ``stop``, ``reporter``, ``start_at``, ``survive_backend_loss``, ``cold_first``); the runs, in
     the order of ``tracks``."""
     return await RunLoop(tracks, prompts, **loop_options).run(plan)
+
+
+def reply_message(r: RequestResult, started: float) -> dict[str, Any]:
+    """The assistant message a conversation's next turn sends back for ``r`` (its text and tool calls), and under
+    ``answered`` the perf_counter() its answer ended (``started``: the request's own, at its start)."""
+    message: dict[str, Any] = {
+        "role": "assistant",
+        "content": (r.output_text or None) if r.tool_calls else r.output_text,
+    }
+    if r.tool_calls:
+        ids = r.tool_call_ids or []
+        message["tool_calls"] = [
+            {"id": ids[k] if k < len(ids) and ids[k] else f"call_{r.prompt_index}_{k}", "type": "function",
+             "function": {"name": name, "arguments": args}}
+            for k, (name, args) in enumerate(zip(r.tool_call_names or [], r.tool_call_arguments or [], strict=True))
+        ]  # fmt: skip
+    end_ms = r.stream_end_ms if r.stream_end_ms is not None else r.e2e_ms
+    return {**message, "answered": started + end_ms / 1000}
 
 
 def _units(todo: list[tuple[Track, Request]]) -> list[list[tuple[Track, Request]]]:

@@ -18,6 +18,7 @@ from llmbench.workloads.limits import MAX_REQUESTS as MAX_REQUESTS
 
 if TYPE_CHECKING:
     from llmbench.workloads.request import Request
+    from llmbench.workloads.tools import Ask
 
 # files workloads.dataset reads: load_prompts refuses them (a .json or .csv read a line a prompt is never meant)
 DATASET_SUFFIXES = formats.dataset_suffixes()
@@ -58,6 +59,8 @@ class PromptSet:
     # turns per prompt (a ShareGPT conversation's)
     turns: tuple[tuple[int, int], ...] | None = None
     followups: tuple[tuple[str, ...], ...] | None = None
+    # a .jsonl line's tools, tool choice, response format and tool results (workloads.tools); None: none asks any
+    asks: tuple[Ask | None, ...] | None = None
 
     def request(self, index: int, repeat: int, **kw: Any) -> Request:
         """The request of prompt ``index`` (with its own output length, where the data gives one)."""
@@ -66,8 +69,12 @@ class PromptSet:
         own = self.output_tokens[index] if self.output_tokens is not None else None
         cold = (self.cold[index] and repeat <= 0) if self.cold is not None else None
         conversation, turn = self.turns[index] if self.turns is not None else (None, None)
+        ask = self.asks[index] if self.asks is not None else None
+        if ask is not None and ask.results and turn:  # an agent task's later step: its tool result, after its latency
+            result = ask.results[turn - 1]
+            kw = {"tool_result": result, "think_s": result.latency_ms / 1000, **kw}
         return Request(self.prompts[index], index, repeat, max_new_tokens=own, cold=cold, conversation=conversation,
-                       turn=turn, **kw)  # fmt: skip
+                       turn=turn, ask=ask, **kw)  # fmt: skip
 
     @classmethod
     def from_list(cls, prompts: Sequence[str], name: str = IN_MEMORY) -> PromptSet:
@@ -129,23 +136,26 @@ def load_prompts(path: str | Path, *, as_lines: bool = False) -> PromptSet:
     is_jsonl = p.suffix.lower() in (".jsonl", ".ndjson")
     prompts: list[str] = []
     lines: list[int] = []
+    asks: list[Ask | None] = []
     # splitlines() would also split on \x0b, \x1c, \u2028...: inside a prompt those are text, not line ends.
     for number, line in enumerate(text.replace("\r\n", "\n").replace("\r", "\n").split("\n"), start=1):
         stripped = line.strip()
         if not stripped or stripped.startswith("#"):
             continue
-        prompt = _parse_jsonl_line(p, number, stripped) if is_jsonl else stripped
+        prompt, ask = _parse_jsonl_line(p, number, stripped) if is_jsonl else (stripped, None)
         if not prompt.strip():
             raise UserError(f"{p}:{number}: empty prompt")
         prompts.append(prompt)
         lines.append(number)
+        asks.append(ask)
     if not prompts:
         raise UserError(f"prompt file {p} has no prompts (only blank lines or # comments)")
     name = promptsets.label(p) if shipped is not None else str(p)
-    return PromptSet(name, hashlib.sha256(raw).hexdigest(), tuple(prompts), tuple(lines))
+    return PromptSet(name, hashlib.sha256(raw).hexdigest(), tuple(prompts), tuple(lines),
+                     asks=tuple(asks) if any(a is not None for a in asks) else None)  # fmt: skip
 
 
-def _parse_jsonl_line(path: Path, number: int, line: str) -> str:
+def _parse_jsonl_line(path: Path, number: int, line: str) -> tuple[str, Ask | None]:
     try:
         obj = json.loads(line)
     except ValueError as e:  # JSONDecodeError, or a number past Python's 4,300-digit limit
@@ -155,4 +165,6 @@ def _parse_jsonl_line(path: Path, number: int, line: str) -> str:
     prompt = obj["prompt"]
     if not isinstance(prompt, str):
         raise UserError(f'{path}:{number}: "prompt" must be a string, not {type(prompt).__name__}')
-    return prompt
+    from llmbench.workloads.tools import read_ask
+
+    return prompt, read_ask(f"{path}:{number}", obj)

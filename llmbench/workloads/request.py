@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from llmbench.workloads.tools import Ask, ToolResult
 
 
 @dataclass(frozen=True)
@@ -26,9 +30,13 @@ class Request:
     # and how long the user thinks after the previous reply before sending it
     conversation: int | None = None
     turn: int | None = None
-    messages: tuple[dict[str, str], ...] = ()
+    messages: tuple[dict[str, Any], ...] = ()
     think_s: float = 0.0
     ttft_only: bool = False  # ab's short request: one output token, recorded in Run.ttft_requests
     cpu: int | None = None  # ab --duet: the CPU the worker measures this request on (its threads pinned there)
     pair: int | None = None  # ab: which pair it belongs to (the loop measures a pair's requests as one unit)
     simultaneous: bool = False  # ab --duet: the pair's requests start at the same moment
+    ask: Ask | None = None  # its tools, tool choice and response format (a .jsonl workload's line)
+    # an agent task's later step (workloads.tools): the tool result this step sends back for each call of the
+    # previous answer (``prompt`` is its content, for the request's identity); ``messages`` then end with them
+    tool_result: ToolResult | None = None

@@ -65,6 +65,39 @@ def expand(prompts: PromptSet, turns: int) -> PromptSet:
                                followups=None)  # fmt: skip
 
 
+def expand_tasks(prompts: PromptSet, turns: int) -> PromptSet:
+    """Each agent task (a line with ``tool_results``, :mod:`llmbench.workloads.tools`) -> its steps: the prompt,
+    then one step per tool result (its ``prompt`` the result's text, for the request's identity); a line without
+    results stays one request. ``prompts`` unchanged when no line is a task. A step's conversation so far is sent
+    with it, as a session's turns are (the loop adds each answer's tool calls and the results)."""
+    asks = prompts.asks
+    if asks is None or not any(a is not None and a.results for a in asks):
+        return prompts
+    if turns > 1:
+        raise UserError("--turns with a workload of agent tasks (tool_results): a task's steps are its turns")
+    texts: list[str] = []
+    where: list[int] = []
+    places: list[tuple[int, int]] = []
+    own: list[int | None] = []
+    cold: list[bool] = []
+    expanded: list[Any] = []
+    for i, first in enumerate(prompts.prompts):
+        ask = asks[i]
+        steps = [first, *(r.content for r in (ask.results if ask is not None else ()))]
+        for k, text in enumerate(steps):
+            texts.append(text)
+            where.append(prompts.line_numbers[i])
+            places.append((i, k))
+            cold.append(k == 0 and (prompts.cold is None or prompts.cold[i]))
+            expanded.append(ask)
+            if prompts.output_tokens is not None:
+                own.append(prompts.output_tokens[i])
+    check_whole("steps of the agent tasks", len(texts), what=" requests a round")
+    return dataclasses.replace(prompts, prompts=tuple(texts), line_numbers=tuple(where), turns=tuple(places),
+                               output_tokens=tuple(own) if prompts.output_tokens is not None else None,
+                               cold=tuple(cold), asks=tuple(expanded), followups=None)  # fmt: skip
+
+
 def digest(prompts: PromptSet, turns: int) -> str:
     """The sha256 of ``prompts`` expanded into ``turns`` turns (config.prompt_sha256 of a --turns run)."""
     # the data's later turns are part of what was sent: two datasets with the same first turns don't pair
@@ -81,8 +114,20 @@ def record(prompts: PromptSet, turns: int, think_time_s: float, followups: bool)
             "follow_ups": list(FOLLOW_UPS)}  # fmt: skip
 
 
+def task_record(prompts: PromptSet) -> dict[str, Any]:
+    """``config.sessions`` of agent tasks (:func:`expand_tasks`): how many, their steps, their tools' latencies."""
+    assert prompts.turns is not None
+    tasks = {i for i, _ in prompts.turns}
+    latencies = sorted({r.latency_ms for a in (prompts.asks or ()) if a is not None for r in a.results})
+    return {"turns": max(k for _, k in prompts.turns) + 1, "conversations": len(tasks), "think_time_s": 0.0,
+            "later_turns": "tool results (agent tasks)", "tasks": len(tasks), "steps": len(prompts.prompts),
+            "tool_latencies_ms": latencies}  # fmt: skip
+
+
 def with_think_time(plan: Sequence[tuple[Any, Any]], think_time_s: float) -> list[tuple[Any, Any]]:
     """Every turn after a conversation's first waits ``think_time_s`` after the previous reply."""
     if not 0 <= think_time_s < math.inf:  # the API's path (the CLI refuses it before loading)
         raise UserError(f"--think-time must be 0 or more seconds, not {think_time_s}")
-    return [(t, dataclasses.replace(req, think_s=think_time_s) if req.turn else req) for t, req in plan]
+    # an agent task's step waits its tool's latency instead (set from the workload)
+    return [(t, dataclasses.replace(req, think_s=think_time_s) if req.turn and req.tool_result is None else req)
+            for t, req in plan]  # fmt: skip

@@ -225,7 +225,7 @@ def test_cli_strict_refuses_different_setups(cli, runs, tmp_path):
         ("", "empty"),
         ("hello", "not valid JSON"),
         ('{"schema_version": 1, "requests": [', "truncated"),
-        ('{"schema_version": 3, "requests": []}', "schema_version 3"),
+        ('{"schema_version": 4, "requests": []}', "schema_version 4"),
         ('{"results": {"ttft": 1}}', "not an llmbench run"),
     ],
 )

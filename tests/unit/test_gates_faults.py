@@ -209,7 +209,7 @@ FOREIGN = {
     "a-list": (b"[1, 2]", "not an llmbench run"),
     "a-number": (b"3", "not an llmbench run"),
     "null": (b"null", "not an llmbench run"),
-    "schema-3": (None, "schema_version 3"),  # a version this release does not know
+    "schema-4": (None, "schema_version 4"),  # a version this release does not know
     "schema-2-inline": (None, "names its columns file"),  # version 2 without the columns file it must name
     "schema-string": (None, "schema_version '1'"),
     "requests-a-number": (None, "requests"),
@@ -231,7 +231,7 @@ def _foreign(tmp_path, case) -> object:
     if case == "truncated":
         path.write_text(text[: len(text) // 2], encoding="utf-8")
     elif case.startswith("schema"):
-        version = {"schema-3": 3, "schema-2-inline": 2}.get(case, "1")
+        version = {"schema-4": 4, "schema-2-inline": 2}.get(case, "1")
         path.write_text(json.dumps({**data, "schema_version": version}), encoding="utf-8")
     elif case == "requests-a-number":
         path.write_text(json.dumps({**data, "requests": 7}), encoding="utf-8")

@@ -30,6 +30,7 @@ from httpx_sse import EventSource, SSEError
 from llmbench.core.errors import BackendUnavailable, RequestFailed, UserError
 from llmbench.core.redact import redact_url, scrub
 from llmbench.options import RunOptions
+from llmbench.workloads.tools import Ask
 
 redact = redact_url  # the name drivers (ab, load) import: one rule, llmbench.core.redact's
 
@@ -56,10 +57,61 @@ class Stream:
     # (clock, the body's byte count) of each network read the connection received (_StampingHandler): the reads are
     # cut at them when parsed, off the event loop (at_arrival)
     arrivals: list[tuple[int, int]] | None = None
+    # delta.tool_calls: each call assembled across its events, keyed by (choice index, the call's index)
+    calls: dict[tuple[int, int], Call] = field(default_factory=dict)
+    tool_ns: list[int] = field(default_factory=list)  # one per event that carried a tool call's name or arguments
 
     @property
     def text(self) -> str:
         return "".join(self.pieces)
+
+    @property
+    def answered_ns(self) -> int | None:
+        """The arrival of the answer's last event, text or tool call (None: neither came)."""
+        last = [v[-1] for v in (self.stamps_ns, self.tool_ns) if v]
+        return max(last) if last else None
+
+
+@dataclass
+class Call:
+    """One streamed tool call, assembled as OpenAI's streaming format splits it: ``id`` and the function's
+    ``name`` once (a server that repeats them, llama-cpp-python's, sends the same again), ``arguments`` in
+    fragments to append. ``name_ns``: the name's arrival; ``parsed_ns``: the arrival of the fragment after which
+    the arguments first parsed as JSON (the earliest a program could act), None while they don't."""
+
+    id: str | None = None
+    name: str = ""
+    name_ns: int | None = None
+    fragments: list[str] = field(default_factory=list)
+    parsed_ns: int | None = None
+
+    @property
+    def arguments(self) -> str:
+        return "".join(self.fragments)
+
+    def add(self, t: int, fn: dict, call_id: Any) -> bool:
+        """One event's part of this call; whether it carried a name or arguments."""
+        if isinstance(call_id, str) and call_id and self.id is None:
+            self.id = call_id
+        name, args = fn.get("name"), fn.get("arguments")
+        took = False
+        if isinstance(name, str) and name and not self.name:
+            self.name, self.name_ns, took = name, t, True
+        if isinstance(args, str) and args:
+            self.fragments.append(args)
+            took = True
+            # only a fragment that may close the value is worth a parse: a JSON object or array ends with } or ]
+            if self.parsed_ns is None and args.rstrip()[-1:] in ("}", "]") and _parses(self.arguments):
+                self.parsed_ns = t
+        return took
+
+
+def _parses(text: str) -> bool:
+    try:
+        json.loads(text)
+        return True
+    except ValueError:
+        return False
 
 
 def chat_url(url: str) -> str:
@@ -90,15 +142,19 @@ def api_headers(api_key_env: str | None) -> dict[str, str]:
 
 
 def request_body(model: str | None, prompt: str, o: RunOptions, seed: int | None = None,
-                 history: Sequence[dict[str, str]] = ()) -> dict[str, Any]:  # fmt: skip
+                 history: Sequence[dict[str, Any]] = (), ask: Ask | None = None,
+                 tool_step: bool = False) -> dict[str, Any]:  # fmt: skip
     """The JSON body of one streamed chat request (``seed``: this request's, when sampling; ``history``: a
-    session's earlier turns, sent before this one)."""
+    session's earlier turns, sent before this one; ``ask``: the workload's tools, tool choice and response format;
+    ``tool_step``: an agent task's later step, whose ``history`` ends with the tool results it sends)."""
     messages = [{"role": "system", "content": o.system_prompt}] if o.system_prompt else []
+    last = [] if tool_step else [{"role": "user", "content": prompt}]
     body: dict[str, Any] = {
-        "messages": [*messages, *history, {"role": "user", "content": prompt}],
+        "messages": [*messages, *history, *last],
         "stream": True,
         "stream_options": {"include_usage": True},
         **request_extra(o),
+        **(ask.body() if ask is not None else {}),
     }
     if o.sample and seed is not None:
         body["seed"] = seed
@@ -238,8 +294,10 @@ def at_arrival(reads: list[tuple[int, bytes]], arrivals: list[tuple[int, int]]) 
 def parsed(s: Stream, reads: list[tuple[int, bytes]]) -> Stream:
     """``s`` with the events of its reads (:func:`parse_reads`); RequestFailed for a malformed or empty stream."""
     parse_reads(s, at_arrival(reads, s.arrivals) if s.arrivals else reads)
-    if not s.stamps_ns:
+    if not s.stamps_ns and not s.calls:
         raise RequestFailed("the stream carried no content")
+    if s.calls and not all(c.name for c in s.calls.values()):
+        raise RequestFailed("malformed stream: a tool call came without its function's name")
     return s
 
 
@@ -315,8 +373,26 @@ def _take(s: Stream, t: int, data: str) -> None:
         if text and isinstance(text, str):  # a role-only first event (llama.cpp's server, vLLM) is not a token
             s.stamps_ns.append(t)
             s.pieces.append(text)
+        calls = delta.get("tool_calls")
+        if calls:
+            _take_calls(s, t, choice.get("index", 0), calls, data)
         if choice.get("finish_reason") and s.finish_reason is None:
             s.finish_reason, s.finish_ns = str(choice["finish_reason"]), t
+
+
+def _take_calls(s: Stream, t: int, choice: Any, calls: Any, data: str) -> None:
+    """One event's ``delta.tool_calls`` into ``s.calls``; RequestFailed for a malformed one."""
+    if not isinstance(calls, list) or not all(isinstance(c, dict) for c in calls):
+        raise RequestFailed(f"malformed event (tool_calls is not a list of objects): {data[:80]!r}")
+    took = False
+    for position, c in enumerate(calls):
+        index, fn = c.get("index", position), c.get("function") or {}
+        if isinstance(index, bool) or not isinstance(index, int) or not isinstance(fn, dict):
+            raise RequestFailed(f"malformed event (a tool call's index or function): {data[:80]!r}")
+        call = s.calls.setdefault((choice if isinstance(choice, int) else 0, index), Call())
+        took = call.add(t, fn, c.get("id")) or took
+    if took:
+        s.tool_ns.append(t)
 
 
 def _reason(e: Exception) -> str:
@@ -345,6 +421,7 @@ class Counts:
     server: int | None  # usage's answer tokens
     client: int | None  # --tokenizer's count of the answer's text
     reasoning_tokens: int | None
+    tool_call_tokens: int | None = None  # usage's completion tokens beyond the text (and reasoning): tool calls
 
 
 class TokenCounter:
@@ -388,6 +465,12 @@ class TokenCounter:
             server = None
         client = len(self.tok(s.text, add_special_tokens=False)["input_ids"]) if self.tok is not None else None
         prompt_tokens = usage.get("prompt_tokens") if isinstance(usage.get("prompt_tokens"), int) else None
+        if s.calls and server is not None:  # usage counts text and tool calls together
+            if not s.stamps_ns:  # tool calls alone: every completion token is theirs
+                return Counts(prompt_tokens, 0, "usage", 0, client, reasoning, server)
+            if client is None:  # text beside calls, no tokenizer to split them: the text's events
+                return Counts(prompt_tokens, len(s.stamps_ns), "chunks", None, None, reasoning)
+            return Counts(prompt_tokens, client, "tokenizer", None, client, reasoning, max(server - client, 0))
         if server is not None:
             return Counts(prompt_tokens, server, "usage", server, client, reasoning)
         if client is not None:
