@@ -45,7 +45,7 @@ SSE_HEADERS = {
 
 
 class Message(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow")  # an assistant's tool_calls, a tool result's tool_call_id: kept
     role: str
     content: str | None = ""
 
@@ -64,6 +64,9 @@ class ChatRequest(BaseModel):
     seed: int | None = None
     ignore_eos: bool = False  # vLLM's and llama.cpp's extension: generate exactly max_tokens
     stream_options: dict[str, Any] | None = None
+    tools: list[dict[str, Any]] | None = None  # through the model's chat template (its tools branch)
+    tool_choice: str | dict[str, Any] | None = None
+    response_format: dict[str, Any] | None = None  # refused beyond {"type": "text"}: no constrained decoder here
 
 
 @dataclass
@@ -76,6 +79,53 @@ class Prepared:
     max_new_tokens: int
     seed: int | None
     ignore_eos: bool = False  # then an EOS id is one more token (generation goes on), not the end
+    script: ScriptedCall | None = None  # --test-tool-calls: this answer is this call, streamed over its tokens
+
+
+@dataclass
+class ScriptedCall:
+    """A tool call a test server streams in place of the text its random weights generate (``--test-tool-calls``):
+    the name with the first token, then the arguments in fragments of :data:`FRAGMENT_CHARS`, one a token, and
+    the end (finish_reason ``tool_calls``) after the last fragment."""
+
+    name: str
+    arguments: str
+    id: str
+
+    def fragments(self) -> list[str]:
+        a = self.arguments
+        return [a[i : i + FRAGMENT_CHARS] for i in range(0, len(a), FRAGMENT_CHARS)]
+
+
+FRAGMENT_CHARS = 8
+
+
+def example_arguments(schema: dict[str, Any]) -> Any:
+    """A value that matches ``schema`` (the subset tools use: objects, arrays, enums, scalars), made the same way
+    every time: a string is its property's name, a number its minimum or 1; an object has every property."""
+    return _example(schema, "value")
+
+
+def _example(schema: dict[str, Any], name: str) -> Any:
+    if "const" in schema:
+        return schema["const"]
+    if schema.get("enum"):
+        return schema["enum"][0]
+    kind = schema.get("type", "object" if "properties" in schema else "string")
+    kind = kind[0] if isinstance(kind, list) and kind else kind
+    if kind == "object":
+        return {k: _example(v if isinstance(v, dict) else {}, k) for k, v in (schema.get("properties") or {}).items()}
+    if kind == "array":
+        item = schema.get("items")
+        return [_example(item, name)] * max(1, int(schema.get("minItems", 1))) if isinstance(item, dict) else []
+    if kind in ("integer", "number"):
+        low = schema.get("minimum", 1)
+        return int(low) if kind == "integer" else float(low)
+    if kind == "boolean":
+        return True
+    if kind == "null":
+        return None
+    return name
 
 
 class IncrementalText:
@@ -145,10 +195,13 @@ class ModelServer:
         max_tokens: int = 256,
         executor: Executor | None = None,
         reasoning_tokens: int = 0,
+        tool_calls: int = 0,
     ) -> None:
         self.loaded = loaded
         # for tests of reasoning streams: the first N generated tokens go out as delta.reasoning_content
         self.reasoning_tokens = reasoning_tokens
+        # for tests of tool calls: a conversation's first N answers to a request with tools are a scripted call
+        self.tool_calls = tool_calls
         self.max_queue = max_queue
         self.default_max_tokens = max_tokens
         self.executor = executor or generation_thread()
@@ -210,9 +263,18 @@ class ModelServer:
     # -- one request ----------------------------------------------------------------------------------------
 
     def prepare(self, req: ChatRequest) -> Prepared:
-        """Template and tokenize ``req``; ValueError (a 400) when it can't fit the model's context."""
-        messages = [{"role": m.role, "content": m.content or ""} for m in req.messages]
-        enc = encode_messages(self.loaded.tokenizer, messages, self.uses_template)
+        """Template and tokenize ``req``; ValueError (a 400) when it can't fit the model's context, asks for a
+        response format (no constrained decoder here), or offers tools a template without tools can't show."""
+        rf = req.response_format
+        if rf is not None and rf.get("type", "text") != "text":
+            raise ValueError(f"response_format {rf.get('type')!r}: llmbench serve has no constrained decoder (its "
+                             "answers are not held to a schema); use a server with one (llama.cpp, vLLM)")  # fmt: skip
+        tools = req.tools or None
+        if tools and "tools" not in str(getattr(self.loaded.tokenizer, "chat_template", "") or ""):
+            raise ValueError("tools: this model's chat template does not take tools (it would drop them unseen)")
+        # a tool call's or a tool result's fields go to the template as they came
+        messages = [{**m.model_dump(exclude_none=True), "content": m.content or ""} for m in req.messages]
+        enc = encode_messages(self.loaded.tokenizer, messages, self.uses_template, tools)
         input_ids = enc["input_ids"]
         max_new = req.max_completion_tokens or req.max_tokens or self.default_max_tokens
         limit = self.loaded.max_positions
@@ -221,11 +283,29 @@ class ModelServer:
                 f"the prompt has {input_ids.shape[-1]} tokens; with max_tokens {max_new} that exceeds the "
                 f"model's context of {limit}"
             )
+        script = self.script(req, messages)
+        ignore_eos = req.ignore_eos or script is not None  # a scripted call ends after its arguments, not at EOS
         # greedy unless a temperature above 0 is asked for (deterministic by default)
-        kw = generate_kwargs(max_new, ignore_eos=req.ignore_eos, sample=bool(req.temperature),
+        kw = generate_kwargs(max_new, ignore_eos=ignore_eos, sample=bool(req.temperature),
                              temperature=req.temperature, top_p=req.top_p)  # fmt: skip
         kw["attention_mask"] = enc.get("attention_mask")
-        return Prepared(input_ids, kw, int(input_ids.shape[-1]), max_new, req.seed, req.ignore_eos)
+        return Prepared(input_ids, kw, int(input_ids.shape[-1]), max_new, req.seed, ignore_eos, script)
+
+    def script(self, req: ChatRequest, messages: list[dict[str, Any]]) -> ScriptedCall | None:
+        """``--test-tool-calls N``: the call this answer is (the named tool, else the first, with arguments that
+        match its schema), while the conversation has had fewer than N; None: the model's own text."""
+        choice = req.tool_choice
+        if not self.tool_calls or not req.tools or choice == "none":
+            return None
+        if sum(1 for m in messages if m["role"] == "assistant" and m.get("tool_calls")) >= self.tool_calls:
+            return None
+        named = choice.get("function", {}).get("name") if isinstance(choice, dict) else None
+        fns = [t.get("function") or {} for t in req.tools]
+        fn = next((f for f in fns if f.get("name") == named), fns[0]) if named else fns[0]
+        if not isinstance(fn.get("name"), str):
+            raise ValueError("tools[0]: a function needs a name")
+        args = example_arguments(fn.get("parameters") or {})
+        return ScriptedCall(fn["name"], json.dumps(args, ensure_ascii=False), f"call_{uuid.uuid4().hex[:24]}")
 
     def _generate(self, p: Prepared, streamer: TokenStamper, done: Any, cancel: threading.Event) -> int:
         """On the generation thread. Returns the number of new tokens; always posts the end marker."""
@@ -279,9 +359,22 @@ class ModelServer:
                 text = IncrementalText(self.loaded.tokenizer)
                 ended = False  # the finishing chunk went out with the end-of-sequence token
                 seen = 0
+                call, fragments = p.script, p.script.fragments() if p.script else []
                 while (item := await queue.get()) is not None:
                     stamp, ids = item
                     stamps.append(round((stamp - arrived_ns) / 1e6, 3))
+                    if call is not None:  # a scripted call: its name with the first token, a fragment a token
+                        if ended:
+                            continue  # the token in flight when the call ended
+                        first = len(stamps) == 1
+                        part = {"name": call.name, "arguments": ""} if first else {"arguments": fragments.pop(0)}
+                        head = {"id": call.id, "type": "function"} if first else {}
+                        yield _sse(self._chunk(rid, created, {"tool_calls": [{"index": 0, **head, "function": part}]}))
+                        if not first and not fragments:
+                            ended = True
+                            cancel.set()  # the call is whole: the model stops after the token in flight
+                            yield _sse(self._chunk(rid, created, {}, "tool_calls"))
+                        continue
                     piece = text.add(ids)
                     seen += len(ids)
                     if seen <= self.reasoning_tokens:  # a test server's "thinking": real tokens, labelled so
@@ -372,21 +465,19 @@ class ModelServer:
         finally:
             cancel.set()
             self._done(ticket, finished, tokens, p.prompt_tokens)
+        message: dict[str, Any] = {"role": "assistant",
+                                   "content": self.loaded.tokenizer.decode(ids, skip_special_tokens=True)}  # fmt: skip
+        finish = "length" if tokens >= p.max_new_tokens else "stop"
+        if p.script is not None:  # the scripted call, whole (a test server's answer is the call, not the text)
+            message = {"role": "assistant", "content": None, "tool_calls": [{"id": p.script.id, "type": "function",
+                       "function": {"name": p.script.name, "arguments": p.script.arguments}}]}  # fmt: skip
+            finish = "tool_calls"
         return {
             "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
             "object": "chat.completion",
             "created": int(time.time()),
             "model": self.loaded.name,
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {
-                        "role": "assistant",
-                        "content": self.loaded.tokenizer.decode(ids, skip_special_tokens=True),
-                    },
-                    "finish_reason": "length" if tokens >= p.max_new_tokens else "stop",
-                }
-            ],
+            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
             "usage": _usage(p.prompt_tokens, tokens),
         }
 
@@ -441,14 +532,17 @@ def create_app(
     max_tokens: int = 256,
     executor: Executor | None = None,
     reasoning_tokens: int = 0,
+    tool_calls: int = 0,
 ) -> FastAPI:
     """The FastAPI app around ``loaded``: ``POST /v1/chat/completions``, ``GET /v1/models``, ``GET /health``,
     ``GET /metrics`` (Prometheus: queue depth, requests, tokens), ``GET /`` (the page). ``executor``: the thread
     that loaded the model (default: the process's generation thread,
     :func:`~llmbench.engines.hf.generation.generation_thread`). ``reasoning_tokens``: for tests, send the first N
-    tokens of every answer as reasoning (``delta.reasoning_content``, counted in usage's details)."""
+    tokens of every answer as reasoning (``delta.reasoning_content``, counted in usage's details); ``tool_calls``:
+    for tests, a conversation's first N answers to a request with tools are a scripted call
+    (:class:`ScriptedCall`), streamed over the tokens the model generates."""
     server = ModelServer(loaded, max_queue=max_queue, max_tokens=max_tokens, executor=executor,
-                         reasoning_tokens=reasoning_tokens)  # fmt: skip
+                         reasoning_tokens=reasoning_tokens, tool_calls=tool_calls)  # fmt: skip
     app = FastAPI(title="llmbench serve", docs_url=None, redoc_url=None)
     app.state.server = server
     html = page_html()
@@ -506,8 +600,9 @@ def create_app(
 
 
 def prepare(
-    spec: Any, host: str, port: int, *, max_queue: int = 4, max_tokens: int = 256, reasoning_tokens: int = 0
-) -> tuple[FastAPI, LoadedModel]:
+    spec: Any, host: str, port: int, *, max_queue: int = 4, max_tokens: int = 256, reasoning_tokens: int = 0,
+    tool_calls: int = 0,
+) -> tuple[FastAPI, LoadedModel]:  # fmt: skip
     """Everything ``llmbench serve`` does before it listens: the limits and the model's options checked, the port
     free, the model (a :class:`~llmbench.options.ModelOptions`) loaded on the thread that will generate (a
     status line on stderr meanwhile), and its app. UserError for what can't be served."""
@@ -523,11 +618,15 @@ def prepare(
         raise UserError(f"--max-tokens must be 1 to {MAX_PROMPT_TOKENS:,}, not {max_tokens}")
     if not 0 <= reasoning_tokens <= MAX_PROMPT_TOKENS:
         raise UserError(f"--test-reasoning-tokens must be 0 to {MAX_PROMPT_TOKENS:,}, not {reasoning_tokens}")
+    if not 0 <= tool_calls <= MAX_PROMPT_TOKENS:
+        raise UserError(f"--test-tool-calls must be 0 to {MAX_PROMPT_TOKENS:,}, not {tool_calls}")
     models.validate(spec)
     check_port(host, port)
     with display.err.status(f"loading {spec.model} ({spec.weights} weights) ..."):
         loaded = generation_thread().run(models.load_model, spec)  # on the thread that will generate
-    return create_app(loaded, max_queue=max_queue, max_tokens=max_tokens, reasoning_tokens=reasoning_tokens), loaded
+    app = create_app(loaded, max_queue=max_queue, max_tokens=max_tokens, reasoning_tokens=reasoning_tokens,
+                     tool_calls=tool_calls)  # fmt: skip
+    return app, loaded
 
 
 def check_port(host: str, port: int) -> None:

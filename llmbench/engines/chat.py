@@ -18,11 +18,14 @@ def messages_for(
     return [*messages, *history, {"role": "user", "content": prompt}]
 
 
-def chat_inputs(tokenizer: Any, messages: list[dict], use_template: bool) -> tuple[str, bool]:
+def chat_inputs(tokenizer: Any, messages: list[dict], use_template: bool,
+                tools: list[dict] | None = None) -> tuple[str, bool]:  # fmt: skip
     """(text, add_special_tokens) to tokenize: the chat template with the assistant's turn opened (it holds its
-    own special tokens) when ``use_template``, else the contents joined by blank lines."""
+    own special tokens) when ``use_template``, else the contents joined by blank lines. ``tools``: given to the
+    template (its tools branch writes them into the system turn)."""
     if use_template:
-        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True), False
+        kw = {"tools": tools} if tools else {}
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **kw), False
     return "\n\n".join(str(m.get("content", "")) for m in messages), True
 
 

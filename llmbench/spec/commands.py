@@ -402,6 +402,8 @@ class ServeSection(Section):
     max_queue: int = setting(4, "Requests that may wait while one generates; more get 429.", ge=0)
     test_reasoning_tokens: int = setting(0, "For tests: send each answer's first N tokens as reasoning.", hidden=True,
                                          ge=0)  # fmt: skip
+    test_tool_calls: int = setting(0, "For tests: answer a conversation's first N requests with tools with a "
+                                   "scripted tool call.", hidden=True, ge=0)  # fmt: skip
     max_tokens: int = setting(256, "max_tokens when a request gives none.", ge=1)
 
 

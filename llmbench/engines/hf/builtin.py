@@ -43,17 +43,55 @@ QWEN_PATTERN = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
 
-# ChatML as Qwen2.5-Instruct's template writes it (without tool calls), default system prompt included,
-# so a random-weights run sees the same prompt lengths as the real model.
+# Qwen2.5's added tokens after its specials, in id order (151646-151658), each one token as the real tokenizer has
+# them: the vision ones special, <tool_call> and </tool_call> (in every tool-call prompt) not (a decode keeps them)
+QWEN_ADDED_SPECIAL = (
+    "<|object_ref_start|>", "<|object_ref_end|>", "<|box_start|>", "<|box_end|>", "<|quad_start|>", "<|quad_end|>",
+    "<|vision_start|>", "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>",
+)  # fmt: skip
+QWEN_ADDED_TOKENS = (*QWEN_ADDED_SPECIAL, "<tool_call>", "</tool_call>")
+QWEN_FIRST_ADDED = 151646
+
+_QWEN_DEFAULT_SYSTEM = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+
+# ChatML as Qwen2.5-Instruct's template writes it, tool calls included (its tools' system prompt, an assistant's
+# <tool_call> blocks, tool results as <tool_response> in a user turn), default system prompt included, so a
+# random-weights run sees the same prompts as the real model
 QWEN_CHAT_TEMPLATE = (
+    "{%- if tools %}"
+    "{{- '<|im_start|>system\\n' }}"
+    "{%- if messages[0]['role'] == 'system' %}{{- messages[0]['content'] }}"
+    f"{{%- else %}}{{{{- '{_QWEN_DEFAULT_SYSTEM}' }}}}{{%- endif %}}"
+    "{{- '\\n\\n# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\nYou are provided "
+    "with function signatures within <tools></tools> XML tags:\\n<tools>' }}"
+    "{%- for tool in tools %}{{- '\\n' }}{{- tool | tojson }}{%- endfor %}"
+    "{{- '\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments within "
+    '<tool_call></tool_call> XML tags:\\n<tool_call>\\n{"name": <function-name>, "arguments": '
+    "<args-json-object>}\\n</tool_call><|im_end|>\\n' }}"
+    "{%- else %}"
     "{%- if messages[0]['role'] == 'system' %}"
     "{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}"
     "{%- else %}"
-    "{{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\\n' }}"
+    f"{{{{- '<|im_start|>system\\n{_QWEN_DEFAULT_SYSTEM}<|im_end|>\\n' }}}}"
+    "{%- endif %}"
     "{%- endif %}"
     "{%- for message in messages %}"
-    "{%- if not (message['role'] == 'system' and loop.first) %}"
-    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{%- if (message.role == 'user') or (message.role == 'system' and not loop.first) or "
+    "(message.role == 'assistant' and not message.tool_calls) %}"
+    "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}"
+    "{%- elif message.role == 'assistant' %}"
+    "{{- '<|im_start|>' + message.role }}"
+    "{%- if message.content %}{{- '\\n' + message.content }}{%- endif %}"
+    "{%- for tool_call in message.tool_calls %}"
+    "{%- if tool_call.function is defined %}{%- set tool_call = tool_call.function %}{%- endif %}"
+    '{{- \'\\n<tool_call>\\n{"name": "\' }}{{- tool_call.name }}{{- \'", "arguments": \' }}'
+    "{{- tool_call.arguments | tojson }}{{- '}\\n</tool_call>' }}"
+    "{%- endfor %}"
+    "{{- '<|im_end|>\\n' }}"
+    "{%- elif message.role == 'tool' %}"
+    "{%- if (loop.index0 == 0) or (messages[loop.index0 - 1].role != 'tool') %}{{- '<|im_start|>user' }}{%- endif %}"
+    "{{- '\\n<tool_response>\\n' }}{{- message.content }}{{- '\\n</tool_response>' }}"
+    "{%- if loop.last or (messages[loop.index0 + 1].role != 'tool') %}{{- '<|im_end|>\\n' }}{%- endif %}"
     "{%- endif %}"
     "{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
@@ -94,9 +132,12 @@ def qwen_tokenizer():
         eos_token="<|im_end|>",
         pad_token="<|endoftext|>",
     )
+    tok.add_tokens(list(QWEN_ADDED_SPECIAL), special_tokens=True)
+    tok.add_tokens(list(QWEN_ADDED_TOKENS[len(QWEN_ADDED_SPECIAL) :]), special_tokens=False)
     tok.chat_template = QWEN_CHAT_TEMPLATE
     ids = {t: tok.convert_tokens_to_ids(t) for t in QWEN_SPECIAL_TOKENS}
-    if ids != QWEN_SPECIAL_TOKENS:
+    added = [tok.convert_tokens_to_ids(t) for t in QWEN_ADDED_TOKENS]
+    if ids != QWEN_SPECIAL_TOKENS or added != list(range(QWEN_FIRST_ADDED, QWEN_FIRST_ADDED + len(added))):
         # A different vocabulary file would shift every id: refuse rather than measure another tokenizer.
         raise UserError(f"dashscope's qwen.tiktoken gives special-token ids {ids}, expected {QWEN_SPECIAL_TOKENS}")
     return tok

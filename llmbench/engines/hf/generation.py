@@ -88,9 +88,9 @@ class StopCriterion(StoppingCriteria):
         )
 
 
-def encode_messages(tokenizer, messages: list[dict], use_template: bool):
+def encode_messages(tokenizer, messages: list[dict], use_template: bool, tools: list[dict] | None = None):
     """Chat messages -> ``{"input_ids", "attention_mask"}`` tensors (see :func:`llmbench.engines.chat.chat_inputs`)."""
-    text, special = chat_inputs(tokenizer, messages, use_template)
+    text, special = chat_inputs(tokenizer, messages, use_template, tools)
     return tokenizer(text, return_tensors="pt", add_special_tokens=special)
 
 
