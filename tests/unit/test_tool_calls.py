@@ -208,9 +208,8 @@ def test_a_share_has_its_wilson_interval_and_a_constraints_first_use_is_apart():
 
 
 def test_the_builtin_qwen_template_shows_tools_calls_and_results_as_qwen_writes_them(qwen_tokenizer):
-    messages = [{"role": "user", "content": "weather?"},
-                {"role": "assistant", "content": None, "tool_calls": [
-                    {"id": "c", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "P"}'}}]},
+    call = {"id": "c", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "P"}'}}
+    messages = [{"role": "user", "content": "weather?"}, {"role": "assistant", "content": None, "tool_calls": [call]},
                 {"role": "tool", "tool_call_id": "c", "content": "21 C"}]  # fmt: skip
     text = qwen_tokenizer.apply_chat_template(messages, tools=[WEATHER], tokenize=False, add_generation_prompt=True)
     assert "# Tools" in text and json.dumps(WEATHER) in text
