@@ -270,3 +270,42 @@ def caching_server(tokenizer, block: int = 16, ms_per_uncached_token: float = 0.
     app.state.cache = set()
     app.state.log = []
     return app
+
+
+def grammar_server(compile_ms: float = 150.0, gap_ms: float = 5.0) -> Starlette:
+    """A server that compiles a request's JSON schema into a grammar the first time it sees it (``compile_ms``,
+    slept: the ground truth) and keeps it, as vLLM's and SGLang's grammar caches do; then streams a JSON object
+    that matches the schema's first required string or enum property, in three events ``gap_ms`` apart.
+    ``app.state.compiled`` counts the compiles."""
+
+    async def chat(request: Request):
+        body = await request.json()
+        rf = body.get("response_format") or {}
+        schema = (rf.get("json_schema") or {}).get("schema") or rf.get("schema") or {}
+        key = json.dumps(schema, sort_keys=True)
+        fresh = key not in app.state.grammars
+        app.state.grammars.add(key)
+
+        async def events():
+            if fresh:
+                app.state.compiled += 1
+                await asyncio.sleep(compile_ms / 1000)
+            name = (schema.get("required") or ["answer"])[0]
+            enum = ((schema.get("properties") or {}).get(name) or {}).get("enum")
+            value = json.dumps(enum[0] if enum else "ok")
+            for k, piece in enumerate(("{", f'"{name}": ', f"{value}}}")):
+                if k:
+                    await asyncio.sleep(gap_ms / 1000)
+                yield "data: " + json.dumps({"choices": [{"index": 0, "delta": {"content": piece}}]}) + "\n\n"
+            yield "data: [DONE]\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    async def models(_request: Request) -> JSONResponse:
+        return JSONResponse({"object": "list", "data": [{"id": "grammar-stub", "object": "model"}]})
+
+    app = Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"]),
+                            Route("/v1/models", models)])  # fmt: skip
+    app.state.grammars = set()
+    app.state.compiled = 0
+    return app

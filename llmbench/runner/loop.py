@@ -300,11 +300,13 @@ class RunLoop:
     async def _warm_up(self) -> None:
         for t in self.tracks:
             pset = t.prompts or self.prompts
-            n = len(pset.prompts)
+            # an agent task's later step can't stand alone (it answers a call): warm-ups send first steps
+            firsts = [i for i in range(len(pset.prompts)) if pset.request(i, -1).tool_result is None]
+            n = len(firsts)
             await self._activate(t)
             t0 = time.perf_counter()
             for w in range(self.warmup):
-                i = n - 1 - w % n
+                i = firsts[n - 1 - w % n]
                 # a workload with shared prefixes warms up on a prompt of its own (prompt_index -1)
                 req = (
                     Request(pset.warmup[w % len(pset.warmup)], -1, -1 - w)
