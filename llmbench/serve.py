@@ -8,6 +8,12 @@ at once would only share the same cores and both slow down). Up to ``max_queue``
 their streams open (their TTFT includes the wait, as a user's would); beyond that a request gets 429 with
 ``Retry-After`` at once. A client that disconnects, waiting or generating, stops its generation after the
 token in flight.
+
+Tools go through the model's chat template (its tools branch; a template without one is refused, never dropped
+unseen); ``response_format`` is refused (no constrained decoder in this build). For tests, ``--test-tool-calls N``
+streams a conversation's first N answers to a request with tools as a scripted call over the model's own tokens.
+Why one module of 600-odd lines: the request's checks, the queue and the stream it writes are one contract with
+the client, and the stream's events are what llmbench measures; split, a change to one would not show in the other.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from llmbench.engines.hf.generation import (
     generation_thread,
 )
 from llmbench.engines.hf.models import LoadedModel
+from llmbench.workloads import tools
 
 SSE_HEADERS = {
     "Cache-Control": "no-cache",
@@ -98,34 +105,6 @@ class ScriptedCall:
 
 
 FRAGMENT_CHARS = 8
-
-
-def example_arguments(schema: dict[str, Any]) -> Any:
-    """A value that matches ``schema`` (the subset tools use: objects, arrays, enums, scalars), made the same way
-    every time: a string is its property's name, a number its minimum or 1; an object has every property."""
-    return _example(schema, "value")
-
-
-def _example(schema: dict[str, Any], name: str) -> Any:
-    if "const" in schema:
-        return schema["const"]
-    if schema.get("enum"):
-        return schema["enum"][0]
-    kind = schema.get("type", "object" if "properties" in schema else "string")
-    kind = kind[0] if isinstance(kind, list) and kind else kind
-    if kind == "object":
-        return {k: _example(v if isinstance(v, dict) else {}, k) for k, v in (schema.get("properties") or {}).items()}
-    if kind == "array":
-        item = schema.get("items")
-        return [_example(item, name)] * max(1, int(schema.get("minItems", 1))) if isinstance(item, dict) else []
-    if kind in ("integer", "number"):
-        low = schema.get("minimum", 1)
-        return int(low) if kind == "integer" else float(low)
-    if kind == "boolean":
-        return True
-    if kind == "null":
-        return None
-    return name
 
 
 class IncrementalText:
@@ -269,12 +248,12 @@ class ModelServer:
         if rf is not None and rf.get("type", "text") != "text":
             raise ValueError(f"response_format {rf.get('type')!r}: llmbench serve has no constrained decoder (its "
                              "answers are not held to a schema); use a server with one (llama.cpp, vLLM)")  # fmt: skip
-        tools = req.tools or None
-        if tools and "tools" not in str(getattr(self.loaded.tokenizer, "chat_template", "") or ""):
+        offered = req.tools or None
+        if offered and "tools" not in str(getattr(self.loaded.tokenizer, "chat_template", "") or ""):
             raise ValueError("tools: this model's chat template does not take tools (it would drop them unseen)")
         # a tool call's or a tool result's fields go to the template as they came
         messages = [{**m.model_dump(exclude_none=True), "content": m.content or ""} for m in req.messages]
-        enc = encode_messages(self.loaded.tokenizer, messages, self.uses_template, tools)
+        enc = encode_messages(self.loaded.tokenizer, messages, self.uses_template, offered)
         input_ids = enc["input_ids"]
         max_new = req.max_completion_tokens or req.max_tokens or self.default_max_tokens
         limit = self.loaded.max_positions
@@ -304,7 +283,7 @@ class ModelServer:
         fn = next((f for f in fns if f.get("name") == named), fns[0]) if named else fns[0]
         if not isinstance(fn.get("name"), str):
             raise ValueError("tools[0]: a function needs a name")
-        args = example_arguments(fn.get("parameters") or {})
+        args = tools.example_arguments(fn.get("parameters") or {})
         return ScriptedCall(fn["name"], json.dumps(args, ensure_ascii=False), f"call_{uuid.uuid4().hex[:24]}")
 
     def _generate(self, p: Prepared, streamer: TokenStamper, done: Any, cancel: threading.Event) -> int:

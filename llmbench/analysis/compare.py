@@ -66,6 +66,9 @@ METRICS: dict[str, tuple[str, int]] = {
     "output_tokens": ("out tokens", 0),
     "decode_tokens_per_s": ("decode tok/s", +1),
     "decode_chars_per_s": ("decode chars/s", +1),  # the same speed in visible characters: across tokenizers
+    # what a program waits for (an answer of tool calls has no TTFT): the first call's name, its arguments whole
+    "tool_name_ms": ("tool name ms", -1),
+    "tool_args_ms": ("tool args ms", -1),
     # the cold start, a sample a worker process (ab --processes): :mod:`.startup`
     "load_s": ("load s", -1),
     "ready_s": ("ready s", -1),
@@ -577,13 +580,14 @@ def _rising(stamps: Any) -> bool:
 def _bad_figure(r: Any) -> str | None:
     """What about one request no run can record (its field and value), or None. Run files are validated when
     read, but a scalar read skips the requests' invariants, and a hand-edited file can hold any number."""
-    if not _is_time(r.ttft_ms):
+    texted = r.ttft_ms is not None  # an answer of tool calls alone has no text: no TTFT, 0 text tokens
+    if texted and not _is_time(r.ttft_ms):
         return f"ttft_ms {r.ttft_ms!r}"
-    if not (_is_time(r.e2e_ms) and r.e2e_ms >= r.ttft_ms):
+    if not (_is_time(r.e2e_ms) and r.e2e_ms >= (r.ttft_ms if texted else 0)):
         return f"e2e_ms {r.e2e_ms!r} (ttft_ms {r.ttft_ms!r})"
     if r.tpot_ms is not None and not _is_time(r.tpot_ms):
         return f"tpot_ms {r.tpot_ms!r}"
-    if not (isinstance(r.output_tokens, int) and 1 <= r.output_tokens <= _MAX_TOKENS):
+    if not (isinstance(r.output_tokens, int) and int(texted) <= r.output_tokens <= _MAX_TOKENS):
         return f"output_tokens {r.output_tokens!r}"
     stamps = getattr(r, "token_times_ms", None)  # read only for the gaps
     # from ttft_ms, non-decreasing, to a finite end: then every stamp is finite (NaN fails every comparison)

@@ -25,7 +25,8 @@ from llmbench.analysis.variance import RUN_STATS, stats_with_intervals
 from llmbench.history.db import Result
 from llmbench.machine.envinfo import isa_flags
 
-RUN_METRICS = ("ttft_ms", "tpot_ms", "e2e_ms", "decode_tokens_per_s", "prefill_tokens_per_s")
+RUN_METRICS = ("ttft_ms", "tpot_ms", "e2e_ms", "decode_tokens_per_s", "prefill_tokens_per_s", "tool_name_ms",
+               "tool_args_ms", "task_e2e_ms")  # fmt: skip
 STATS = RUN_STATS
 
 
@@ -86,6 +87,7 @@ def machine_id(machine: dict[str, Any]) -> str:
 
 def run_metrics(run: Any) -> list[dict[str, Any]]:
     """Every recorded metric of a run, per request, with intervals."""
+    from llmbench.results.agents import task_times, tasks_of
     from llmbench.results.metrics import decode_tokens_per_s, prefill_tokens_per_s
 
     per_request = {
@@ -94,6 +96,9 @@ def run_metrics(run: Any) -> list[dict[str, Any]]:
         "e2e_ms": [r.e2e_ms for r in run.requests],
         "decode_tokens_per_s": [decode_tokens_per_s(r) for r in run.requests],
         "prefill_tokens_per_s": [prefill_tokens_per_s(r) for r in run.requests],
+        "tool_name_ms": [getattr(r, "tool_name_ms", None) for r in run.requests],
+        "tool_args_ms": [getattr(r, "tool_args_ms", None) for r in run.requests],
+        "task_e2e_ms": [task_times(t)[0] for t in tasks_of(run.requests)[0]],  # one a whole agent task
     }
     rows: list[dict[str, Any]] = []
     for metric in RUN_METRICS:

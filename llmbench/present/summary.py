@@ -59,6 +59,46 @@ def server_boot_line(run: Any) -> str | None:
     return line
 
 
+def _share(s: Any) -> str:
+    return f"{s.k} of {s.n} ({s.share:.0%}, 95% CI {s.low:.0%}-{s.high:.0%})"
+
+
+def agent_lines(run: Any) -> list[str]:
+    """What a program waited for: tool calls and their arguments' validity, structured output, a constraint's first
+    use against its later uses, and agent tasks split into model and tool time (none without them)."""
+    s = run.summary
+    if s is None:
+        return []
+    lines = []
+    if s.tool_answers is not None:
+        line = f"tool calls: {_share(s.tool_answers)} answers called a tool"
+        if s.tool_args_valid is not None and s.tool_args_valid.n:
+            line += f"; arguments valid in {_share(s.tool_args_valid)}"
+        if s.tool_calls_per_answer is not None:
+            line += f"; {s.tool_calls_per_answer.mean:.2f} calls an answer"
+        lines.append(line)
+    if s.output_valid is not None:
+        lines.append(f"structured output: {_share(s.output_valid)} answers match their schema")
+    if s.constraint_first_use_ms is not None or s.constraint_reuse_ms is not None:
+        parts = [f"{name} p50 {st.p50:.1f} ms (n={st.n})" for name, st in (("first use", s.constraint_first_use_ms),
+                 ("later uses", s.constraint_reuse_ms)) if st is not None]  # fmt: skip
+        lines.append(
+            "a constraint's first answer event: "
+            + ", ".join(parts)
+            + ("" if s.constraint_first_use_ms is not None else " (warm-ups sent every constraint first: --warmup 0)")
+        )
+    t = s.tasks
+    if t is not None and t.e2e_ms is not None and t.model_ms is not None and t.tool_ms is not None:
+        share = f" (model {t.model_share:.0%})" if t.model_share is not None else ""
+        line = (f"agent tasks: {t.tasks} whole ({t.tasks_partial} partial, {t.ended_by_answer} ended by an answer), "
+                f"{t.steps.mean if t.steps else 0:.1f} steps; end to end mean {t.e2e_ms.mean:.0f} ms = model "
+                f"{t.model_ms.mean:.0f} + tool {t.tool_ms.mean:.0f}{share}")  # fmt: skip
+        if t.cached_tokens_share_later_steps is not None:
+            line += f"; later steps' prompt tokens cached {t.cached_tokens_share_later_steps:.0%}"
+        lines.append(line)
+    return lines
+
+
 def detail_lines(run: Any, *, machine: bool = False) -> list[str]:
     """What the run cost, its cold start, and what the server and its cache said; with ``machine``, the
     machine's record too."""
@@ -70,7 +110,7 @@ def detail_lines(run: Any, *, machine: bool = False) -> list[str]:
 
 def summary_lines(run: Any, *, machine: bool = False) -> list[str]:
     """Every line under the summary table, in the order they are shown."""
-    return workload_lines(run) + detail_lines(run, machine=machine)
+    return workload_lines(run) + agent_lines(run) + detail_lines(run, machine=machine)
 
 
 def print_summary(run: Any, *, machine: bool = False) -> None:

@@ -141,6 +141,9 @@ SHAPE_ROWS = (
     ("reader stalls", "reader_stalls", 2),
     ("Andes QoE", "andes_qoe", 3),
     ("fluidity", "fluidity", 3),
+    # what a program waits for (llmbench.results.agents): shown when the answers called tools
+    ("tool name (ms)", "tool_name_ms", 1),
+    ("tool args whole (ms)", "tool_args_ms", 1),
 )
 
 

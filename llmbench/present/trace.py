@@ -8,8 +8,11 @@ file") and chrome://tracing open: the run's requests on a shared timeline, each 
   "prefill (until first token)"; or, when nothing inside the TTFT is known, one "time to first token" slice.
   Then one "gap" slice per arrival after the first (stamps that share a time arrive together and share a slice:
   a speculative bundle, a burst), and a "tail" slice from the last stamp to ``e2e_ms`` when that is later.
-- Marks beside the tiling: "sent late" before the start (an open-loop request sent after its due time), "first
-  reasoning event" and "stream end" instants.
+- An answer of tool calls alone (no text stamps) is tiled "until the tool call's name", "tool call arguments" (to
+  its calls' arguments whole) and a "tail" to ``e2e_ms``.
+- Marks beside the tiling: "sent late" before the start (an open-loop request sent after its due time), "tool"
+  before an agent task's step (the wait for the previous step's tool: ``tool_wait_ms``), "first reasoning event",
+  "tool call name", "tool call arguments whole" and "stream end" instants.
 - The reader's stalls (:mod:`llmbench.results.reader`, at the run's pace): each wait over ``STALL_MS`` is a
   "stall" slice on a "reader" track under the request (only requests that stall get one), coloured as bad.
 - Counters ("C"): requests in flight (each request from its start to the later of its E2E and its stream's end),
@@ -162,7 +165,14 @@ def _request_events(r: RequestResult, pid: int, tid: int, pace: Pace,
         ts = max(0, start - _us(late))
         yield {"name": "sent late", "cat": "schedule", "ph": "X", "ts": ts, "dur": start - ts, **base,
                "args": {"send_lateness_ms": late, "scheduled_s": r.scheduled_s}}  # fmt: skip
-    for mark, ms in (("first reasoning event", r.ttfrt_ms), ("stream end", r.stream_end_ms)):
+    wait = r.tool_wait_ms
+    if wait is not None and _finite(wait) and _us(wait) > 0:  # an agent task's step: the tool ran before it
+        ts = max(0, start - _us(wait))
+        yield {"name": "tool", "cat": "agent", "ph": "X", "ts": ts, "dur": start - ts, **base,
+               "args": {"tool_wait_ms": wait, "tool_wait_set_ms": r.tool_wait_set_ms}}  # fmt: skip
+    marks = (("first reasoning event", r.ttfrt_ms), ("tool call name", r.tool_name_ms),
+             ("tool call arguments whole", r.tool_calls_ms), ("stream end", r.stream_end_ms))  # fmt: skip
+    for mark, ms in marks:
         if ms is not None and _finite(ms) and (mark != "stream end" or _us(ms) > at):
             yield {"name": mark, "cat": "mark", "ph": "i", "s": "t", "ts": start + _us(ms), **base,
                    "args": {"at_ms": ms}}  # fmt: skip
@@ -179,8 +189,16 @@ def _request_events(r: RequestResult, pid: int, tid: int, pace: Pace,
 
 def _tiling(r: RequestResult) -> list[tuple[str, str, int, dict[str, Any]]]:
     """(name, category, end in whole us from the request's start, args) of each slice, in order: the TTFT's
-    parts, one per arrival after the first, the tail. Empty for a request without stamps."""
+    parts, one per arrival after the first, the tail; an answer of tool calls alone: until its name, its
+    arguments, the tail. Empty for a request without stamps."""
     times = r.token_times_ms
+    if not times and r.tool_name_ms is not None and _finite(r.tool_name_ms):  # tool calls alone, no text
+        name = min(_us(r.tool_name_ms), _us(r.e2e_ms))
+        whole = max(name, min(_us(r.tool_calls_ms or r.e2e_ms), _us(r.e2e_ms)))
+        called = {"tool_name_ms": r.tool_name_ms, "tool_calls_ms": r.tool_calls_ms, "e2e_ms": r.e2e_ms,
+                  "tool_calls": r.tool_calls, "tool_call_names": r.tool_call_names}  # fmt: skip
+        return [("until the tool call's name", "ttft", name, called), ("tool call arguments", "tool", whole, {}),
+                ("tail", "tail", _us(r.e2e_ms), {})]  # fmt: skip
     if not times or not all(_finite(t) for t in times):
         return []
     ttft, pieces = _us(times[0]), _offsets(r)

@@ -74,25 +74,32 @@ def task_times(steps: Sequence[RequestResult]) -> tuple[float, float, float, flo
     return round(e2e, 3), round(sum(model), 3), round(tool, 3), round(sum(r.tool_wait_set_ms or 0.0 for r in steps), 3)
 
 
-def task_figures(requests: Sequence[RequestResult]) -> TaskFigures | None:
-    """The agent tasks' figures (a task: one conversation and repeat whose steps answer tool calls); None when the
-    run has none. A task counts when its first step and every later step it sent finished (``tasks_partial``:
-    those that don't)."""
-    grouped: dict[tuple[int, int], list[RequestResult]] = defaultdict(list)
+def tasks_of(requests: Sequence[Any]) -> tuple[list[list[Any]], int]:
+    """(the whole tasks, each its steps in order; how many are partial): a task is one conversation and repeat
+    whose steps answer tool calls, whole when its first step and every later step it sent finished (a failed step
+    ends its task, its later steps never sent). ([], 0) when no step answered a call: no task went on."""
+    if not any(getattr(r, "tool_wait_set_ms", None) is not None for r in requests):
+        return [], 0
+    grouped: dict[tuple[int, int], list[Any]] = defaultdict(list)
     for r in requests:
         if r.conversation is not None and r.turn is not None and r.tool_calls is not None:
             grouped[(r.conversation, r.repeat)].append(r)
-    if not any(r.tool_wait_set_ms is not None for r in requests):  # no step answered a tool call: no task went on
-        return None
     tasks = [sorted(v, key=lambda r: r.turn or 0) for v in grouped.values()]
-    # a failed step ends its task (its later steps are never sent): a task is whole when its steps run 0, 1, ...
     whole = [t for t in tasks if [r.turn for r in t] == list(range(len(t)))]
+    return whole, len(tasks) - len(whole)
+
+
+def task_figures(requests: Sequence[RequestResult]) -> TaskFigures | None:
+    """The agent tasks' figures (:func:`tasks_of`); None when the run has none."""
+    whole, partial = tasks_of(requests)
+    if not whole and not partial:
+        return None
     times = [task_times(t) for t in whole]
     later = [r for t in whole for r in t[1:] if r.cached_tokens is not None and r.prompt_tokens]
     prompt = sum(r.prompt_tokens or 0 for r in later)
     return TaskFigures(
         tasks=len(whole),
-        tasks_partial=len(tasks) - len(whole),
+        tasks_partial=partial,
         ended_by_answer=sum(not t[-1].tool_calls for t in whole),
         steps=describe(len(t) for t in whole),
         e2e_ms=describe(x[0] for x in times),

@@ -873,6 +873,8 @@ class RequestScalars(_Lean):
     pinned_cpu: Count | None = None
     tokenize_ms: Ms = 0.0
     ttft_only: bool = False
+    tool_name_ms: Finite | None = None  # compare's rows of what a program waits for
+    tool_args_ms: Finite | None = None
     cached_tokens: Count | None = None  # compare's lever lines: the prefix's length, the first lossless mismatch
     lossless: bool | None = None
     first_difference: Count | None = None

@@ -239,3 +239,32 @@ def record(prompts: Any) -> dict[str, Any]:
             "tool_names": sorted({n for a in asks for n in a.tool_names()}),
             "constraints": len({c for a in asks if (c := a.constraint_sha256()) is not None}),
             "tasks": sum(bool(a.results) for a in asks)}  # fmt: skip
+
+
+def example_arguments(schema: dict[str, Any]) -> Any:
+    """A value that matches ``schema`` (the subset tools use: objects, arrays, enums, scalars), made the same way
+    every time: a string is its property's name, a number its minimum or 1; an object has every property. What
+    ``llmbench serve --test-tool-calls`` sends as a scripted call's arguments."""
+    return _example(schema, "value")
+
+
+def _example(schema: dict[str, Any], name: str) -> Any:
+    if "const" in schema:
+        return schema["const"]
+    if schema.get("enum"):
+        return schema["enum"][0]
+    kind = schema.get("type", "object" if "properties" in schema else "string")
+    kind = kind[0] if isinstance(kind, list) and kind else kind
+    if kind == "object":
+        return {k: _example(v if isinstance(v, dict) else {}, k) for k, v in (schema.get("properties") or {}).items()}
+    if kind == "array":
+        item = schema.get("items")
+        return [_example(item, name)] * max(1, int(schema.get("minItems", 1))) if isinstance(item, dict) else []
+    if kind in ("integer", "number"):
+        low = schema.get("minimum", 1)
+        return int(low) if kind == "integer" else float(low)
+    if kind == "boolean":
+        return True
+    if kind == "null":
+        return None
+    return name

@@ -18,8 +18,9 @@ from llmbench.drivers.run import run as run_driver
 from llmbench.options import EndpointOptions, RunOptions
 from llmbench.results.agents import task_times
 from llmbench.results.storage import load_run
-from llmbench.serve import FRAGMENT_CHARS, create_app, example_arguments
+from llmbench.serve import FRAGMENT_CHARS, create_app
 from llmbench.workloads.prompts import load_prompts
+from llmbench.workloads.tools import example_arguments
 from tests.delayed_model import delayed_loaded
 from tests.servers import BackgroundServer, grammar_server
 

@@ -222,8 +222,8 @@ def test_the_builtin_qwen_template_shows_tools_calls_and_results_as_qwen_writes_
 
 
 def test_serves_scripted_arguments_match_the_tools_schema():
-    from llmbench.serve import ScriptedCall, example_arguments
-    from llmbench.workloads.tools import validator
+    from llmbench.serve import ScriptedCall
+    from llmbench.workloads.tools import example_arguments, validator
 
     schema = {"type": "object", "properties": {
         "city": {"type": "string"}, "unit": {"enum": ["c", "f"]}, "days": {"type": "integer", "minimum": 2},
