@@ -65,10 +65,21 @@ Schema history (bump ``SCHEMA_VERSION`` on any change a reader of the old versio
     dict-shaped record (config.reader/speculative/prompt_source/..., cpu, machine.gpu, server_metrics, quality)
     checked key by key (llmbench.results.records); config.spec names the prompts measured, local paths absolute,
     none for prompts passed in memory (config.prompt_file "<list>") (0.3.0, issue 66).
+    requests[].tool_calls/tool_call_names/tool_call_arguments/tool_call_ids/tool_call_events/tool_name_ms/
+    tool_args_ms/tool_calls_ms/tool_args_valid/tool_args_error/tool_call_tokens/output_valid/output_error/
+    constraint_sha256/constraint_first_use/tool_wait_ms/tool_wait_set_ms, summary.tool_offered/tool_answers/
+    tool_calls_per_answer/tool_name_ms/tool_args_ms/tool_args_valid/output_valid/constraint_first_use_ms/
+    constraint_reuse_ms/tasks, config.sessions.tasks/steps/tool_latencies_ms (0.3.0, issue 64: tool calls,
+    structured output and agent tasks; a run without config.tools never has them).
   2 (llmbench 0.3.0, issue 61): a large run's requests and ttft_requests are columns in an Arrow IPC stream beside
     the JSON (``columns``: its file name, rows and sha256; the JSON's lists are empty). A version-1 reader would
     read such a run as one without requests, so it is refused there. Runs under the line (1,000,000 token stamps;
     LLMBENCH_COLUMNS_FROM) are still written as version 1, one file; ``llmbench convert`` moves a run either way.
+  3 (llmbench 0.3.0, issue 64): a workload of tool calls or structured output (``config.tools``): an answer of
+    tool calls alone has no visible text, so its ``ttft_ms`` is null and its ``token_times_ms`` empty (TTFT keeps
+    its meaning, the first text; ``tool_name_ms`` is the call's wait), and ``summary.ttft_ms`` is null when no
+    answer had text. Either form (requests inline or in ``columns``). A version-1 or -2 reader would refuse a null
+    TTFT with an unclear error: it refuses version 3 by its number instead. Other runs are still written as 1 or 2.
 
 No torch here: compare, show and the endpoint client read and write runs without it. Why one module of
 900-odd lines (over 600): the schema is one versioned contract (the version, its history and every model it covers
@@ -206,7 +217,33 @@ ENDPOINT_METRIC_FORMULAS: dict[str, str] = {
     "core (the warning then says the share of the window its loop waited for a CPU: another process had its core); "
     "then the stamps measure the client too, and a burst of events is not blamed on a proxy. lag_p99_ms alone "
     "is no verdict: a relay that holds the stream delays the stamps behind the sends while the client idles",
-    "e2e_ms": "last content event - request_start (stream_end_ms: when [DONE] or the end of the body arrived)",
+    "e2e_ms": "last content event - request_start (stream_end_ms: when [DONE] or the end of the body arrived); "
+    "an answer with tool calls: its last content or tool-call event",
+    "tool_name_ms": "arrival of the event that carried the answer's first tool call's function name - "
+    "request_start; ttft_ms stays the first content event (null for an answer of tool calls alone)",
+    "tool_args_ms": "arrival of the event after which the first call's arguments, assembled from every fragment "
+    "so far (OpenAI's streaming format: keyed by choice and tool_calls[].index), first parsed as JSON - "
+    "request_start: the earliest a program could run the call; null when the arguments it finally got do not "
+    "parse. tool_calls_ms: the same for the answer's last call to complete (every call runnable)",
+    "tool_args_valid": "every call names a tool the request offered and its arguments parse and match that tool's "
+    "parameters schema (jsonschema, the draft the schema names, else 2020-12); tool_args_error: the first reason "
+    "not. Summary tool_args_valid: k of n answers with calls, with its Wilson 95% interval (AIPerf's unparsed "
+    "rate is 1 - share)",
+    "tool_call_tokens": "usage.completion_tokens (less reasoning) - the text's tokens: the answer's tool-call "
+    "tokens. All of them for an answer of calls alone (output_tokens 0); beside text, only with --tokenizer "
+    "(output_tokens then counts the text alone); else null",
+    "output_valid": "response_format: the answer's text parses as JSON and matches the format's schema (jsonschema; "
+    "json_object without a schema: any object); summary: k of n with its Wilson 95% interval",
+    "constraint_first_use": "the request was the run's first (warm-ups included) to send its constraint "
+    "(constraint_sha256: sha256 of the response format, and of the tools with a required or named tool_choice): "
+    "a server that compiles it into a grammar pays the compile inside this request's wait. Summary "
+    "constraint_first_use_ms / constraint_reuse_ms: the first answer event (ttft_ms, else tool_name_ms) of first "
+    "uses and of later uses. A server's cache from before the run is not seen",
+    "tool_wait_ms": "an agent task's later step: its request_start - (the previous step's request_start + its "
+    "stream_end_ms): the tool's latency (tool_wait_set_ms, as the workload set it) plus the client's own moment",
+    "task_e2e_ms": "an agent task (tasks.e2e_ms): its last step's request_start + stream_end_ms - its first step's "
+    "request_start = model_ms (the sum of its steps' stream_end_ms) + tool_ms (the sum of their tool_wait_ms), "
+    "exactly; model_share = sum(model_ms) / sum(e2e_ms) over the whole tasks",
     "tokenize_ms": "0: templating and tokenizing happen on the server, inside ttft_ms",
     "prefill_tokens_per_s": "prompt_tokens / ttft_ms * 1000: as the client sees it, transport and queue included; "
     "null when prompt_tokens is unknown",
