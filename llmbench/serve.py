@@ -10,7 +10,8 @@ their streams open (their TTFT includes the wait, as a user's would); beyond tha
 token in flight.
 
 Tools go through the model's chat template (its tools branch; a template without one is refused, never dropped
-unseen); ``response_format`` is refused (no constrained decoder in this build). For tests, ``--test-tool-calls N``
+unseen); ``response_format`` (a JSON schema) is held by llguidance's grammar, compiled at its first use and cached
+(:mod:`llmbench.engines.hf.grammar`). For tests, ``--test-tool-calls N``
 streams a conversation's first N answers to a request with tools as a scripted call over the model's own tokens.
 Why one module of 600-odd lines: the request's checks, the queue and the stream it writes are one contract with
 the client, and the stream's events are what llmbench measures; split, a change to one would not show in the other.
@@ -35,6 +36,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from llmbench.engines.hf import grammar
 from llmbench.engines.hf.generation import (
     StopCriterion,
     TokenStamper,
@@ -42,6 +44,7 @@ from llmbench.engines.hf.generation import (
     generate_kwargs,
     generation_thread,
 )
+from llmbench.engines.hf.grammar import GrammarProcessor, Grammars, schema_of
 from llmbench.engines.hf.models import LoadedModel
 from llmbench.workloads import tools
 
@@ -73,7 +76,7 @@ class ChatRequest(BaseModel):
     stream_options: dict[str, Any] | None = None
     tools: list[dict[str, Any]] | None = None  # through the model's chat template (its tools branch)
     tool_choice: str | dict[str, Any] | None = None
-    response_format: dict[str, Any] | None = None  # refused beyond {"type": "text"}: no constrained decoder here
+    response_format: dict[str, Any] | None = None  # json_schema / json_object: constrained by llguidance
 
 
 @dataclass
@@ -87,6 +90,7 @@ class Prepared:
     seed: int | None
     ignore_eos: bool = False  # then an EOS id is one more token (generation goes on), not the end
     script: ScriptedCall | None = None  # --test-tool-calls: this answer is this call, streamed over its tokens
+    grammar_ms: float | None = None  # response_format: its grammar's compile, inside this request (0: cached)
 
 
 @dataclass
@@ -175,8 +179,10 @@ class ModelServer:
         executor: Executor | None = None,
         reasoning_tokens: int = 0,
         tool_calls: int = 0,
+        grammars: Grammars | None = None,
     ) -> None:
         self.loaded = loaded
+        self.grammars = grammars  # response_format's compiled grammars (None: llguidance not installed)
         # for tests of reasoning streams: the first N generated tokens go out as delta.reasoning_content
         self.reasoning_tokens = reasoning_tokens
         # for tests of tool calls: a conversation's first N answers to a request with tools are a scripted call
@@ -245,9 +251,14 @@ class ModelServer:
         """Template and tokenize ``req``; ValueError (a 400) when it can't fit the model's context, asks for a
         response format (no constrained decoder here), or offers tools a template without tools can't show."""
         rf = req.response_format
+        matcher, grammar_ms = None, None
         if rf is not None and rf.get("type", "text") != "text":
-            raise ValueError(f"response_format {rf.get('type')!r}: llmbench serve has no constrained decoder (its "
-                             "answers are not held to a schema); use a server with one (llama.cpp, vLLM)")  # fmt: skip
+            if self.grammars is None:
+                raise ValueError(f"response_format {rf.get('type')!r}: this llmbench serve has no constrained decoder "
+                                 "(pip install 'llmbench[serve]' brings llguidance; then start it again)")  # fmt: skip
+            if req.ignore_eos:
+                raise ValueError("ignore_eos with response_format: a constrained answer ends where its schema does")
+            matcher, grammar_ms, _ = self.grammars.matcher(schema_of(rf))
         offered = req.tools or None
         if offered and "tools" not in str(getattr(self.loaded.tokenizer, "chat_template", "") or ""):
             raise ValueError("tools: this model's chat template does not take tools (it would drop them unseen)")
@@ -268,7 +279,13 @@ class ModelServer:
         kw = generate_kwargs(max_new, ignore_eos=ignore_eos, sample=bool(req.temperature),
                              temperature=req.temperature, top_p=req.top_p)  # fmt: skip
         kw["attention_mask"] = enc.get("attention_mask")
-        return Prepared(input_ids, kw, int(input_ids.shape[-1]), max_new, req.seed, ignore_eos, script)
+        if matcher is not None and self.grammars is not None:
+            from transformers import LogitsProcessorList
+
+            kw["logits_processor"] = LogitsProcessorList(
+                [GrammarProcessor(matcher, int(input_ids.shape[-1]), self.grammars.vocab_size)]
+            )
+        return Prepared(input_ids, kw, int(input_ids.shape[-1]), max_new, req.seed, ignore_eos, script, grammar_ms)
 
     def script(self, req: ChatRequest, messages: list[dict[str, Any]]) -> ScriptedCall | None:
         """``--test-tool-calls N``: the call this answer is (the named tool, else the first, with arguments that
@@ -386,6 +403,7 @@ class ModelServer:
                     "queue_ms": round((started_ns - arrived_ns) / 1e6, 3),
                     "ttft_ms": stamps[0] if stamps else None,
                     "token_times_ms": stamps,
+                    **({"grammar_ms": round(p.grammar_ms, 3)} if p.grammar_ms is not None else {}),
                 }
                 yield _sse(
                     {
@@ -512,6 +530,7 @@ def create_app(
     executor: Executor | None = None,
     reasoning_tokens: int = 0,
     tool_calls: int = 0,
+    grammars: Grammars | None = None,
 ) -> FastAPI:
     """The FastAPI app around ``loaded``: ``POST /v1/chat/completions``, ``GET /v1/models``, ``GET /health``,
     ``GET /metrics`` (Prometheus: queue depth, requests, tokens), ``GET /`` (the page). ``executor``: the thread
@@ -519,9 +538,10 @@ def create_app(
     :func:`~llmbench.engines.hf.generation.generation_thread`). ``reasoning_tokens``: for tests, send the first N
     tokens of every answer as reasoning (``delta.reasoning_content``, counted in usage's details); ``tool_calls``:
     for tests, a conversation's first N answers to a request with tools are a scripted call
-    (:class:`ScriptedCall`), streamed over the tokens the model generates."""
+    (:class:`ScriptedCall`), streamed over the tokens the model generates; ``grammars``: response_format's
+    compiler and cache (:class:`~llmbench.engines.hf.grammar.Grammars`; None: response_format is refused)."""
     server = ModelServer(loaded, max_queue=max_queue, max_tokens=max_tokens, executor=executor,
-                         reasoning_tokens=reasoning_tokens, tool_calls=tool_calls)  # fmt: skip
+                         reasoning_tokens=reasoning_tokens, tool_calls=tool_calls, grammars=grammars)  # fmt: skip
     app = FastAPI(title="llmbench serve", docs_url=None, redoc_url=None)
     app.state.server = server
     html = page_html()
@@ -603,8 +623,10 @@ def prepare(
     check_port(host, port)
     with display.err.status(f"loading {spec.model} ({spec.weights} weights) ..."):
         loaded = generation_thread().run(models.load_model, spec)  # on the thread that will generate
+        # response_format's token table, built once before listening (never inside a request's wait)
+        grammars = Grammars(loaded.tokenizer, loaded.model.config.vocab_size) if grammar.available() else None
     app = create_app(loaded, max_queue=max_queue, max_tokens=max_tokens, reasoning_tokens=reasoning_tokens,
-                     tool_calls=tool_calls)  # fmt: skip
+                     tool_calls=tool_calls, grammars=grammars)  # fmt: skip
     return app, loaded
 
 

@@ -122,8 +122,47 @@ def test_a_schemas_first_use_pays_the_compile_and_later_uses_do_not(tmp_path):
     assert s.constraint_first_use_ms.min - s.constraint_reuse_ms.max >= 150.0 * 0.9 - 20  # the compile, and noise
 
 
-def test_serve_refuses_a_response_format_in_one_line_and_a_tool_template_it_cannot_show(server, tmp_path):
+def test_serve_without_grammars_refuses_a_response_format_in_one_line(server, tmp_path):
     wl = _workload(tmp_path, {"prompt": "p", "response_format": {"type": "json_object"}})
     with pytest.raises(Exception) as e:
         asyncio.run(run_driver(load_prompts(wl), EndpointOptions(endpoint=server), RunOptions(max_new_tokens=4)))
     assert "no constrained decoder" in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.fixture(scope="module")
+def constrained(tiny_model_dir):
+    """serve with the tiny random-weights Qwen2 (its whole vocabulary) and llguidance's grammars."""
+    from llmbench.engines.hf.grammar import Grammars
+    from llmbench.engines.hf.models import load_model
+    from llmbench.options import ModelOptions
+
+    lm = load_model(ModelOptions(model=str(tiny_model_dir), device="cpu", dtype="float32"))
+    grammars = Grammars(lm.tokenizer, lm.model.config.vocab_size)
+    app = create_app(lm, max_queue=4, grammars=grammars)
+    with BackgroundServer(app) as url:
+        yield url, grammars
+
+
+def test_serve_holds_random_weights_to_a_schema_and_compiles_each_schema_once(constrained, tmp_path):
+    url, grammars = constrained
+    schema = {"type": "object", "properties": {"severity": {"enum": ["low", "high"]}, "urgent": {"type": "boolean"}},
+              "required": ["severity", "urgent"], "additionalProperties": False}  # fmt: skip
+    rf = {"type": "json_schema", "json_schema": {"name": "report", "schema": schema}}
+    other = {"type": "json_object", "schema": {"type": "object", "properties": {"n": {"enum": [1, 2]}},
+                                               "required": ["n"], "additionalProperties": False}}  # fmt: skip
+    wl = _workload(tmp_path, *({"prompt": f"report {k}", "response_format": rf} for k in range(3)),
+                   {"prompt": "a number", "response_format": other})  # fmt: skip
+    before = grammars.compiles
+    run, _ = asyncio.run(run_driver(load_prompts(wl), EndpointOptions(endpoint=url),
+                                    RunOptions(max_new_tokens=40, warmup=0)))  # fmt: skip
+    assert not run.failed_requests and grammars.compiles - before == 2
+    for r in run.requests:  # random weights write only what the grammar allows, and end where it does
+        assert r.output_valid is True, (r.output_text, r.output_error)
+        assert json.loads(r.output_text)
+    assert sorted(r.prompt_index for r in run.requests if r.constraint_first_use) == [0, 3]
+    assert run.summary.output_valid.share == 1.0 and run.config.tools["constraints"] == 2
+    bad = _workload(tmp_path, {"prompt": "p", "response_format": rf})
+    with pytest.raises(Exception) as e:  # ignore_eos would write past the grammar's end
+        asyncio.run(run_driver(load_prompts(bad), EndpointOptions(endpoint=url),
+                               RunOptions(max_new_tokens=8, ignore_eos=True)))  # fmt: skip
+    assert "ignore_eos with response_format" in str(e.value)
