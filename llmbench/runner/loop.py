@@ -433,13 +433,18 @@ class RunLoop:
         tasks: list[asyncio.Task] = []
         loop = asyncio.get_running_loop()
 
-        async def one(t: Track, req: Request) -> None:
+        async def send(unit: list[tuple[Track, Request]]) -> None:  # one request, or an agent task's steps in order
             try:
-                await self._one(t, req)
+                await (self._unit(unit) if len(unit) > 1 else self._one(*unit[0]))
             except Exception as e:  # saving failed: the run ends, saved as far as it can be
                 self.fatal = e
 
-        for t, req in sorted(todo, key=lambda item: item[1].scheduled_s or 0.0):
+        # a unit: one request, or an agent task's steps (all due at the task's arrival; a --turns conversation's
+        # turns each have their own); by due time
+        units = [part for u in _units(todo)
+                 for part in ([u] if len({r.scheduled_s for _, r in u}) == 1 else [[x] for x in u])]  # fmt: skip
+        for unit in sorted(units, key=lambda u: u[0][1].scheduled_s or 0.0):
+            t, req = unit[0]
             due = self.t0 + (req.scheduled_s or 0.0) - shift
             # a loop whose clock ticks coarser than perf_counter (uvloop's is cached per iteration, in ms) can wake
             # a timer early: it waits again, so no request goes out before its due time
@@ -453,7 +458,9 @@ class RunLoop:
             if self.stop.requested or self.fatal is not None:
                 break
             req = dataclasses.replace(req, due_ns=int(due * 1e9))
-            tasks.append(asyncio.ensure_future(one(t, req)))
+            # only a task's first step is due: the later ones wait for its answer and the tool
+            later = [(lt, dataclasses.replace(r, scheduled_s=None)) for lt, r in unit[1:]]
+            tasks.append(asyncio.ensure_future(send([(t, req), *later])))
         await asyncio.gather(*tasks)
 
     async def _one(self, t: Track, req: Request, answered: float | None = None) -> bool:
@@ -696,9 +703,19 @@ def _units(todo: list[tuple[Track, Request]]) -> list[list[tuple[Track, Request]
 
 def scheduled(track: Track, prompts: PromptSet, offsets: Sequence[float]) -> list[tuple[Track, Request]]:
     """An open-loop plan: request i is prompt ``i % len(prompts)`` (its repeat ``i // len(prompts)``), due at
-    ``offsets[i]``."""
-    n = len(prompts.prompts)
-    return [(track, prompts.request(i % n, i // n, scheduled_s=offset)) for i, offset in enumerate(offsets)]
+    ``offsets[i]``. A workload of agent tasks schedules tasks instead: task i is task ``i % tasks`` (repeat
+    ``i // tasks``), every step of it due at ``offsets[i]`` (its later steps follow its answers: the loop sends
+    each after the previous one, as a conversation's turns)."""
+    asks = prompts.asks
+    if prompts.turns is None or asks is None or not any(a is not None and a.results for a in asks):
+        n = len(prompts.prompts)
+        return [(track, prompts.request(i % n, i // n, scheduled_s=offset)) for i, offset in enumerate(offsets)]
+    steps: dict[int, list[int]] = {}
+    for index, (task, _) in enumerate(prompts.turns):
+        steps.setdefault(task, []).append(index)
+    tasks = list(steps.values())
+    return [(track, prompts.request(index, i // len(tasks), scheduled_s=offset))
+            for i, offset in enumerate(offsets) for index in tasks[i % len(tasks)]]  # fmt: skip
 
 
 def round_robin(tracks: Sequence[Track], prompts: PromptSet, repeats: int) -> list[tuple[Track, Request]]:

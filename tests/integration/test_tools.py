@@ -166,3 +166,26 @@ def test_serve_holds_random_weights_to_a_schema_and_compiles_each_schema_once(co
         asyncio.run(run_driver(load_prompts(bad), EndpointOptions(endpoint=url),
                                RunOptions(max_new_tokens=8, ignore_eos=True)))  # fmt: skip
     assert "ignore_eos with response_format" in str(e.value)
+
+
+def test_an_open_loop_sends_tasks_at_their_arrivals_and_each_later_step_after_its_tool(server, tmp_path):
+    from llmbench.options import OpenLoop
+
+    results = [{"content": "21 C", "latency_ms": 80}, {"content": "dry", "latency_ms": 40}]
+    wl = _workload(tmp_path, {"prompt": "Trip to Paris?", "tools": [WEATHER], "tool_results": results},
+                   {"prompt": "Trip to Oslo?", "tools": [WEATHER], "tool_results": results[:1]})  # fmt: skip
+    ol = OpenLoop(rate=4.0, arrival="constant", requests=3)  # 3 tasks: Paris, Oslo, Paris again, 0.25 s apart
+    run, _ = asyncio.run(run_driver(load_prompts(wl), EndpointOptions(endpoint=server, open_loop=ol),
+                                    RunOptions(max_new_tokens=24, warmup=0)))  # fmt: skip
+    assert not run.failed_requests and run.complete and len(run.requests) == 3 + 2 + 3
+    firsts = sorted((r for r in run.requests if r.turn == 0), key=lambda r: r.scheduled_s)
+    assert [r.scheduled_s for r in firsts] == pytest.approx([0.0, 0.25, 0.5])
+    assert all(r.scheduled_s is None for r in run.requests if r.turn)  # a later step is sent by its answer
+    by_task: dict[tuple[int, int], list] = {}
+    for r in run.requests:
+        by_task.setdefault((r.conversation, r.repeat), []).append(r)
+    for steps in by_task.values():
+        steps.sort(key=lambda r: r.turn)
+        for prev, r in zip(steps, steps[1:], strict=False):
+            assert r.started_s * 1000 >= prev.started_s * 1000 + prev.stream_end_ms + r.tool_wait_set_ms - 0.01
+    assert run.summary.tasks.tasks == 3 and run.config.endpoint.arrival.requests == 3
