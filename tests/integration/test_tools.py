@@ -10,6 +10,7 @@ schema once (a known delay) and keeps it.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 
 import pytest
@@ -186,6 +187,6 @@ def test_an_open_loop_sends_tasks_at_their_arrivals_and_each_later_step_after_it
         by_task.setdefault((r.conversation, r.repeat), []).append(r)
     for steps in by_task.values():
         steps.sort(key=lambda r: r.turn)
-        for prev, r in zip(steps, steps[1:], strict=False):
+        for prev, r in itertools.pairwise(steps):
             assert r.started_s * 1000 >= prev.started_s * 1000 + prev.stream_end_ms + r.tool_wait_set_ms - 0.01
     assert run.summary.tasks.tasks == 3 and run.config.endpoint.arrival.requests == 3
