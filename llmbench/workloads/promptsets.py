@@ -1,5 +1,6 @@
-"""The prompt sets llmbench ships: ``llmbench/data/prompts/NAME.txt`` (package data, in the wheel), addressed by
-``NAME`` (``llmbench run env_violations``) and listed by ``llmbench prompts``.
+"""The prompt sets llmbench ships: ``llmbench/data/prompts/NAME.txt`` or ``NAME.jsonl`` (package data, in the
+wheel), addressed by ``NAME`` (``llmbench run env_violations``) and listed by ``llmbench prompts``. A ``.jsonl`` set
+may ask for tool calls or structured output, or hold agent tasks (:mod:`llmbench.workloads.tools`).
 
 A set's description is its file's first line when that is a ``#`` comment, else :data:`DESCRIPTIONS` (a shipped
 file's bytes are its identity: ``prompt_sha256`` pairs runs in compare, so a description is never written into a
@@ -14,12 +15,17 @@ from importlib import resources
 from pathlib import Path
 
 FOLDER = "data/prompts"  # inside the llmbench package
-SUFFIX = ".txt"
+SUFFIXES = (".txt", ".jsonl")
 LABEL_PREFIX = "shipped:"  # config.prompt_file of a run whose PROMPTS named a shipped set
 
 DESCRIPTIONS = {
     "env_violations": "Environmental violations, in Chinese: one short report a line",
 }
+
+
+def _stem(file_name: str) -> str | None:
+    """A shipped file's set name (None: not a set's file)."""
+    return next((file_name.removesuffix(s) for s in SUFFIXES if file_name.endswith(s)), None)
 
 
 @dataclass(frozen=True)
@@ -45,23 +51,24 @@ def names() -> list[str]:
     folder = _folder()
     if not folder.is_dir():
         return []
-    return sorted(p.name.removesuffix(SUFFIX) for p in folder.iterdir() if p.name.endswith(SUFFIX) and p.is_file())
+    return sorted(name for p in folder.iterdir() if p.is_file() and (name := _stem(p.name)) is not None)
 
 
 def find(text: str | Path) -> Path | None:
-    """The shipped file ``text`` names (``NAME`` or ``NAME.txt``, no folder), or None."""
+    """The shipped file ``text`` names (``NAME``, ``NAME.txt`` or ``NAME.jsonl``, no folder), or None."""
     name = str(text)
     if not name or "/" in name or "\\" in name or name in (".", ".."):
         return None
-    name = name.removesuffix(SUFFIX)
-    if name not in names():
+    stem = _stem(name)
+    files = [_folder() / name] if stem is not None else [_folder() / f"{name}{s}" for s in SUFFIXES]
+    if (stem or name) not in names():
         return None
-    return _folder() / f"{name}{SUFFIX}"
+    return next((p for p in files if p.is_file()), None)  # NAME.jsonl names only a .jsonl set
 
 
 def label(path: Path) -> str:
     """What a run records as its prompt file for the shipped file ``path``: ``shipped:NAME``."""
-    return LABEL_PREFIX + path.name.removesuffix(SUFFIX)
+    return LABEL_PREFIX + (_stem(path.name) or path.name)
 
 
 def _summary(path: Path) -> tuple[int, str]:
@@ -77,7 +84,8 @@ def shipped() -> list[ShippedSet]:
     """Every shipped set, by name."""
     out = []
     for name in names():
-        path = _folder() / f"{name}{SUFFIX}"
+        path = find(name)
+        assert path is not None  # names() lists it
         count, own = _summary(path)
         out.append(ShippedSet(name, path, count, own or DESCRIPTIONS.get(name, "")))
     return out

@@ -44,10 +44,25 @@ def test_listing_counts_like_load_prompts_and_describes_each_set():
 def test_a_first_comment_line_is_the_description(tmp_path, monkeypatch):
     (tmp_path / "mine.txt").write_text("# My own set\n\none\n# not a prompt\ntwo\n", encoding="utf-8")
     (tmp_path / "bare.txt").write_text("alpha\n", encoding="utf-8")
-    (tmp_path / "skipped.jsonl").write_text('{"prompt": "x"}\n', encoding="utf-8")
+    (tmp_path / "tools.jsonl").write_text('# Calls\n{"prompt": "x"}\n', encoding="utf-8")
+    (tmp_path / "skipped.json").write_text('[{"prompt": "x"}]\n', encoding="utf-8")  # a dataset: never a set
     monkeypatch.setattr(promptsets, "_folder", lambda: tmp_path)
     sets = {s.name: (s.prompts, s.description) for s in promptsets.shipped()}
-    assert sets == {"mine": (2, "My own set"), "bare": (1, "")}
+    assert sets == {"mine": (2, "My own set"), "bare": (1, ""), "tools": (1, "Calls")}
+    assert promptsets.find("tools.jsonl") == tmp_path / "tools.jsonl" and promptsets.find("tools.txt") is None
+
+
+def test_the_shipped_tool_structured_and_agent_sets_ask_what_they_say():
+    from llmbench.workloads.sessions import expand_tasks
+    from llmbench.workloads.tools import record
+
+    tools, structured, agent = (load_prompts(n) for n in ("tool_calls", "structured", "agent_tasks"))
+    assert tools.path == "shipped:tool_calls" and len(tools.prompts) == 12
+    assert record(tools)["prompts_with_tools"] == 12 and record(structured)["prompts_with_response_format"] == 12
+    assert {a.tool_choice if isinstance(a.tool_choice, str) else "named" for a in tools.asks} == {
+        "auto", "required", "named"}  # fmt: skip
+    steps = expand_tasks(agent, 1)
+    assert record(steps)["tasks"] == 6 and len(steps.prompts) == 6 + sum(len(a.results) for a in agent.asks)
 
 
 def test_a_name_loads_the_shipped_set_from_any_folder(tmp_path, monkeypatch):
