@@ -413,7 +413,10 @@ def check_gate_inputs(
 
 
 def _requests(run: Run | RunScalars, metric: str) -> list[Any]:
-    """The requests ``metric``'s rows read: TTFT's pool ab's one-token ``ttft_requests`` in."""
+    """The requests ``metric``'s rows read: TTFT's pool ab's one-token ``ttft_requests`` in; output_tokens (the
+    text's) leaves out the answers of tool calls alone (no text: 0, no ratio)."""
+    if metric == "output_tokens" and any(r.ttft_ms is None for r in run.requests):
+        return [r for r in run.requests if r.ttft_ms is not None]
     extra = (getattr(run, "ttft_requests", None) or []) if metric == "ttft_ms" else []
     return [*run.requests, *extra] if extra else run.requests  # the run's own list: its keys are computed once
 

@@ -17,7 +17,9 @@ from llmbench.core.errors import UserError
 from llmbench.results.metrics import describe, mid_stream_stalls
 from llmbench.results.schema import Run
 
-SLO_METRICS = ("ttft_ms", "tpot_ms", "e2e_ms", "ttft_from_schedule_ms", "e2e_from_schedule_ms")
+# tool_name_ms, tool_args_ms: a tool workload's wait (an answer of calls alone has no ttft_ms: it misses a TTFT SLO)
+SLO_METRICS = ("ttft_ms", "tpot_ms", "e2e_ms", "ttft_from_schedule_ms", "e2e_from_schedule_ms", "tool_name_ms",
+               "tool_args_ms")  # fmt: skip
 PERCENTILE_METRICS = ("ttft_ms", "tpot_ms", "e2e_ms", "ttft_from_schedule_ms")  # each rate's p50/p90/p99
 BOUNDED_QUANTILES = (0.9, 0.99)  # the printed high percentiles, each with its order-statistic bound
 STALLED_LISTED = 20  # requests with mid-stream stalls listed per rate, the longest first

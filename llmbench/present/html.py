@@ -134,14 +134,16 @@ def _figure(width: float = 10.0, height: float = 3.6, ncols: int = 1):
 def timeline_svg(run: Run) -> str:
     """Tokens against time for each request (TTFT marked), and the median request streamed vs all at once."""
     fig, (ax, ax2) = _figure(ncols=2)
-    reqs = run.requests[:MAX_TIMELINES]
+    reqs = [r for r in run.requests if r.token_times_ms][:MAX_TIMELINES]  # an answer of tool calls alone: no text
     for r in reqs:
         t = np.asarray(r.token_times_ms) / 1000
         ax.step(t, np.arange(1, len(t) + 1), where="post", lw=0.9, alpha=0.6)
         ax.plot(t[:1], [1], "o", ms=3, color="black")
     ax.set_xlabel("seconds since the request was sent")
     ax.set_ylabel("tokens received")
-    ax.set_title(f"token timeline: {len(reqs)} of {len(run.requests)} requests (dot: first token)")
+    texted = sum(1 for r in run.requests if r.token_times_ms)
+    whose = "requests" if texted == len(run.requests) else f"requests with text ({len(run.requests)} in all)"
+    ax.set_title(f"token timeline: {len(reqs)} of {texted} {whose} (dot: first token)")
     texts = [r for r in run.requests if r.ttft_ms is not None] or run.requests
     med = sorted(texts, key=lambda r: r.e2e_ms)[len(texts) // 2]
     ttft, e2e = (med.ttft_ms or med.e2e_ms) / 1000, med.e2e_ms / 1000
@@ -356,7 +358,8 @@ def ttft_vs_prompt_svg(runs: list[tuple[str, Run]]) -> tuple[str, list[str]]:
     fig, ax = _figure(height=3.2)
     caveats = []
     for name, run in runs:
-        known = [r for r in run.requests if r.prompt_tokens is not None]  # endpoint runs may not know it
+        # endpoint runs may not know the prompt's tokens; an answer of tool calls alone has no TTFT
+        known = [r for r in run.requests if r.prompt_tokens is not None and r.ttft_ms is not None]
         x = np.array([r.prompt_tokens for r in known], dtype=float)
         y = np.array([r.ttft_ms for r in known], dtype=float)
         # thousands of markers as vectors make a slow, heavy page: drawn as pixels (still inline) beyond 2,000
@@ -383,7 +386,7 @@ def reuse_svg(run: Run) -> str | None:
     if ax is not None:
         groups = (("cold", [r for r in structured if r.cold]), ("warm", [r for r in structured if r.cold is False]))
         for x, (_label, group) in enumerate(groups):
-            v = np.asarray([r.ttft_ms for r in group])
+            v = np.asarray([r.ttft_ms for r in group if r.ttft_ms is not None], dtype=float)
             if v.size:
                 ax.plot(x + rng.uniform(-0.15, 0.15, v.size), v, "o", ms=3, alpha=0.6)
                 ax.plot([x - 0.25, x + 0.25], [np.median(v)] * 2, color="black", lw=1.5)
@@ -394,7 +397,7 @@ def reuse_svg(run: Run) -> str | None:
         ax.set_title("TTFT, cold vs warm (bar: median)")
     if ax2 is not None:
         share = np.asarray([(r.cached_tokens or 0) / (r.prompt_tokens or 1) for r in told])
-        ax2.plot(share * 100, [r.ttft_ms for r in told], "o", ms=3, alpha=0.6)
+        ax2.plot(share * 100, np.array([r.ttft_ms for r in told], dtype=float), "o", ms=3, alpha=0.6)  # None: a gap
         ax2.set_xlabel("prompt tokens the server's cache served, %")
         ax2.set_ylabel("TTFT, ms")
         ax2.set_title("TTFT against the cached share")
@@ -653,10 +656,12 @@ def rate_timelines_figure(record: dict, runs: dict[float, tuple[Any, Any]]):
             every_end = np.concatenate([end, np.full(len(cut), stopped["at_s"])])
         else:
             every_send, every_end = send, end
-        ax.plot(send, [r.ttft_ms for r in timed], ".", ms=2, color="C0", alpha=0.6, label="TTFT, load")
+        # an answer of tool calls alone has no TTFT: NaN, not drawn
+        ax.plot(send, np.array([r.ttft_ms for r in timed], dtype=float), ".", ms=2, color="C0", alpha=0.6,
+                label="TTFT, load")  # fmt: skip
         if probes is not None and probes.requests:
-            ax.plot([r.scheduled_s for r in probes.requests], [r.ttft_ms for r in probes.requests], "D", ms=3.5,
-                    color="C3", label="TTFT, probe")  # fmt: skip
+            ax.plot([r.scheduled_s for r in probes.requests], np.array([r.ttft_ms for r in probes.requests],
+                    dtype=float), "D", ms=3.5, color="C3", label="TTFT, probe")  # fmt: skip
         ax.set_yscale("log")
         ax.set_xlabel("send time, s")
         ax.set_ylabel("TTFT, ms (log)")

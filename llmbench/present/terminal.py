@@ -74,7 +74,11 @@ class ProgressReporter:
 
     def request(self, result: RequestResult, done: int, total: int) -> None:
         tpot = f"{result.tpot_ms:.1f}" if result.tpot_ms is not None else "-"
-        last = f"TTFT {result.ttft_ms:.1f} ms  TPOT {tpot} ms  {result.output_tokens} tok"
+        if result.ttft_ms is None:  # an answer of tool calls alone: no text, its call's wait instead
+            names = ",".join(result.tool_call_names or [])
+            last = f"tool call {names} at {result.tool_name_ms or 0:.1f} ms  {result.tool_call_tokens or 0} tok"
+        else:
+            last = f"TTFT {result.ttft_ms:.1f} ms  TPOT {tpot} ms  {result.output_tokens} tok"
         self.progress.start_task(self.task)
         self.progress.update(self.task, completed=done, total=total, last=last, visible=True, refresh=True)
 
