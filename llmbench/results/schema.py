@@ -231,7 +231,8 @@ ENDPOINT_METRIC_FORMULAS: dict[str, str] = {
     "rate is 1 - share)",
     "tool_call_tokens": "usage.completion_tokens (less reasoning) - the text's tokens: the answer's tool-call "
     "tokens. All of them for an answer of calls alone (output_tokens 0); beside text, only with --tokenizer "
-    "(output_tokens then counts the text alone); else null",
+    "(output_tokens then counts the text alone). A server that sends no usage: --tokenizer's count of the calls' "
+    "names and arguments (the template's wrapping around them not counted); else null",
     "output_valid": "response_format: the answer's text parses as JSON and matches the format's schema (jsonschema; "
     "json_object without a schema: any object); summary: k of n with its Wilson 95% interval",
     "constraint_first_use": "the request was the run's first (warm-ups included) to send its constraint "

@@ -475,7 +475,9 @@ class TokenCounter:
             return Counts(prompt_tokens, server, "usage", server, client, reasoning)
         if client is not None:
             prompt_tokens = prompt_tokens if prompt_tokens is not None else self.prompt_tokens(messages)
-            return Counts(prompt_tokens, client, "tokenizer", None, client, reasoning)
+            # no usage: the calls' names and arguments as --tokenizer counts them (the template's wrapping not)
+            tool = sum(self.text_tokens(c.name + c.arguments) for c in s.calls.values()) if s.calls else None
+            return Counts(prompt_tokens, client, "tokenizer", None, client, reasoning, tool)
         return Counts(prompt_tokens, len(s.stamps_ns), "chunks", None, None, reasoning)
 
     def counter_of(self, system_prompt: str | None) -> Callable[[str], int]:
