@@ -7,9 +7,10 @@ agent tasks, measured by ``llmbench run`` against
   422): the shipped sets are sent in those forms (``DIR/workloads/``).
 - ``serve``: ``llmbench serve`` on the same GGUF (transformers, float32), response formats held by llguidance.
 
-Each run repeats every prompt (``--repeats``) with no warm-up, so a schema's first use is a prompt's repeat 0 and
-its own later repeats are the same prompt with the grammar cached (where the server caches one): the first-use
-cost is paired, prompt by prompt. Results in ``DIR/agent_wait.json``, runs in ``DIR/<server>-<set>.json``.
+Each run repeats every prompt (``--repeats``) with no warm-up of its own, so a schema's first use is a prompt's
+repeat 0 and its own later repeats are the same prompt with the grammar cached (where the server caches one): the
+first-use cost is paired, prompt by prompt. Before each set the server answers ``env_violations`` once (its own
+cold start is not a schema's). Results in ``DIR/agent_wait.json``, runs in ``DIR/<server>-<set>.json``.
 
     HF_HUB_OFFLINE=1 python benchmarks/agent_wait.py -o /tmp/aw
 """
@@ -79,6 +80,15 @@ def run(url: str, workload: Path | str, out: Path, a: argparse.Namespace, repeat
     return json.loads(out.read_text(encoding="utf-8"))
 
 
+def warm(url: str, out: Path) -> None:
+    """The server's first requests, unconstrained: its own cold start (the first generate(), caches) out of the way."""
+    cmd = [sys.executable, "-m", "llmbench", "run", "env_violations", "--endpoint", url, "--max-new-tokens", "8",
+           "--warmup", "0", "--tokenizer", str(gguf_path()), "-o", str(out), "-q", "--overwrite"]  # fmt: skip
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"warming the server failed ({r.returncode}): {r.stderr.strip()[-2000:]}")
+
+
 def first_use_cost(run: dict) -> dict | None:
     """A constraint's first use against the same prompt's later repeats (the grammar then cached where the server
     caches it): per first-use request, its first answer event minus the median of its own repeats'."""
@@ -139,6 +149,7 @@ def main() -> None:
     proc = start_server(a.port, a.threads, "--chat_format", "chatml-function-calling", "--interrupt_requests", "False")
     try:
         for name in ("tool_calls", "structured", "agent_tasks"):
+            warm(url, a.output / "warm.json")
             reps = 1 if name == "agent_tasks" else a.repeats
             results[f"llamacpp-{name}"] = figures(run(url, sets[name], a.output / f"llamacpp-{name}.json", a, reps))
     finally:
@@ -148,6 +159,7 @@ def main() -> None:
             str(a.port)]  # fmt: skip
     proc = started(args, a.port, "llmbench serve", 300.0)
     try:
+        warm(url, a.output / "warm.json")
         results["serve-structured"] = figures(run(url, "structured", a.output / "serve-structured.json", a, a.repeats))
     finally:
         proc.terminate()

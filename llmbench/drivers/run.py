@@ -93,6 +93,9 @@ async def run(
     if options.turns > 1 and isinstance(target, EndpointOptions) and target.open_loop is not None:
         raise UserError("--turns runs conversations in a closed loop (--concurrency of them): drop --rate/--trace")
     pending = workload.begin(prompts, options)  # a dataset is read now: a bad file fails before anything loads
+    asks = pending.known.asks if pending.known is not None else None
+    if asks is not None and resume is not None and any(a is not None and a.results for a in asks):
+        raise UserError("agent tasks send the answers they got (their tool calls), which --resume can't recover")
     if isinstance(target, EndpointOptions):
         target = _dealt(target, options, pending, resume)
         if target.processes > 1 or (target.open_loop is not None and target.open_loop.ray):
@@ -208,6 +211,7 @@ def _dealt(target: EndpointOptions, options: RunOptions, pending: workload.Pendi
                 else "--server-command measures its server's first request from one process" if target.server_command
                 else "a trace is replayed from one client process" if ol is not None and ol.replay is not None
                 else "prompts made or chosen by the tokenizer are known in one process" if pending.known is None
+                else "a workload with tools or response_format is sent from one process" if pending.known.asks
                 else None)  # fmt: skip
     if ol is not None:
         events = (ol.rate or 0.0) * options.max_new_tokens  # a replayed trace: one process (unshared)

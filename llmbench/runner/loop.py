@@ -671,10 +671,8 @@ async def execute(
 def reply_message(r: RequestResult, started: float) -> dict[str, Any]:
     """The assistant message a conversation's next turn sends back for ``r`` (its text and tool calls), and under
     ``answered`` the perf_counter() its answer ended (``started``: the request's own, at its start)."""
-    message: dict[str, Any] = {
-        "role": "assistant",
-        "content": (r.output_text or None) if r.tool_calls else r.output_text,
-    }
+    # the text as it came, "" beside calls alone (OpenAI allows null there; llama-cpp-python's server refuses it)
+    message: dict[str, Any] = {"role": "assistant", "content": r.output_text}
     if r.tool_calls:
         ids = r.tool_call_ids or []
         message["tool_calls"] = [

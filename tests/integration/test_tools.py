@@ -88,7 +88,7 @@ def test_an_agent_task_sends_each_result_back_and_its_model_and_tool_time_add_up
     # what step 1 sent, as the server templated it: the question, the call as streamed, the result
     call = {"id": "x", "type": "function", "function": {"name": "get_weather", "arguments": ARGUMENTS}}
     messages = [{"role": "user", "content": "Plan my trip to Paris."},
-                {"role": "assistant", "content": None, "tool_calls": [call]},
+                {"role": "assistant", "content": "", "tool_calls": [call]},
                 {"role": "tool", "tool_call_id": "x", "content": results[0]["content"]}]  # fmt: skip
     text = qwen_tokenizer.apply_chat_template(messages, tools=[WEATHER], tokenize=False, add_generation_prompt=True)
     assert steps[1].prompt_tokens == len(qwen_tokenizer(text, add_special_tokens=False)["input_ids"])
