@@ -44,7 +44,7 @@ def ab(ctx: typer.Context, quiet: QuietOpt = False, **s: Any) -> None:
         options = run_options(spec)
         design = _design(ctx, d.processes, repeats, d.ttft_pairs, d.duet, d.budget, d.spawn, d.calibrate)
         _check_cold_gate(gates, design)
-        prompt_set = workload.prompt_list(workload.Workload.of(spec), options, spec.server.tokenizer)
+        prompt_set = workload.prompt_list(workload.Workload.of(spec), options, spec.server.tokenizer).text_only("ab")
         # a budget plans its pairs later (and says when they fall short): then only the tokens are checked here
         pairs = len(prompt_set.prompts) * repeats if design.budget_s is None else sys.maxsize
         check_gate_inputs(gate_stat, gates, options.max_new_tokens, pairs, design.processes, design.ttft_pairs)

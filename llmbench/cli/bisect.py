@@ -57,7 +57,7 @@ def _inputs(spec: Any, settings: Any) -> tuple[Any, Any]:
     from llmbench.options import run_options_of
 
     options = run_options_of(spec.requests, ignore_eos=True)
-    prompt_set = workload.prompt_list(workload.Workload(prompts=spec.bisect.prompts), options, None)
+    prompt_set = workload.prompt_list(workload.Workload(prompts=spec.bisect.prompts), options, None).text_only("bisect")
     design = settings.design
     # a --look budget plans 2 or more processes a side: then only the tokens (gaps need 3) are checked here
     pairs = len(prompt_set.prompts) * design.repeats if design.budget_s is None else sys.maxsize

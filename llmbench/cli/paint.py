@@ -42,7 +42,7 @@ def paint(ctx: typer.Context, quiet: QuietOpt = False, **s: Any) -> None:
         target = endpoint_options_of(spec.server, spec.model)
         target.check()
         chat_url(target.endpoint)  # a bad URL is one line before anything is claimed
-        prompt_set = load_prompts(spec.prompts.prompts)
+        prompt_set = load_prompts(spec.prompts.prompts).text_only("paint")
         driver.check_tools(spec.paint.chromium)
         path = prepare_output(spec.outputs.output, spec.outputs.overwrite)
         record = run_async(driver.paint(prompt_set, target, options, chromium=spec.paint.chromium,

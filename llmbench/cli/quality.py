@@ -38,7 +38,7 @@ def quality(ctx: typer.Context, **s: Any) -> None:
         options = run_options(asked)
         path = prepare_output(out.output, out.overwrite)
         check_history(history)
-        prompt_set = load_prompts(ref.prompts) if ref.prompts is not None else None
+        prompt_set = load_prompts(ref.prompts).text_only("quality") if ref.prompts is not None else None
         record = run_async(quality_driver(
             spec, options, reference_dtype=ref.reference_dtype, reference_model=ref.reference_model, text=ref.text,
             prompts=prompt_set, chunk_tokens=ref.chunk_tokens, reference_cache=ref.reference_cache, output=path,

@@ -39,7 +39,7 @@ def sweep(ctx: typer.Context, quiet: QuietOpt = False, **s: Any) -> None:
     rounds, rank_by, quality, max_kld = plan.rounds, plan.rank_by, plan.quality, plan.max_kld
     output, history = asked.outputs.output, asked.outputs.history
     with user_errors():
-        prompt_set = load_prompts(asked.prompts.prompts)
+        prompt_set = load_prompts(asked.prompts.prompts).text_only("sweep")
         # each setup's cache, compile and levers are its own (setup_options): the base keeps the spec's defaults
         options = run_options(asked, repeats=rounds)
         spec = model_options(asked)

@@ -93,7 +93,10 @@ async def run(
     if options.turns > 1 and isinstance(target, EndpointOptions) and target.open_loop is not None:
         raise UserError("--turns runs conversations in a closed loop (--concurrency of them): drop --rate/--trace")
     pending = workload.begin(prompts, options)  # a dataset is read now: a bad file fails before anything loads
-    asks = pending.known.asks if pending.known is not None else None
+    known = pending.known
+    asks = known.asks if known is not None else None
+    if known is not None and not isinstance(target, EndpointOptions):  # before a model loads: a server reads them
+        known.text_only("a model in this process")
     if asks is not None and resume is not None and any(a is not None and a.results for a in asks):
         raise UserError("agent tasks send the answers they got (their tool calls), which --resume can't recover")
     if isinstance(target, EndpointOptions):

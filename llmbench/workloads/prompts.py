@@ -88,6 +88,14 @@ class PromptSet:
         text = "".join(f"{x}\n" for x in items)
         return cls(name, hashlib.sha256(text.encode("utf-8")).hexdigest(), items, tuple(range(1, len(items) + 1)))
 
+    def text_only(self, command: str) -> PromptSet:
+        """This set, for ``command``, which sends prompts alone: UserError when a line asks for tools or a response
+        format (only a server reads them: ``run``/``load --endpoint``), never dropped unseen."""
+        if self.asks is not None:
+            raise UserError(f"{command} sends prompts alone: {self.path} asks for tools or a response_format, which "
+                            "a server reads (llmbench run or load --endpoint URL)")  # fmt: skip
+        return self
+
     def where(self, index: int) -> str:
         """``file:line`` of prompt ``index``, for error messages."""
         return f"{self.path}:{self.line_numbers[index]}"
