@@ -78,8 +78,10 @@ def test_agent_tasks_and_structured_output_through_the_commands(cli, served, tmp
 @pytest.mark.parametrize(
     ("line", "why"),
     [
-        ('{"prompt": "p", "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": 3}}}]}',
-         "not a valid JSON schema"),
+        (
+            '{"prompt": "p", "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": 3}}}]}',
+            "not a valid JSON schema",
+        ),
         ('{"prompt": "p", "tool_results": ["x"]}', 'without "tools"'),
         ('{"prompt": "p", "response_format": {"type": "json_schema"}}', 'needs {"name"'),
     ],

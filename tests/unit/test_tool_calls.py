@@ -234,3 +234,25 @@ def test_serves_scripted_arguments_match_the_tools_schema():
     assert not list(validator(schema).iter_errors(value))
     call = ScriptedCall("f", json.dumps(value), "id")
     assert "".join(call.fragments()) == call.arguments and len(call.fragments()) > 5
+
+
+@pytest.mark.parametrize(
+    ("args", "why"),
+    [
+        (("tool_calls", "--weights", "random"), "a model in this process sends prompts alone"),
+        (("tool_calls", "--endpoint", "http://127.0.0.1:9/v1", "--workers", "2"), "--workers 2: a workload with tools"),
+        (("agent_tasks", "--endpoint", "http://127.0.0.1:9/v1", "--turns", "2"), "a task's steps are its turns"),
+    ],
+)
+def test_what_a_tool_workload_cannot_do_is_one_line_before_anything_loads(cli, tmp_path, args, why):
+    r = cli("run", *args, "-o", tmp_path / "o.json")
+    assert r.returncode == 2 and why in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "o.json").exists()
+
+
+def test_the_commands_that_send_prompts_alone_refuse_a_tool_workload(cli, tmp_path):
+    nowhere = "http://127.0.0.1:9/v1"  # never reached: refused before
+    for command in (("sweep", "tool_calls", "--weights", "random", "--threads", "1,2"),
+                    ("ab", "structured", "--base", nowhere, "--head", nowhere)):  # fmt: skip
+        r = cli(*command)
+        assert r.returncode == 2 and "sends prompts alone" in r.stderr, (command, r.stderr)
