@@ -4,8 +4,8 @@ schema's first use, and agent tasks of several steps. Each figure is computed on
 
 An agent task's end-to-end time splits exactly into model time and tool time: a step's model time is its request's
 life (sent -> the stream ended), its tool time the wait before it (the previous step's stream ended -> this one was
-sent: the tool's set latency and the client's own moment), so ``e2e_ms = sum(model_ms) + sum(tool_ms)`` by the
-stamps, and ``tool_ms - tool_set_ms`` is what the client itself added.
+sent: the tool's set latency, from the answer's end, and what of the client's own work outlasted it), so
+``e2e_ms = sum(model_ms) + sum(tool_ms)`` by the stamps, and ``tool_ms - tool_set_ms`` is what the client added.
 """
 
 from __future__ import annotations

@@ -241,7 +241,8 @@ ENDPOINT_METRIC_FORMULAS: dict[str, str] = {
     "constraint_first_use_ms / constraint_reuse_ms: the first answer event (ttft_ms, else tool_name_ms) of first "
     "uses and of later uses. A server's cache from before the run is not seen",
     "tool_wait_ms": "an agent task's later step: its request_start - (the previous step's request_start + its "
-    "stream_end_ms): the tool's latency (tool_wait_set_ms, as the workload set it) plus the client's own moment",
+    "stream_end_ms). The tool runs from the answer's end for tool_wait_set_ms (as the workload set it); the "
+    "client's own work on the answer overlaps it, so the excess is the loop's wake-up and what outlasts the latency",
     "task_e2e_ms": "an agent task (tasks.e2e_ms): its last step's request_start + stream_end_ms - its first step's "
     "request_start = model_ms (the sum of its steps' stream_end_ms) + tool_ms (the sum of their tool_wait_ms), "
     "exactly; model_share = sum(model_ms) / sum(e2e_ms) over the whole tasks",
@@ -582,7 +583,8 @@ class RequestResult(_Model):
     constraint_sha256: str | None = None
     constraint_first_use: bool | None = None
     # an agent task's later step (conversation/turn): the previous step's answer ended -> this request was sent
-    # (the tool's latency, as the workload set it, and the client's own moment); tool_wait_set_ms: as set
+    # (the tool's latency from the answer's end, and what of the client's own work outlasted it); tool_wait_set_ms:
+    # the latency as the workload set it
     tool_wait_ms: Finite | None = None
     tool_wait_set_ms: Finite | None = None
 

@@ -394,7 +394,12 @@ class RunLoop:
                         return True
                     history += [{"role": "tool", "tool_call_id": c["id"], "content": req.tool_result.content}
                                 for c in calls]  # fmt: skip
-                if req.think_s > 0 and req.turn:
+                if req.tool_result is not None and answered is not None:
+                    # the tool runs from the answer's end: the client's own work on the answer (parsing, checking,
+                    # saving) overlaps it, and only what outlasts the latency shows in tool_wait_ms
+                    if (wait := answered + req.think_s - time.perf_counter()) > 0:
+                        await asyncio.sleep(wait)
+                elif req.think_s > 0 and req.turn:
                     await asyncio.sleep(req.think_s)
                 req = dataclasses.replace(req, messages=tuple(history))
             if not await self._one(t, req, answered):
