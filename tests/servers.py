@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import socket
+import subprocess
 import threading
 import time
 
@@ -309,3 +311,20 @@ def grammar_server(compile_ms: float = 150.0, gap_ms: float = 5.0) -> Starlette:
     app.state.grammars = set()
     app.state.compiled = 0
     return app
+
+
+def serve_process(args: list[str], port: int, timeout_s: float = 60.0) -> subprocess.Popen:
+    """``llmbench serve`` (``args``, listening on ``port``) as its own process, returned once /health answers 200;
+    its stdout dropped, its stderr kept (read it when it died)."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        assert proc.poll() is None, proc.communicate()
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200:
+                return proc
+        except httpx.ConnectError:
+            pass
+        assert time.monotonic() < deadline, "llmbench serve did not answer /health"
+        time.sleep(0.2)

@@ -6,36 +6,21 @@ process (the tiny random-weights Qwen2, ``--test-tool-calls`` scripting its call
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
-import time
 
-import httpx
 import pytest
 
 from llmbench.results.storage import load_run
-from tests.servers import free_port
+from tests.servers import free_port, serve_process
 
 
 @pytest.fixture(scope="module")
 def served(tiny_model_dir):
     port = free_port()
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     args = [sys.executable, "-m", "llmbench", "serve", "-m", str(tiny_model_dir), "--device", "cpu", "--port",
             str(port), "--test-tool-calls", "2"]  # fmt: skip
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    proc = serve_process(args, port, 120.0)
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert proc.poll() is None, proc.communicate()
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200:
-                    break
-            except httpx.ConnectError:
-                pass
-            assert time.monotonic() < deadline
-            time.sleep(0.2)
         yield f"http://127.0.0.1:{port}/v1"
     finally:
         proc.terminate()

@@ -26,7 +26,7 @@ from tests.integration.test_serve import (
     _sse_lines,
     delayed_server,  # noqa: F401 (fixtures)
 )
-from tests.servers import free_port
+from tests.servers import free_port, serve_process
 
 
 @pytest.mark.slow
@@ -127,18 +127,8 @@ def test_serve_command_end_to_end(tiny_model_dir, tmp_path):
         "--port",
         str(port),
     ]
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    proc = serve_process(args, port)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, proc.communicate()
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200:
-                    break
-            except httpx.ConnectError:
-                pass
-            assert time.monotonic() < deadline
-            time.sleep(0.2)
         _, lines = _sse_lines(f"http://127.0.0.1:{port}", max_tokens=4)
         assert lines[-1] == "data: [DONE]" and sum(line.startswith("data: {") for line in lines) >= 3
         # a second server on the same port: one line, exit 2
