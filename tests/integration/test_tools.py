@@ -190,3 +190,13 @@ def test_an_open_loop_sends_tasks_at_their_arrivals_and_each_later_step_after_it
         for prev, r in itertools.pairwise(steps):
             assert r.started_s * 1000 >= prev.started_s * 1000 + prev.stream_end_ms + r.tool_wait_set_ms - 0.01
     assert run.summary.tasks.tasks == 3 and run.config.endpoint.arrival.requests == 3
+
+
+def test_the_api_measures_a_tool_workload_by_its_shipped_name(server):
+    import llmbench
+
+    run = asyncio.run(llmbench.ameasure("tool_calls", endpoint=server, max_new_tokens=48, warmup=0))
+    assert run.config.prompt_file == "shipped:tool_calls" and len(run.requests) == 12 and not run.failed_requests
+    assert run.summary.tool_answers.k == 12 and run.summary.tool_args_valid.share == 1.0
+    named = [r for r in run.requests if r.prompt_index == 3]  # the line that names schedule_inspection
+    assert named[0].tool_call_names == ["schedule_inspection"]
