@@ -82,7 +82,7 @@ Schema history (bump ``SCHEMA_VERSION`` on any change a reader of the old versio
     TTFT with an unclear error: it refuses version 3 by its number instead. Other runs are still written as 1 or 2.
 
 No torch here: compare, show and the endpoint client read and write runs without it. Why one module of
-900-odd lines (over 600): the schema is one versioned contract (the version, its history and every model it covers
+1,000-odd lines (over 600): the schema is one versioned contract (the version, its history and every model it covers
 change together); split over files, a change could bump one part and not the other.
 """
 

@@ -18,7 +18,7 @@ its last one finished. Open loop (requests that carry ``scheduled_s``): each req
 (``t0 + scheduled_s``), however many are in flight; the backend stamps how late it actually went out.
 ``start_at`` aligns ``t0`` with other processes sharing one schedule (``--workers``).
 
-Why one module of 600-odd lines: every piece above reads and writes the same per-run state (the tracks, the
+Why one module of 700-odd lines: every piece above reads and writes the same per-run state (the tracks, the
 stop, the writer thread), and splitting it would pass that state between files; it has one job, the loop.
 """
 
@@ -301,7 +301,8 @@ class RunLoop:
         for t in self.tracks:
             pset = t.prompts or self.prompts
             # an agent task's later step can't stand alone (it answers a call): warm-ups send first steps
-            firsts = [i for i in range(len(pset.prompts)) if pset.request(i, -1).tool_result is None]
+            every = range(len(pset.prompts))
+            firsts = [i for i in every if pset.request(i, -1).tool_result is None] if pset.asks is not None else every
             n = len(firsts)
             await self._activate(t)
             t0 = time.perf_counter()
