@@ -134,14 +134,15 @@ def _figure(width: float = 10.0, height: float = 3.6, ncols: int = 1):
 def timeline_svg(run: Run) -> str:
     """Tokens against time for each request (TTFT marked), and the median request streamed vs all at once."""
     fig, (ax, ax2) = _figure(ncols=2)
-    reqs = [r for r in run.requests if r.token_times_ms][:MAX_TIMELINES]  # an answer of tool calls alone: no text
+    # an answer of tool calls alone has no text (a columns file's stamps are arrays: len, not truth)
+    reqs = [r for r in run.requests if len(r.token_times_ms)][:MAX_TIMELINES]
     for r in reqs:
         t = np.asarray(r.token_times_ms) / 1000
         ax.step(t, np.arange(1, len(t) + 1), where="post", lw=0.9, alpha=0.6)
         ax.plot(t[:1], [1], "o", ms=3, color="black")
     ax.set_xlabel("seconds since the request was sent")
     ax.set_ylabel("tokens received")
-    texted = sum(1 for r in run.requests if r.token_times_ms)
+    texted = sum(1 for r in run.requests if len(r.token_times_ms))
     whose = "requests" if texted == len(run.requests) else f"requests with text ({len(run.requests)} in all)"
     ax.set_title(f"token timeline: {len(reqs)} of {texted} {whose} (dot: first token)")
     texts = [r for r in run.requests if r.ttft_ms is not None] or run.requests

@@ -192,7 +192,7 @@ def _tiling(r: RequestResult) -> list[tuple[str, str, int, dict[str, Any]]]:
     parts, one per arrival after the first, the tail; an answer of tool calls alone: until its name, its
     arguments, the tail. Empty for a request without stamps."""
     times = r.token_times_ms
-    if not times and r.tool_name_ms is not None and _finite(r.tool_name_ms):  # tool calls alone, no text
+    if not len(times) and r.tool_name_ms is not None and _finite(r.tool_name_ms):  # tool calls alone, no text
         name = min(_us(r.tool_name_ms), _us(r.e2e_ms))
         whole = max(name, min(_us(r.tool_calls_ms or r.e2e_ms), _us(r.e2e_ms)))
         called = {"tool_name_ms": r.tool_name_ms, "tool_calls_ms": r.tool_calls_ms, "e2e_ms": r.e2e_ms,

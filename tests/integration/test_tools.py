@@ -200,3 +200,21 @@ def test_the_api_measures_a_tool_workload_by_its_shipped_name(server):
     assert run.summary.tool_answers.k == 12 and run.summary.tool_args_valid.share == 1.0
     named = [r for r in run.requests if r.prompt_index == 3]  # the line that names schedule_inspection
     assert named[0].tool_call_names == ["schedule_inspection"]
+
+
+def test_a_tool_run_past_the_line_is_version_3_with_columns_and_every_reader_reads_it(cli, server, tmp_path,
+                                                                                        monkeypatch):  # fmt: skip
+    monkeypatch.setenv("LLMBENCH_COLUMNS_FROM", "0")  # every run past the line: its requests in an Arrow file
+    out = tmp_path / "c.json"
+    r = cli("run", "agent_tasks", "--endpoint", server, "--max-new-tokens", "24", "-o", out, "-q")
+    assert r.returncode == 0, r.stderr
+    head = json.loads(out.read_text())
+    assert head["schema_version"] == 3 and head["columns"] is not None and head["requests"] == []
+    run = load_run(out)
+    assert run.summary.tasks.tasks == 6 and any(q.ttft_ms is None for q in run.requests)
+    for command in (("show", out), ("report", out, "-o", tmp_path / "r.html"), ("compare", out, out),
+                    ("export", out, "--format", "trace", "-o", tmp_path / "t.json"),
+                    ("convert", out, "-o", tmp_path / "one.json", "--one-file")):  # fmt: skip
+        done = cli(*command)
+        assert done.returncode == 0, (command, done.stderr)
+    assert json.loads((tmp_path / "one.json").read_text())["schema_version"] == 3  # still a tool run: 3, inline
