@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from llmbench.results.describe import share_bounds as share_bounds  # re-exported: load's attainment, the stop's
+
 CONFIDENCE = 0.95
 
 
@@ -56,19 +58,6 @@ def quantile_upper_bound(values: Any, q: float, confidence: float = CONFIDENCE) 
     a = np.sort(np.asarray(values, dtype=float))
     k = bound_rank(a.size, q, confidence)
     return None if k is None else float(a[k - 1])
-
-
-def share_bounds(k: int, n: int, confidence: float = CONFIDENCE) -> tuple[float, float] | None:
-    """(lower, upper) bounds on a share of ``k`` in ``n``, each one-sided at ``confidence`` (Wilson); None for
-    ``n == 0``."""
-    from scipy import stats
-
-    if n <= 0:
-        return None
-    if not 0 <= k <= n:
-        raise ValueError(f"a share of {k} in {n}")
-    ci = stats.binomtest(k, n).proportion_ci(confidence_level=2 * confidence - 1, method="wilson")
-    return float(ci.low), float(ci.high)
 
 
 def _check(q: float, confidence: float) -> None:

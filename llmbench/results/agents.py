@@ -14,20 +14,18 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-from llmbench.results.describe import describe
+from llmbench.results.describe import describe, share_bounds
 from llmbench.results.schema import RequestResult, Share, TaskFigures
 
 _CONFIDENCE = 0.95
 
 
 def share(k: int, n: int) -> Share | None:
-    """k of n as a share with its Wilson 95% interval (scipy's binomtest); None when n is 0."""
-    if n <= 0:
+    """k of n as a share with its two-sided Wilson 95% interval; None when n is 0."""
+    bounds = share_bounds(k, n, (1 + _CONFIDENCE) / 2)  # each side one-sided at 97.5%
+    if bounds is None:
         return None
-    from scipy.stats import binomtest
-
-    ci = binomtest(k, n).proportion_ci(confidence_level=_CONFIDENCE, method="wilson")
-    return Share(k=k, n=n, share=round(k / n, 6), low=round(float(ci.low), 6), high=round(float(ci.high), 6))
+    return Share(k=k, n=n, share=round(k / n, 6), low=round(bounds[0], 6), high=round(bounds[1], 6))
 
 
 def first_answer_ms(r: RequestResult) -> float | None:

@@ -1,4 +1,5 @@
-"""A sample's summary statistics (:class:`~llmbench.results.schema.Stats`): written once, for every figure."""
+"""A sample's summary statistics (:class:`~llmbench.results.schema.Stats`) and a share's Wilson bounds: written
+once, for every figure."""
 
 from __future__ import annotations
 
@@ -25,3 +26,17 @@ def describe(values: Iterable[float]) -> Stats | None:
         max=float(a.max()),
         std=float(a.std(ddof=1)) if a.size > 1 else 0.0,
     )
+
+
+def share_bounds(k: int, n: int, confidence: float = 0.95) -> tuple[float, float] | None:
+    """(lower, upper) bounds on a share of ``k`` in ``n``, each one-sided at ``confidence`` (Wilson's score
+    interval, scipy's ``binomtest``: it holds its level near 0 and 1 where the normal interval does not); the two
+    together are the two-sided ``2 confidence - 1`` interval. None for ``n == 0``."""
+    from scipy import stats
+
+    if n <= 0:
+        return None
+    if not 0 <= k <= n:
+        raise ValueError(f"a share of {k} in {n}")
+    ci = stats.binomtest(k, n).proportion_ci(confidence_level=2 * confidence - 1, method="wilson")
+    return float(ci.low), float(ci.high)
