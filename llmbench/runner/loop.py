@@ -18,7 +18,7 @@ its last one finished. Open loop (requests that carry ``scheduled_s``): each req
 (``t0 + scheduled_s``), however many are in flight; the backend stamps how late it actually went out.
 ``start_at`` aligns ``t0`` with other processes sharing one schedule (``--workers``).
 
-Why one module of 700-odd lines: every piece above reads and writes the same per-run state (the tracks, the
+Why one module of 700-odd lines (over 600): every piece above reads and writes the same per-run state (the tracks, the
 stop, the writer thread), and splitting it would pass that state between files; it has one job, the loop.
 """
 
