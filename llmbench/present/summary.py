@@ -93,6 +93,11 @@ def agent_lines(run: Any) -> list[str]:
         line = (f"agent tasks: {t.tasks} whole ({t.tasks_partial} partial, {t.ended_by_answer} ended by an answer), "
                 f"{t.steps.mean if t.steps else 0:.1f} steps; end to end mean {t.e2e_ms.mean:.0f} ms = model "
                 f"{t.model_ms.mean:.0f} + tool {t.tool_ms.mean:.0f}{share}")  # fmt: skip
+        if t.model_first_event_ms is not None:
+            line += (
+                f"; the model's part: first events {t.model_first_event_ms.mean:.0f} ms, the rest (decoding) "
+                f"{t.model_ms.mean - t.model_first_event_ms.mean:.0f} ms"
+            )
         if t.cached_tokens_share_later_steps is not None:
             line += f"; later steps' prompt tokens cached {t.cached_tokens_share_later_steps:.0%}"
         lines.append(line)

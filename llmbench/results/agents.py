@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from llmbench.results.describe import describe, share_bounds
 from llmbench.results.schema import RequestResult, Share, TaskFigures
@@ -64,12 +64,25 @@ def tool_figures(requests: Sequence[RequestResult]) -> dict[str, Any]:
     return out
 
 
-def task_times(steps: Sequence[RequestResult]) -> tuple[float, float, float, float]:
-    """One task's (e2e_ms, model_ms, tool_ms, tool_set_ms) from its steps in order (see the module's docstring)."""
+class TaskTimes(NamedTuple):
+    """One task's times, ms (see the module's docstring): ``e2e_ms = model_ms + tool_ms``; the model's part splits
+    into ``first_event_ms`` (each step's wait for its first answer event, summed) and the rest (decoding and each
+    stream's end)."""
+
+    e2e_ms: float
+    model_ms: float
+    tool_ms: float
+    tool_set_ms: float
+    first_event_ms: float
+
+
+def task_times(steps: Sequence[RequestResult]) -> TaskTimes:
+    """One task's times from its steps in order."""
     model = [r.stream_end_ms if r.stream_end_ms is not None else r.e2e_ms for r in steps]
-    tool = sum(r.tool_wait_ms or 0.0 for r in steps)
     e2e = (steps[-1].started_s - steps[0].started_s) * 1000 + model[-1]
-    return round(e2e, 3), round(sum(model), 3), round(tool, 3), round(sum(r.tool_wait_set_ms or 0.0 for r in steps), 3)
+    return TaskTimes(round(e2e, 3), round(sum(model), 3), round(sum(r.tool_wait_ms or 0.0 for r in steps), 3),
+                     round(sum(r.tool_wait_set_ms or 0.0 for r in steps), 3),
+                     round(sum(first_answer_ms(r) or 0.0 for r in steps), 3))  # fmt: skip
 
 
 def tasks_of(requests: Sequence[Any]) -> tuple[list[list[Any]], int]:
@@ -93,6 +106,7 @@ def task_figures(requests: Sequence[RequestResult]) -> TaskFigures | None:
     if not whole and not partial:
         return None
     times = [task_times(t) for t in whole]
+    total = sum(x.e2e_ms for x in times)
     later = [r for t in whole for r in t[1:] if r.cached_tokens is not None and r.prompt_tokens]
     prompt = sum(r.prompt_tokens or 0 for r in later)
     return TaskFigures(
@@ -100,11 +114,15 @@ def task_figures(requests: Sequence[RequestResult]) -> TaskFigures | None:
         tasks_partial=partial,
         ended_by_answer=sum(not t[-1].tool_calls for t in whole),
         steps=describe(len(t) for t in whole),
-        e2e_ms=describe(x[0] for x in times),
-        model_ms=describe(x[1] for x in times),
-        tool_ms=describe(x[2] for x in times),
-        tool_set_ms=describe(x[3] for x in times),
-        model_share=round(sum(x[1] for x in times) / total, 6) if (total := sum(x[0] for x in times)) > 0 else None,
+        e2e_ms=describe(x.e2e_ms for x in times),
+        model_ms=describe(x.model_ms for x in times),
+        model_first_event_ms=describe(x.first_event_ms for x in times),
+        model_after_first_ms=describe(x.model_ms - x.first_event_ms for x in times),
+        tool_ms=describe(x.tool_ms for x in times),
+        tool_set_ms=describe(x.tool_set_ms for x in times),
+        model_share=round(sum(x.model_ms for x in times) / total, 6)
+        if (total := sum(x.e2e_ms for x in times))
+        else None,
         step_ttft_ms=describe(v for t in whole for r in t if (v := first_answer_ms(r)) is not None),
         cached_tokens_share_later_steps=round(sum(r.cached_tokens or 0 for r in later) / prompt, 6) if prompt else None,
     )

@@ -245,7 +245,9 @@ ENDPOINT_METRIC_FORMULAS: dict[str, str] = {
     "client's own work on the answer overlaps it, so the excess is the loop's wake-up and what outlasts the latency",
     "task_e2e_ms": "an agent task (tasks.e2e_ms): its last step's request_start + stream_end_ms - its first step's "
     "request_start = model_ms (the sum of its steps' stream_end_ms) + tool_ms (the sum of their tool_wait_ms), "
-    "exactly; model_share = sum(model_ms) / sum(e2e_ms) over the whole tasks",
+    "exactly; model_share = sum(model_ms) / sum(e2e_ms) over the whole tasks. model_first_event_ms: the sum of its "
+    "steps' first answer events (ttft_ms, else tool_name_ms); model_after_first_ms = model_ms - that (decoding and "
+    "each stream's end)",
     "tokenize_ms": "0: templating and tokenizing happen on the server, inside ttft_ms",
     "prefill_tokens_per_s": "prompt_tokens / ttft_ms * 1000: as the client sees it, transport and queue included; "
     "null when prompt_tokens is unknown",
@@ -636,6 +638,8 @@ class TaskFigures(_Model):
     steps: Stats | None = None  # requests per task
     e2e_ms: Stats | None = None  # first step sent -> last step's stream end
     model_ms: Stats | None = None  # sum of its steps' request lives
+    model_first_event_ms: Stats | None = None  # of which each step's wait for its first answer event, summed
+    model_after_first_ms: Stats | None = None  # and the rest: decoding, each stream's end
     tool_ms: Stats | None = None  # sum of the waits between steps (measured)
     tool_set_ms: Stats | None = None  # sum of the tool latencies the workload set
     model_share: float | None = None  # sum(model_ms) / sum(e2e_ms) over the tasks

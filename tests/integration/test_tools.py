@@ -92,7 +92,8 @@ def test_an_agent_task_sends_each_result_back_and_its_model_and_tool_time_add_up
                 {"role": "tool", "tool_call_id": "x", "content": results[0]["content"]}]  # fmt: skip
     text = qwen_tokenizer.apply_chat_template(messages, tools=[WEATHER], tokenize=False, add_generation_prompt=True)
     assert steps[1].prompt_tokens == len(qwen_tokenizer(text, add_special_tokens=False)["input_ids"])
-    e2e, model, tool, tool_set = task_times(steps)
+    e2e, model, tool, tool_set, first = task_times(steps)
+    assert first == pytest.approx(sum(r.ttft_ms if r.ttft_ms is not None else r.tool_name_ms for r in steps))
     assert model + tool == pytest.approx(e2e, abs=0.01) and tool >= tool_set == 180.0
     t = run.summary.tasks
     assert (t.tasks, t.tasks_partial, t.ended_by_answer, t.steps.mean) == (1, 0, 1, 3)

@@ -184,8 +184,9 @@ def test_an_agent_tasks_model_and_tool_time_add_up_to_its_end_to_end_time():
     # step 0 at 0 s for 100 ms; the tool waits 250 ms; step 1 at 0.35 s for 80 ms; 200 ms; step 2 answers
     steps = [_step(0, 0, 0.0, 100.0, 1), _step(0, 1, 0.35, 80.0, 1, wait=250.0),
              _step(0, 2, 0.63, 40.0, 0, wait=200.0, cached_tokens=30, prompt_tokens=60)]  # fmt: skip
-    e2e, model, tool, tool_set = task_times(steps)
+    e2e, model, tool, tool_set, first = task_times(steps)
     assert (e2e, model, tool, tool_set) == (670.0, 220.0, 450.0, 448.0) and model + tool == e2e
+    assert first == 50.0 + 40.0 + 40.0  # two calls' names at half their lives, the answer's text at its end
     failed_first = [_step(1, 1, 2.0, 50.0, 1, wait=10.0)]  # its step 0 failed: not a whole task
     t = task_figures([*steps, *failed_first])
     assert t is not None and (t.tasks, t.tasks_partial, t.ended_by_answer) == (1, 1, 1)
