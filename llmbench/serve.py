@@ -247,18 +247,25 @@ class ModelServer:
 
     # -- one request ----------------------------------------------------------------------------------------
 
-    def prepare(self, req: ChatRequest) -> Prepared:
-        """Template and tokenize ``req``; ValueError (a 400) when it can't fit the model's context, asks for a
-        response format (no constrained decoder here), or offers tools a template without tools can't show."""
+    async def constrain(self, req: ChatRequest) -> tuple[Any, float] | None:
+        """``req``'s response format as a fresh grammar matcher and its compile's milliseconds (0: cached), compiled
+        on a thread (llguidance drops the GIL: the stream in flight keeps sending); None without a format.
+        ValueError (a 400) for one this server can't hold."""
         rf = req.response_format
-        matcher, grammar_ms = None, None
-        if rf is not None and rf.get("type", "text") != "text":
-            if self.grammars is None:
-                raise ValueError(f"response_format {rf.get('type')!r}: this llmbench serve has no constrained decoder "
-                                 "(pip install 'llmbench[serve]' brings llguidance; then start it again)")  # fmt: skip
-            if req.ignore_eos:
-                raise ValueError("ignore_eos with response_format: a constrained answer ends where its schema does")
-            matcher, grammar_ms, _ = self.grammars.matcher(schema_of(rf))
+        if rf is None or rf.get("type", "text") == "text":
+            return None
+        if self.grammars is None:
+            raise ValueError(f"response_format {rf.get('type')!r}: this llmbench serve has no constrained decoder "
+                             "(pip install 'llmbench[serve]' brings llguidance; then start it again)")  # fmt: skip
+        if req.ignore_eos:
+            raise ValueError("ignore_eos with response_format: a constrained answer ends where its schema does")
+        matcher, ms, _ = await asyncio.to_thread(self.grammars.matcher, schema_of(rf))
+        return matcher, ms
+
+    def prepare(self, req: ChatRequest, constrained: tuple[Any, float] | None = None) -> Prepared:
+        """Template and tokenize ``req`` (``constrained``: its grammar, :meth:`constrain`); ValueError (a 400) when
+        it can't fit the model's context, or offers tools a template without tools can't show."""
+        matcher, grammar_ms = constrained if constrained is not None else (None, None)
         offered = req.tools or None
         if offered and "tools" not in str(getattr(self.loaded.tokenizer, "chat_template", "") or ""):
             raise ValueError("tools: this model's chat template does not take tools (it would drop them unseen)")
@@ -576,7 +583,7 @@ def create_app(
     async def chat(req: ChatRequest):
         arrived = time.perf_counter_ns()
         try:
-            prepared = server.prepare(req)
+            prepared = server.prepare(req, await server.constrain(req))
         except ValueError as e:  # before any header: a bad request is a 400, streamed or not
             return _error(400, str(e))
         ticket = server.admit()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 import time
 from collections import OrderedDict
 from typing import Any
@@ -41,6 +42,7 @@ class Grammars:
         self.tokenizer = llguidance.hf.from_tokenizer(tokenizer, n_vocab=vocab_size)
         self.vocab_size = vocab_size
         self._cache: OrderedDict[str, Any] = OrderedDict()
+        self._lock = threading.Lock()  # requests compile on threads: one compile of a schema, however many ask
         self.compiles = 0
         # the mask's TorchScript compiled now (its first call), not in the first constrained request's wait
         mask = llguidance.torch.allocate_token_bitmask(1, vocab_size)
@@ -48,7 +50,11 @@ class Grammars:
 
     def matcher(self, schema: dict[str, Any]) -> tuple[Any, float, bool]:
         """(a fresh matcher for ``schema``, the compile's milliseconds (0 when cached), whether it was compiled
-        now). ValueError (a 400) for a schema llguidance can't compile."""
+        now). ValueError (a 400) for a schema llguidance can't compile. Thread-safe."""
+        with self._lock:
+            return self._matcher(schema)
+
+    def _matcher(self, schema: dict[str, Any]) -> tuple[Any, float, bool]:
         import llguidance
 
         key = hashlib.sha256(json.dumps(schema, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
