@@ -101,7 +101,8 @@ def read_ask(where: str, obj: dict[str, Any]) -> Ask | None:
     choice = _choice(where, obj.get("tool_choice"), tools)
     rf = _response_format(where, obj.get("response_format"))
     results = _results(where, obj.get("tool_results"), tools)
-    return Ask(tools, choice, rf, results)
+    ask = Ask(tools, choice, rf, results)
+    return None if ask == Ask() else ask  # "tools": null and the like ask for nothing
 
 
 def _tools(where: str, raw: Any) -> tuple[dict[str, Any], ...]:

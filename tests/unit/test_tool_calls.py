@@ -164,7 +164,9 @@ def test_a_constraint_is_what_a_server_compiles_and_two_equal_ones_share_a_hash(
     forced = Ask(tools=(WEATHER,), tool_choice="required").constraint_sha256()
     assert forced is not None and forced != Ask(response_format=rf).constraint_sha256()
     assert Ask(response_format=rf).constraint_sha256() == Ask(response_format=dict(rf)).constraint_sha256()
-    assert read_ask("f:1", {"prompt": "p"}) is None
+    assert (
+        read_ask("f:1", {"prompt": "p"}) is None and read_ask("f:1", {"tools": None, "response_format": None}) is None
+    )
     ask = read_ask("f:1", {"tools": [WEATHER], "tool_results": ["{}", {"content": {"t": 1}, "latency_ms": 5}]})
     assert [(r.content, r.latency_ms) for r in ask.results] == [("{}", 0.0), ('{"t": 1}', 5.0)]
 
