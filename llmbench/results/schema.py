@@ -699,7 +699,7 @@ class Summary(_Model):
     lossless_checked: int | None = None
     lossless_mismatches: int | None = None
     # tool calls and structured output (llmbench.results.agents.tool_figures)
-    tool_offered: int | None = None  # requests that offered tools
+    tool_offered: int | None = None  # requests that offered tools (or got calls unasked)
     tool_answers: Share | None = None  # of those, answers with at least one call
     tool_calls_per_answer: Stats | None = None
     tool_name_ms: Stats | None = None  # over the answers with calls
