@@ -302,8 +302,8 @@ class ModelServer:
             return None
         if sum(1 for m in messages if m["role"] == "assistant" and m.get("tool_calls")) >= self.tool_calls:
             return None
-        named = choice.get("function", {}).get("name") if isinstance(choice, dict) else None
-        fns = [t.get("function") or {} for t in req.tools]
+        named = tools.named_tool(choice)
+        fns = [f if isinstance(f := t.get("function"), dict) else {} for t in req.tools]
         fn = next((f for f in fns if f.get("name") == named), fns[0]) if named else fns[0]
         if not isinstance(fn.get("name"), str):
             raise ValueError("tools[0]: a function needs a name")

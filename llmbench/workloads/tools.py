@@ -130,11 +130,19 @@ def _choice(where: str, raw: Any, tools: tuple[dict[str, Any], ...]) -> str | di
         raise UserError(f'{where}: "tool_choice" without "tools"')
     if raw in ("auto", "none", "required"):
         return str(raw)
-    name = raw.get("function", {}).get("name") if isinstance(raw, dict) else None
+    name = named_tool(raw)
     if not isinstance(name, str) or name not in {t["function"]["name"] for t in tools}:
         raise UserError(f'{where}: "tool_choice" must be "auto", "none", "required" or {{"type": "function", '
                         '"function": {"name": NAME}} naming one of "tools"')  # fmt: skip
     return dict(raw)
+
+
+def named_tool(choice: Any) -> str | None:
+    """The tool a ``tool_choice`` names (``{"type": "function", "function": {"name": ...}}``); None for any other
+    value, malformed ones included."""
+    fn = choice.get("function") if isinstance(choice, dict) else None
+    name = fn.get("name") if isinstance(fn, dict) else None
+    return name if isinstance(name, str) else None
 
 
 def _response_format(where: str, raw: Any) -> dict[str, Any] | None:

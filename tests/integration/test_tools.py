@@ -219,3 +219,16 @@ def test_a_tool_run_past_the_line_is_version_3_with_columns_and_every_reader_rea
         done = cli(*command)
         assert done.returncode == 0, (command, done.stderr)
     assert json.loads((tmp_path / "one.json").read_text())["schema_version"] == 3  # still a tool run: 3, inline
+
+
+def test_serve_answers_malformed_tools_with_a_400(server):
+    import httpx
+
+    url = f"{server}/v1/chat/completions"
+    for tools, choice in (([{"type": "function", "function": "x"}], None), ([WEATHER], {"function": 7})):
+        body = {"messages": [{"role": "user", "content": "hi"}], "tools": tools, "max_tokens": 4}
+        r = httpx.post(url, json={**body, **({"tool_choice": choice} if choice else {})}, timeout=30)
+        # a name-less function is a 400; a malformed choice names no tool: the first one is scripted
+        assert r.status_code == (400 if choice is None else 200), r.text
+        if choice is not None:
+            assert r.json()["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "get_weather"

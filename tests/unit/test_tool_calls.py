@@ -142,6 +142,8 @@ def test_structured_output_validates_the_answer_against_its_schema():
         ),
         ({"tool_choice": "auto"}, '"tool_choice" without "tools"'),
         ({"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "naming one of"),
+        ({"tools": [WEATHER], "tool_choice": {"function": 7}}, "naming one of"),
+        ({"tools": [WEATHER], "tool_choice": 3}, "naming one of"),
         ({"response_format": {"type": "xml"}}, '"response_format" must have "type"'),
         ({"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}}, 'needs {"name"'),
         ({"response_format": {"type": "json_object", "schema": {"minimum": "one"}}}, "not a valid JSON schema"),
