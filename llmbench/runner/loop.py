@@ -172,8 +172,9 @@ class RunLoop:
         # failure recorded, and the others go on; a run or an ab pair can't go on without it
         self.survive = survive_backend_loss
         self.lost: dict[int, str] = {}  # id(track) -> why its backend was lost
-        # a turn's reply (the assistant message: its text and tool calls), until its conversation's next turn
-        self._replies: dict[tuple[int, int, int], dict[str, Any]] = {}
+        # a turn's reply (the assistant message: its text and tool calls) and the perf_counter() its answer ended,
+        # until its conversation's next turn
+        self._replies: dict[tuple[int, int, int], tuple[dict[str, Any], float]] = {}
         self.start_at = start_at  # awaited after warm-up and probe: the perf_counter() instant to start at
         self.prompts = prompts
         self.warmup = warmup
@@ -409,8 +410,8 @@ class RunLoop:
                 reply = self._replies.pop((id(t), req.prompt_index, req.repeat), None)
                 if reply is None:  # the turn failed: there is no reply to go on from
                     return True
-                answered = reply.pop("answered")
-                history += [*([] if req.tool_result else [{"role": "user", "content": req.prompt}]), reply]
+                message, answered = reply
+                history += [*([] if req.tool_result else [{"role": "user", "content": req.prompt}]), message]
         return True
 
     async def _pair(self, unit: list[tuple[Track, Request]]) -> bool:
@@ -509,7 +510,9 @@ class RunLoop:
             results[-1].tool_wait_ms = round((now - answered) * 1000, 3)
             results[-1].tool_wait_set_ms = req.tool_result.latency_ms
         if req.conversation is not None:  # the next turn sends this reply back
-            self._replies[(id(t), req.prompt_index, req.repeat)] = reply_message(results[-1], now)
+            r = results[-1]
+            end_ms = r.stream_end_ms if r.stream_end_ms is not None else r.e2e_ms
+            self._replies[(id(t), req.prompt_index, req.repeat)] = (reply_message(r), now + end_ms / 1000)
         for r in results:
             if req.cold is not None and r.cold is None:  # the workload's structure: first of its prefix, or not
                 r.cold = req.cold
@@ -674,9 +677,8 @@ async def execute(
     return await RunLoop(tracks, prompts, **loop_options).run(plan)
 
 
-def reply_message(r: RequestResult, started: float) -> dict[str, Any]:
-    """The assistant message a conversation's next turn sends back for ``r`` (its text and tool calls), and under
-    ``answered`` the perf_counter() its answer ended (``started``: the request's own, at its start)."""
+def reply_message(r: RequestResult) -> dict[str, Any]:
+    """The assistant message a conversation's next turn sends back for ``r``: its text and tool calls."""
     # the text as it came, "" beside calls alone (OpenAI allows null there; llama-cpp-python's server refuses it)
     message: dict[str, Any] = {"role": "assistant", "content": r.output_text}
     if r.tool_calls:
@@ -686,8 +688,7 @@ def reply_message(r: RequestResult, started: float) -> dict[str, Any]:
              "function": {"name": name, "arguments": args}}
             for k, (name, args) in enumerate(zip(r.tool_call_names or [], r.tool_call_arguments or [], strict=True))
         ]  # fmt: skip
-    end_ms = r.stream_end_ms if r.stream_end_ms is not None else r.e2e_ms
-    return {**message, "answered": started + end_ms / 1000}
+    return message
 
 
 def _units(todo: list[tuple[Track, Request]]) -> list[list[tuple[Track, Request]]]:
