@@ -155,8 +155,9 @@ def main() -> None:
     finally:
         proc.terminate()
         proc.wait(30)
+    # --grammars start: llguidance's shared set-up before listening, so a first use is its schema's alone
     args = [sys.executable, "-m", "llmbench", "serve", "--model", str(gguf_path()), "--dtype", "float32", "--port",
-            str(a.port)]  # fmt: skip
+            str(a.port), "--grammars", "start"]  # fmt: skip
     proc = started(args, a.port, "llmbench serve", 300.0)
     try:
         warm(url, a.output / "warm.json")

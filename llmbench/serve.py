@@ -28,7 +28,7 @@ from concurrent.futures import Executor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from fastapi import FastAPI, Request
@@ -179,10 +179,13 @@ class ModelServer:
         executor: Executor | None = None,
         reasoning_tokens: int = 0,
         tool_calls: int = 0,
-        grammars: Grammars | None = None,
+        grammars: Grammars | Literal["first-use"] | None = None,
     ) -> None:
         self.loaded = loaded
-        self.grammars = grammars  # response_format's compiled grammars (None: llguidance not installed)
+        # response_format's compiled grammars; "first-use": built by the first request that asks (None: refused)
+        self.grammars = grammars if isinstance(grammars, Grammars) else None
+        self._lazy = grammars == "first-use"
+        self._building = asyncio.Lock()
         # for tests of reasoning streams: the first N generated tokens go out as delta.reasoning_content
         self.reasoning_tokens = reasoning_tokens
         # for tests of tool calls: a conversation's first N answers to a request with tools are a scripted call
@@ -254,13 +257,20 @@ class ModelServer:
         rf = req.response_format
         if rf is None or rf.get("type", "text") == "text":
             return None
-        if self.grammars is None:
+        if self.grammars is None and not self._lazy:
             raise ValueError(f"response_format {rf.get('type')!r}: this llmbench serve has no constrained decoder "
-                             "(pip install 'llmbench[serve]' brings llguidance; then start it again)")  # fmt: skip
+                             "(llguidance: pip install 'llmbench[serve]'; or it runs --grammars off)")  # fmt: skip
         if req.ignore_eos:
             raise ValueError("ignore_eos with response_format: a constrained answer ends where its schema does")
-        matcher, ms, _ = await asyncio.to_thread(self.grammars.matcher, schema_of(rf))
-        return matcher, ms
+        schema = schema_of(rf)
+        t0 = time.perf_counter()
+        async with self._building:  # --grammars first-use: the first request that asks builds what all share
+            if self.grammars is None:
+                lm = self.loaded
+                self.grammars = await asyncio.to_thread(Grammars, lm.tokenizer, lm.model.config.vocab_size)
+        ready_ms = (time.perf_counter() - t0) * 1000  # the shared set-up built or awaited (~0 once it is there)
+        matcher, ms, _ = await asyncio.to_thread(self.grammars.matcher, schema)
+        return matcher, ms + ready_ms
 
     def prepare(self, req: ChatRequest, constrained: tuple[Any, float] | None = None) -> Prepared:
         """Template and tokenize ``req`` (``constrained``: its grammar, :meth:`constrain`); ValueError (a 400) when
@@ -537,7 +547,7 @@ def create_app(
     executor: Executor | None = None,
     reasoning_tokens: int = 0,
     tool_calls: int = 0,
-    grammars: Grammars | None = None,
+    grammars: Grammars | Literal["first-use"] | None = None,
 ) -> FastAPI:
     """The FastAPI app around ``loaded``: ``POST /v1/chat/completions``, ``GET /v1/models``, ``GET /health``,
     ``GET /metrics`` (Prometheus: queue depth, requests, tokens), ``GET /`` (the page). ``executor``: the thread
@@ -546,7 +556,8 @@ def create_app(
     tokens of every answer as reasoning (``delta.reasoning_content``, counted in usage's details); ``tool_calls``:
     for tests, a conversation's first N answers to a request with tools are a scripted call
     (:class:`ScriptedCall`), streamed over the tokens the model generates; ``grammars``: response_format's
-    compiler and cache (:class:`~llmbench.engines.hf.grammar.Grammars`; None: response_format is refused)."""
+    compiler and cache (:class:`~llmbench.engines.hf.grammar.Grammars`), ``"first-use"`` to build it in the
+    first request that asks, None to refuse response_format."""
     server = ModelServer(loaded, max_queue=max_queue, max_tokens=max_tokens, executor=executor,
                          reasoning_tokens=reasoning_tokens, tool_calls=tool_calls, grammars=grammars)  # fmt: skip
     app = FastAPI(title="llmbench serve", docs_url=None, redoc_url=None)
@@ -607,11 +618,13 @@ def create_app(
 
 def prepare(
     spec: Any, host: str, port: int, *, max_queue: int = 4, max_tokens: int = 256, reasoning_tokens: int = 0,
-    tool_calls: int = 0,
+    tool_calls: int = 0, grammars: Literal["first-use", "start", "off"] = "first-use",
 ) -> tuple[FastAPI, LoadedModel]:  # fmt: skip
     """Everything ``llmbench serve`` does before it listens: the limits and the model's options checked, the port
     free, the model (a :class:`~llmbench.options.ModelOptions`) loaded on the thread that will generate (a
-    status line on stderr meanwhile), and its app. UserError for what can't be served."""
+    status line on stderr meanwhile), and its app. ``grammars``: when response_format's shared set-up is built
+    (:mod:`llmbench.engines.hf.grammar`: 5.6 s for Qwen2.5's vocabulary here): in the first request that asks (its
+    wait shows it), before listening, or never (response_format refused). UserError for what can't be served."""
     from llmbench.core.errors import UserError
     from llmbench.engines.hf import models
     from llmbench.engines.hf.generation import generation_thread
@@ -630,10 +643,15 @@ def prepare(
     check_port(host, port)
     with display.err.status(f"loading {spec.model} ({spec.weights} weights) ..."):
         loaded = generation_thread().run(models.load_model, spec)  # on the thread that will generate
-        # response_format's token table, built once before listening (never inside a request's wait)
-        grammars = Grammars(loaded.tokenizer, loaded.model.config.vocab_size) if grammar.available() else None
+    held: Grammars | Literal["first-use"] | None = None
+    if grammars != "off" and grammar.available():
+        if grammars == "start":
+            with display.err.status("building response_format's grammar set-up (llguidance) ..."):
+                held = Grammars(loaded.tokenizer, loaded.model.config.vocab_size)
+        else:
+            held = "first-use"
     app = create_app(loaded, max_queue=max_queue, max_tokens=max_tokens, reasoning_tokens=reasoning_tokens,
-                     tool_calls=tool_calls, grammars=grammars)  # fmt: skip
+                     tool_calls=tool_calls, grammars=held)  # fmt: skip
     return app, loaded
 
 

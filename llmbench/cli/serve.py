@@ -27,7 +27,7 @@ def serve(ctx: typer.Context, **s: Any) -> None:
         host, port, max_queue = own.host, own.port, own.max_queue
         app_, loaded = sv.prepare(spec, host, port, max_queue=max_queue, max_tokens=own.max_tokens,
                                   reasoning_tokens=own.test_reasoning_tokens,
-                                  tool_calls=own.test_tool_calls)  # fmt: skip
+                                  tool_calls=own.test_tool_calls, grammars=own.grammars)  # fmt: skip
         for w in loaded.warnings:
             display.warn(w)
     url = f"http://{f'[{host}]' if ':' in host else host}:{port}"

@@ -404,6 +404,11 @@ class ServeSection(Section):
                                          ge=0)  # fmt: skip
     test_tool_calls: int = setting(0, "For tests: answer a conversation's first N requests with tools with a "
                                    "scripted tool call.", hidden=True, ge=0)  # fmt: skip
+    grammars: Literal["first-use", "start", "off"] = setting(
+        "first-use",
+        "When response_format's grammar set-up (llguidance) is built: in the first request that asks, "
+        "before listening, or never (refused).",
+    )
     max_tokens: int = setting(256, "max_tokens when a request gives none.", ge=1)
 
 

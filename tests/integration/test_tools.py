@@ -133,20 +133,20 @@ def test_serve_without_grammars_refuses_a_response_format_in_one_line(server, tm
 
 @pytest.fixture(scope="module")
 def constrained(tiny_model_dir):
-    """serve with the tiny random-weights Qwen2 (its whole vocabulary) and llguidance's grammars."""
-    from llmbench.engines.hf.grammar import Grammars
+    """serve with the tiny random-weights Qwen2 (its whole vocabulary) and llguidance's grammars, built by the first
+    request that asks (serve's default, --grammars first-use)."""
     from llmbench.engines.hf.models import load_model
     from llmbench.options import ModelOptions
 
     lm = load_model(ModelOptions(model=str(tiny_model_dir), device="cpu", dtype="float32"))
-    grammars = Grammars(lm.tokenizer, lm.model.config.vocab_size)
-    app = create_app(lm, max_queue=4, grammars=grammars)
+    app = create_app(lm, max_queue=4, grammars="first-use")
     with BackgroundServer(app) as url:
-        yield url, grammars
+        yield url, app.state.server
 
 
 def test_serve_holds_random_weights_to_a_schema_and_compiles_each_schema_once(constrained, tmp_path):
-    url, grammars = constrained
+    url, server = constrained
+    assert server.grammars is None  # nothing built before a request asks
     schema = {"type": "object", "properties": {"severity": {"enum": ["low", "high"]}, "urgent": {"type": "boolean"}},
               "required": ["severity", "urgent"], "additionalProperties": False}  # fmt: skip
     rf = {"type": "json_schema", "json_schema": {"name": "report", "schema": schema}}
@@ -154,10 +154,10 @@ def test_serve_holds_random_weights_to_a_schema_and_compiles_each_schema_once(co
                                                "required": ["n"], "additionalProperties": False}}  # fmt: skip
     wl = _workload(tmp_path, *({"prompt": f"report {k}", "response_format": rf} for k in range(3)),
                    {"prompt": "a number", "response_format": other})  # fmt: skip
-    before = grammars.compiles
+
     run, _ = asyncio.run(run_driver(load_prompts(wl), EndpointOptions(endpoint=url),
                                     RunOptions(max_new_tokens=40, warmup=0)))  # fmt: skip
-    assert not run.failed_requests and grammars.compiles - before == 2
+    assert not run.failed_requests and server.grammars.compiles == 2
     for r in run.requests:  # random weights write only what the grammar allows, and end where it does
         assert r.output_valid is True, (r.output_text, r.output_error)
         assert json.loads(r.output_text)

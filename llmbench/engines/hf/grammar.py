@@ -4,10 +4,11 @@ as a mask on each step's logits, so a model can only write tokens that keep its 
 
 A server compiles a schema the first time it sees it and keeps the compiled grammar (vLLM's and SGLang's grammar
 caches do the same): a request with a new schema pays the compile inside its wait, later ones copy the cached
-matcher (microseconds). :class:`Grammars` is that cache, bounded. What every schema shares is paid once, when the
-server starts, never inside a request: the tokenizer's token table for llguidance (0.3 s for SmolLM2's 49,152
-tokens, 1.6 s for Qwen2.5's 151,936), and llguidance's torch mask, whose import and first call compile TorchScript
-(1.7 s and 1.4 s here: measured in a first constrained request before it was moved to start-up).
+matcher (microseconds). :class:`Grammars` is that cache, bounded. What every schema shares is built once, with it:
+the tokenizer's token table for llguidance (0.3 s for SmolLM2's 49,152 tokens, 1.6 s for Qwen2.5's 151,936), and
+llguidance's torch mask, whose import and first call compile TorchScript (1.7 s and 1.4 s here): 5.6 s in all for
+Qwen2.5. ``llmbench serve --grammars`` says when: in the first request that asks (the default: a server that never
+sees a schema never pays; that request's wait shows it), or before listening (``start``), or never (``off``).
 """
 
 from __future__ import annotations
