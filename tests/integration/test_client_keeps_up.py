@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import llmbench
+from llmbench.results.schema import ClientStats
 from llmbench.results.storage import load_run
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
@@ -164,6 +165,26 @@ def test_workers_a_run_cant_deal_out_are_refused_in_one_line(cli, stub, prompt_f
     assert server.requests == 0 and not (tmp_path / "r.json").exists()
 
 
+# The starved client runs in a process of its own at nice 10, pinned with the burners: under Linux's EEVDF
+# scheduler (6.6+) a mostly-sleeping client of equal weight is woken within a slice of 3 ms, so equal-weight
+# burners alone starved it on one kernel and not on another (CI's 6.18 read it on time); a lower weight waits
+# behind their slices on any kernel. Every lazy import is made before the burners start, so only the
+# measurement is starved, not Python's start.
+_STARVED_CLIENT = """
+import json, os, sys
+import llmbench
+url, cpu = sys.argv[1], int(sys.argv[2])
+os.sched_setaffinity(0, {cpu})
+llmbench.measure(["warm"], endpoint=url, model="stub", max_new_tokens=32, warmup=0)
+os.nice(10)
+print("ready", flush=True)
+sys.stdin.readline()
+run = llmbench.measure([f"prompt {i}" for i in range(8)], endpoint=url, model="stub", concurrency=8, repeats=3,
+                       max_new_tokens=32, warmup=0, workers=1)
+print(json.dumps({"client": run.client.model_dump(mode="json"), "warnings": run.warnings}), flush=True)
+"""
+
+
 @pytest.mark.skipif(
     not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
     reason="needs CPU affinity and 2 CPUs: the stub on one, the client and its burners on the other",
@@ -171,30 +192,36 @@ def test_workers_a_run_cant_deal_out_are_refused_in_one_line(cli, stub, prompt_f
 def test_a_client_starved_by_cpu_burners_on_its_core_says_it_fell_behind():
     """The hidden case of issue 59: a client pinned to one CPU with busy loops beside it (the stub on another
     CPU, in a process of its own) reads late, and the run says so, and why, and blames no proxy."""
+    import json
     import subprocess
 
     client_cpu, stub_cpu = sorted(os.sched_getaffinity(0))[:2]
     stub = subprocess.Popen([sys.executable, str(ROOT / "benchmarks" / "stamp_server.py"), "--port", "0", "--tokens",
                              "32"], stdout=subprocess.PIPE, text=True)  # fmt: skip
-    allowed = os.sched_getaffinity(0)
-    burners: list[subprocess.Popen] = []
+    procs: list[subprocess.Popen] = [stub]
     try:
         assert stub.stdout is not None
         url = stub.stdout.readline().split()[3]
         os.sched_setaffinity(stub.pid, {stub_cpu})
-        os.sched_setaffinity(0, {client_cpu})
-        burners = [subprocess.Popen(["taskset", "-c", str(client_cpu), sys.executable, "-c", "while True: pass"])
-                   for _ in range(4)]  # fmt: skip
-        run = llmbench.measure([f"prompt {i}" for i in range(8)], endpoint=url, model="stub", concurrency=8,
-                               repeats=3, max_new_tokens=32, warmup=0, workers=1)  # fmt: skip
+        client = subprocess.Popen([sys.executable, "-c", _STARVED_CLIENT, url, str(client_cpu)], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, text=True)  # fmt: skip
+        procs.append(client)
+        assert client.stdout is not None and client.stdin is not None
+        assert client.stdout.readline().strip() == "ready"
+        procs += [subprocess.Popen(["taskset", "-c", str(client_cpu), sys.executable, "-c", "while True: pass"])
+                  for _ in range(4)]  # fmt: skip
+        client.stdin.write("go\n")
+        client.stdin.flush()
+        out, _ = client.communicate(timeout=300)
+        assert client.returncode == 0, out
     finally:
-        os.sched_setaffinity(0, allowed)
-        for p in (*burners, stub):
+        for p in procs:
             p.kill()
             p.wait()
-    c = run.client
-    assert c is not None and c.fell_behind is True, c
+    said = json.loads(out.splitlines()[-1])
+    c = ClientStats.model_validate(said["client"])
+    assert c.fell_behind is True, c
     assert c.sched_wait_ms is not None and c.sched_wait_ms > 0
-    said = " ".join(run.warnings)
-    assert "THE CLIENT FELL BEHIND" in said and "waited for a CPU" in said, said
-    assert "buffered between server and client" not in said, said
+    warned = " ".join(said["warnings"])
+    assert "THE CLIENT FELL BEHIND" in warned and "waited for a CPU" in warned, warned
+    assert "buffered between server and client" not in warned, warned
