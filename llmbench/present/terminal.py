@@ -1,6 +1,6 @@
 """Terminal output: warnings, the live progress bar and the summary table (rich). No measuring here.
 
-Why one module of 1,000-odd lines (over 600): every command's terminal rendering shares one console, one set of
+Why one module of 1,100-odd lines (over 600): every command's terminal rendering shares one console, one set of
 number formats and one table style; the pieces are short functions, one per thing shown, and splitting them by
 command would write the formats twice."""
 

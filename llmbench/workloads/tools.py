@@ -181,7 +181,8 @@ def _results(where: str, raw: Any, tools: tuple[dict[str, Any], ...]) -> tuple[T
         if isinstance(latency, bool) or not isinstance(latency, (int, float)) or not (
             0 <= latency <= limits.MAX_WAIT_S * 1000 and math.isfinite(latency)
         ):  # fmt: skip
-            raise UserError(f"{where}: tool_results[{k}].latency_ms must be 0 or more milliseconds, not {latency!r}")
+            raise UserError(f"{where}: tool_results[{k}].latency_ms must be a number of milliseconds from 0 to "
+                            f"{limits.MAX_WAIT_S * 1000:,.0f} (a day), not {latency!r}")
         out.append(ToolResult(text, float(latency)))
     return tuple(out)
 

@@ -151,6 +151,8 @@ def test_structured_output_validates_the_answer_against_its_schema():
         ({"tools": [WEATHER], "tool_results": []}, "list of 1 to 100 results"),
         ({"tools": [WEATHER], "tool_results": [{"content": "x", "latency_ms": float("nan")}]}, "latency_ms must be"),
         ({"tools": [WEATHER], "tool_results": [{"content": "x", "latency_ms": -1}]}, "latency_ms must be"),
+        ({"tools": [WEATHER], "tool_results": [{"content": "x", "latency_ms": 1e308}]}, "from 0 to 86,400,000"),
+        ({"tools": [WEATHER], "tool_results": [{"content": "x", "latency_ms": "5"}]}, "latency_ms must be"),
         ({"tools": [WEATHER], "tool_results": [{"latency_ms": 1}]}, "must be a string or"),
     ],
 )
