@@ -264,13 +264,7 @@ def caching_server(tokenizer, block: int = 16, ms_per_uncached_token: float = 0.
 
         return StreamingResponse(events(), media_type="text/event-stream")
 
-    async def models(_request: Request) -> JSONResponse:
-        return JSONResponse({"object": "list", "data": [{"id": "cache-stub", "object": "model"}]})
-
-    app = Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"]),
-                            Route("/v1/models", models)])  # fmt: skip
-    app.state.cache = set()
-    app.state.log = []
+    app = _chat_stub(chat, "cache-stub", cache=set(), log=[])
     return app
 
 
@@ -303,13 +297,20 @@ def grammar_server(compile_ms: float = 150.0, gap_ms: float = 5.0) -> Starlette:
 
         return StreamingResponse(events(), media_type="text/event-stream")
 
-    async def models(_request: Request) -> JSONResponse:
-        return JSONResponse({"object": "list", "data": [{"id": "grammar-stub", "object": "model"}]})
+    app = _chat_stub(chat, "grammar-stub", grammars=set(), compiled=0)
+    return app
 
-    app = Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"]),
-                            Route("/v1/models", models)])  # fmt: skip
-    app.state.grammars = set()
-    app.state.compiled = 0
+
+def _chat_stub(chat, model_id: str, **state: object) -> Starlette:
+    """A stub's app: ``chat`` at /v1/chat/completions, one model ``model_id`` at /v1/models, ``state`` on
+    ``app.state``."""
+
+    async def models(_request: Request) -> JSONResponse:
+        return JSONResponse({"object": "list", "data": [{"id": model_id, "object": "model"}]})
+
+    app = Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"]), Route("/v1/models", models)])
+    for name, value in state.items():
+        setattr(app.state, name, value)
     return app
 
 
