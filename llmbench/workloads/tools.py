@@ -178,11 +178,15 @@ def _results(where: str, raw: Any, tools: tuple[dict[str, Any], ...]) -> tuple[T
         content = item["content"]
         text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
         latency = item.get("latency_ms", 0.0)
-        if isinstance(latency, bool) or not isinstance(latency, (int, float)) or not (
-            0 <= latency <= limits.MAX_WAIT_S * 1000 and math.isfinite(latency)
-        ):  # fmt: skip
-            raise UserError(f"{where}: tool_results[{k}].latency_ms must be a number of milliseconds from 0 to "
-                            f"{limits.MAX_WAIT_S * 1000:,.0f} (a day), not {latency!r}")
+        if (
+            isinstance(latency, bool)
+            or not isinstance(latency, (int, float))
+            or not (0 <= latency <= limits.MAX_WAIT_S * 1000 and math.isfinite(latency))
+        ):
+            raise UserError(
+                f"{where}: tool_results[{k}].latency_ms must be a number of milliseconds from 0 to "
+                f"{limits.MAX_WAIT_S * 1000:,.0f} (a day), not {latency!r}"
+            )
         out.append(ToolResult(text, float(latency)))
     return tuple(out)
 
